@@ -1,0 +1,68 @@
+# posenc_nb: every target sets itself up on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+NB_WORKERS ?= 2
+export POSENC_CACHE ?= $(CURDIR)/.cache
+
+.PHONY: help install demo test test-nbs test-py test-slow export sync-check docs site lab bench clean-nbs
+
+help:
+	@echo "make demo   - set up and compare every position encoding on the synthetic task (a few minutes on CPU)"
+	@echo "make test   - set up and run the notebook tests and tests/"
+	@echo "make docs   - build the documentation site (Quarto via nbdev_docs if installed, else static HTML in _site/)"
+	@echo "make lab    - JupyterLab on nbs/ with the package importable"
+	@echo "make bench  - throughput benchmark against torch.nn.Transformer"
+
+# torch first, pinned: the library itself accepts a range, and this pin takes the CPU build on machines without CUDA.
+$(STAMP): settings.ini setup.py constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/posenc compare --config synthetic-tiny --out runs/demo
+
+test: install test-nbs test-py
+
+test-nbs: install
+	cd nbs && ../$(BIN)/nbdev_test --n_workers $(NB_WORKERS) --timing
+
+test-py: install
+	$(BIN)/python -m pytest tests -q -x --durations=10
+
+test-slow: install
+	cd nbs && ../$(BIN)/nbdev_test --n_workers 1 --timing --flags slow
+
+export: install
+	$(BIN)/nbdev_export
+
+# Notebooks and modules in sync, notebooks clean.
+sync-check: install
+	$(BIN)/nbdev_export
+	git diff --exit-code -- posenc_nb || (echo "posenc_nb/ is out of sync with nbs/: run nbdev_export and commit" && exit 1)
+	$(BIN)/nbdev_clean
+	git diff --exit-code -- nbs || (echo "notebooks are not clean: run nbdev_clean and commit" && exit 1)
+	$(BIN)/python tools/make_readme.py --check
+
+docs: install
+	@if command -v quarto >/dev/null; then $(BIN)/nbdev_docs; else echo "quarto not found: building the static HTML site instead"; $(BIN)/python tools/build_site.py; fi
+
+site: install
+	$(BIN)/python tools/build_site.py
+
+lab: install
+	$(BIN)/pip install -q jupyterlab
+	$(BIN)/jupyter lab nbs
+
+bench: install
+	$(BIN)/python benchmarks/throughput.py
+
+clean-nbs: install
+	$(BIN)/nbdev_clean
