@@ -1,0 +1,123 @@
+"Training harness: DDP replicas stay identical, kill-and-resume equals an uninterrupted run, checkpoints are written atomically."
+import os, socket, warnings
+from pathlib import Path
+import pytest, torch
+import torch.multiprocessing as mp
+from posenc_nb import train as T
+
+# small and fast: a 1500-pair synthetic corpus, a handful of updates, cheap final evaluation
+FAST = dict(data_options={'n': 1500}, eval_bleu_sents=10, test_max_sents=10, beam=2, log_every=2)
+
+
+def _cfg(**kw):
+    return T.config_from_name('synthetic-tiny', **{**FAST, **kw})
+
+
+def _state(path):
+    ck = torch.load(path, map_location='cpu', weights_only=False)
+    return ck
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+
+
+def _ddp_worker(rank, world, port, out, cfg):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    res = T.train(cfg, out / 'run', resume=False, device='cpu', progress=False)
+    torch.save({k: v.detach().clone() for k, v in res['model'].state_dict().items()}, out / f'rank{rank}.pt')
+
+
+def test_ddp_two_ranks_identical(tmp_path):
+    "(a) two CPU processes (gloo): both replicas end with the same parameters, and only rank 0 wrote run files."
+    cfg = _cfg(max_steps=6, ckpt_every=3, eval_every=6, dropout=0.1)
+    mp.spawn(_ddp_worker, args=(2, _free_port(), tmp_path, cfg), nprocs=2, join=True)
+    a, b = torch.load(tmp_path / 'rank0.pt'), torch.load(tmp_path / 'rank1.pt')
+    assert a.keys() == b.keys()
+    for k in a: assert torch.equal(a[k], b[k]), k
+    ck = _state(tmp_path / 'run' / 'ckpt_0000006.pt')
+    assert ck['world_size'] == 2 and len(ck['rng']) == 2 and len(ck['sampler']) == 2
+    for k in a: assert torch.equal(ck['model'][k], a[k]), k      # the checkpoint holds the replicas' weights
+    assert (tmp_path / 'run' / 'results.json').exists()
+
+
+class Crash(RuntimeError): pass
+
+
+def _crash_at(n):
+    def f(step):
+        if step == n: raise Crash(f"simulated kill at step {n}")
+    return f
+
+
+def test_kill_and_resume_equals_straight_run(tmp_path):
+    "(b) N steps straight == N/2 steps, crash, resume, finish: bitwise-equal weights, optimizer and data position."
+    torch.set_num_threads(1)
+    cfg = _cfg(max_steps=8, ckpt_every=4, eval_every=4, dropout=0.1)     # dropout: the RNG state must be restored too
+    T.train(cfg, tmp_path / 'straight', resume=False, progress=False)
+    with pytest.raises(Crash):
+        T.train(cfg, tmp_path / 'killed', resume=False, progress=False, on_step=_crash_at(6))   # dies after ckpt 4
+    assert [p.name for p in T._ckpt_paths(tmp_path / 'killed')] == ['ckpt_0000004.pt']
+    T.train(cfg, tmp_path / 'killed', resume=True, progress=False)
+    a, b = _state(tmp_path / 'straight' / 'ckpt_0000008.pt'), _state(tmp_path / 'killed' / 'ckpt_0000008.pt')
+    for k in a['model']: assert torch.equal(a['model'][k], b['model'][k]), k
+    for sa, sb in zip(a['optimizer']['state'].values(), b['optimizer']['state'].values()):
+        assert torch.equal(sa['exp_avg'], sb['exp_avg']) and torch.equal(sa['exp_avg_sq'], sb['exp_avg_sq'])
+    assert a['sampler'] == b['sampler'] and a['scheduler'] == b['scheduler']
+    # the log of the resumed run has no duplicated steps and the same losses
+    la = [(r['step'], r['loss']) for r in T.read_metrics(tmp_path / 'straight') if 'loss' in r]
+    lb = [(r['step'], r['loss']) for r in T.read_metrics(tmp_path / 'killed') if 'loss' in r]
+    assert la == lb
+
+
+def test_atomic_save_survives_crash(tmp_path, monkeypatch):
+    "(c) a crash in the middle of torch.save leaves the previous checkpoint intact and no temp file behind."
+    path = tmp_path / 'ckpt.pt'
+    T.atomic_save({'step': 1, 'w': torch.arange(5)}, path)
+    real_save = torch.save
+    def dying_save(obj, f, *a, **k):
+        f.write(b'PK\x03\x04 half a checkpoint')
+        raise Crash("killed during save")
+    monkeypatch.setattr(torch, 'save', dying_save)
+    with pytest.raises(Crash): T.atomic_save({'step': 2, 'w': torch.zeros(5)}, path)
+    monkeypatch.setattr(torch, 'save', real_save)
+    ck = torch.load(path)
+    assert ck['step'] == 1 and torch.equal(ck['w'], torch.arange(5))
+    assert [p.name for p in tmp_path.iterdir()] == ['ckpt.pt']
+
+
+def test_resume_after_crash_during_checkpoint(tmp_path, monkeypatch):
+    "A run killed while writing its second checkpoint resumes from the first; stray temp files and a corrupt file are skipped."
+    torch.set_num_threads(1)
+    cfg = _cfg(max_steps=4, ckpt_every=2, eval_every=4, eval_bleu_sents=0)
+    real_save = torch.save
+    calls = []
+    def save_once_then_die(obj, f, *a, **k):
+        calls.append(1)
+        if len(calls) == 2: f.write(b'garbage'); raise Crash("killed during the second checkpoint")
+        return real_save(obj, f, *a, **k)
+    monkeypatch.setattr(torch, 'save', save_once_then_die)
+    with pytest.raises(Crash): T.train(cfg, tmp_path / 'r', resume=False, progress=False)
+    monkeypatch.setattr(torch, 'save', real_save)
+    run = tmp_path / 'r'
+    assert [p.name for p in T._ckpt_paths(run)] == ['ckpt_0000002.pt']
+    (run / 'ckpt_0000003.pt.abc.tmp').write_bytes(b'left by a SIGKILL')       # what a hard kill mid-write leaves
+    (run / 'ckpt_0000003.pt').write_bytes(b'not a zip')                         # and a corrupt newer file
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        res = T.train(cfg, run, resume=True, progress=False)
+    assert any('unreadable checkpoint' in str(x.message) for x in w)
+    assert res['step'] == 4 and not list(run.glob('*.tmp'))
+    m, tok, c = T.load_checkpoint(run / 'ckpt_0000004.pt')
+    assert c == cfg and tok.vocab_size == m.cfg.tgt_vocab
+
+
+def test_wall_clock_budget(tmp_path):
+    "max_minutes alone ends a run (checked at log intervals), and the step count is recorded."
+    torch.set_num_threads(1)
+    cfg = _cfg(max_steps=None, max_minutes=1e-4, log_every=2, eval_every=100, ckpt_every=100, eval_bleu_sents=0)
+    res = T.train(cfg, tmp_path / 'b', resume=False, progress=False)
+    assert res['step'] == 2 and res['train_time_s'] > 1e-4 * 60
+    assert [p.name for p in T._ckpt_paths(tmp_path / 'b')] == ['ckpt_0000002.pt']
