@@ -1,0 +1,89 @@
+"""The built wheel works on its own: a truly clean venv (no system site-packages, no nbdev, no jupyter),
+torch from the local CPU wheel, the package's declared dependencies, a forward pass through every encoding.
+
+Slow (installs torch into a fresh venv, ~1-2 min). Skip with POSENC_SKIP_WHEEL=1."""
+import os, shutil, subprocess, sys, textwrap, time
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(os.environ.get('POSENC_SKIP_WHEEL') == '1', reason='POSENC_SKIP_WHEEL=1')
+
+# Files the sdist/wheel build needs; copying them keeps the build (build/, *.egg-info) out of the work tree.
+BUILD_FILES = ('setup.py', 'settings.ini', 'pyproject.toml', 'README.md', 'MANIFEST.in', 'LICENSE')
+
+SNIPPET = textwrap.dedent(r'''
+    import importlib.abc, importlib.util, sys
+    # the package must not need notebook tooling at import or run time
+    for mod in ('nbdev', 'execnb', 'jupyter_core', 'ipykernel'):
+        assert importlib.util.find_spec(mod) is None, f'{mod} is installed in the clean venv'
+    class _Block(importlib.abc.MetaPathFinder):      # even if a dependency brought them, posenc_nb may not import them
+        def find_spec(self, name, path=None, target=None):
+            if name.split('.')[0] in ('nbdev', 'fastcore', 'execnb', 'IPython'): raise ImportError(f'blocked: {name}')
+    sys.meta_path.insert(0, _Block())
+    import torch, posenc_nb
+    assert sys.prefix in posenc_nb.__file__, posenc_nb.__file__
+    from posenc_nb.core import Positions, list_posencs
+    from posenc_nb.model import ModelConfig, Seq2Seq
+    torch.manual_seed(0)
+    names = list_posencs()
+    assert {'none', 'sinusoidal'} <= set(names), names
+    B, S, T, V = 2, 7, 5, 11
+    src = torch.randint(4, V, (B, S)); src[1, -2:] = 0          # right padding in row 1
+    tgt = torch.randint(4, V, (B, T)); tgt[0, -1:] = 0
+    sm, tm = src != 0, tgt != 0
+    for name in names:
+        cfg = ModelConfig(src_vocab=V, tgt_vocab=V, d_model=16, n_heads=4, n_enc=1, n_dec=1, d_ff=32, dropout=0.0,
+                          enc_pe=name, max_len=64)
+        model = Seq2Seq(cfg).eval()
+        with torch.no_grad():
+            logits = model(src, Positions.from_mask(sm, xl=Positions.from_mask(sm).pos),
+                           tgt, Positions.from_mask(tm, xl=Positions.from_mask(tm).pos))
+        assert logits.shape == (B, T, V), (name, logits.shape)
+        assert torch.isfinite(logits[tm]).all(), name
+        print('ok', name)
+    import posenc_nb.cli
+    assert posenc_nb.cli.main(['list']) == 0
+    print('ALL', len(names))
+''')
+
+
+def _run(cmd, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    assert r.returncode == 0, f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r
+
+
+def test_wheel_in_clean_venv(tmp_path):
+    t0 = time.time()
+    src = tmp_path / 'src'; src.mkdir()
+    for f in BUILD_FILES:
+        if (ROOT / f).exists(): shutil.copy(ROOT / f, src / f)
+    shutil.copytree(ROOT / 'posenc_nb', src / 'posenc_nb', ignore=shutil.ignore_patterns('__pycache__'))
+    dist = tmp_path / 'dist'
+    # no build isolation: setuptools is already in the dev env, and the build then needs no index at all
+    _run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '-q', '-w', str(dist), str(src)])
+    wheels = list(dist.glob('posenc_nb-*.whl'))
+    assert len(wheels) == 1, wheels
+    t_build = time.time() - t0
+
+    env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'VIRTUAL_ENV', 'PYTHONHOME', 'PYTHONSTARTUP')}
+    env['PIP_NO_INPUT'] = '1'
+    venv = tmp_path / 'venv'
+    # sys._base_executable: the interpreter behind the dev venv, so the new venv inherits nothing from it
+    base = getattr(sys, '_base_executable', sys.executable)
+    _run([base, '-m', 'venv', str(venv)], env=env)
+    py = venv / 'bin' / 'python'
+    out = _run([str(py), '-c', 'import sys; print(sys.prefix != sys.base_prefix, sys.path)'], env=env, cwd=tmp_path).stdout
+    assert out.startswith('True') and 'site-packages' in out and str(ROOT / '.venv') not in out, out
+    _run([str(py), '-m', 'pip', 'install', '-q', 'torch==2.13.0'], env=env, cwd=tmp_path)   # the local CPU wheel
+    t_torch = time.time() - t0 - t_build
+    _run([str(py), '-m', 'pip', 'install', '-q', str(wheels[0])], env=env, cwd=tmp_path)   # with its dependencies
+    t_deps = time.time() - t0 - t_build - t_torch
+    assert (venv / 'bin' / 'posenc').exists(), 'the console script `posenc` was not installed'
+
+    r = _run([str(py), '-c', SNIPPET], env=env, cwd=tmp_path)
+    assert 'ALL' in r.stdout, r.stdout
+    r2 = _run([str(venv / 'bin' / 'posenc'), 'list'], env=env, cwd=tmp_path)
+    assert 'sinusoidal' in r2.stdout, r2.stdout
+    print(f"\nwheel test: build {t_build:.0f}s, torch {t_torch:.0f}s, deps {t_deps:.0f}s, total {time.time() - t0:.0f}s")
