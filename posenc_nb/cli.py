@@ -11,7 +11,7 @@ import torch
 from .core import list_posencs
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
-from .train import CONFIGS, TrainConfig, config_from_name, load_checkpoint, read_metrics, train
+from .train import CONFIGS, TrainConfig, config_from_name, load_checkpoint, load_xl_provider, read_metrics, train
 
 # %% auto #0
 __all__ = ['CLIError', 'atomic_write', 'build_parser', 'cmd_list', 'parse_sets', 'make_config', 'main', 'run_cli', 'cmd_train',
@@ -286,7 +286,11 @@ def cmd_translate(args) -> int:
     if args.output and Path(args.output).is_dir(): raise CLIError(f"--output {args.output} is a folder; pass a file name")
     model, tok, cfg = _load(args.ckpt, args.device)          # check the checkpoint before waiting on stdin
     lines = [l.rstrip('\r') for l in _lines(_read_text(args.input, 'input'))]
-    hyps = translate(model, tok, lines, beam=args.beam, len_penalty=args.len_penalty, batch_tokens=args.batch_tokens)
+    xl = None
+    if cfg.xl:                                               # a run with cross-lingual positions: rebuild them for this input
+        try: xl = load_xl_provider(find_checkpoint(args.ckpt).parent).streams(lines, tok)
+        except ValueError as e: raise CLIError(str(e)) from None
+    hyps = translate(model, tok, lines, beam=args.beam, len_penalty=args.len_penalty, batch_tokens=args.batch_tokens, xl=xl)
     text = ''.join(' '.join(h.split('\n')) + '\n' for h in hyps)
     if args.output: atomic_write(args.output, text)
     elif hasattr(sys.stdout, 'buffer'): sys.stdout.flush(); sys.stdout.buffer.write(text.encode('utf-8')); sys.stdout.buffer.flush()

@@ -10,17 +10,20 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 import torch
 from .core import list_posencs
-from .data import load_parallel
+from .data import load_parallel, cache_dir
 from .decode import translate, bleu, chrf
 from .train import TrainConfig, CONFIGS, config_from_name, train, read_metrics
 
 # %% auto #0
-__all__ = ['ENCODINGS', 'LENGTH_BINS', 'EVAL_FNS', 'EXPERIMENTS', 'Experiment', 'length_bins', 'eval_length_bins',
+__all__ = ['ENCODINGS', 'XL_VARIANTS', 'LENGTH_BINS', 'EVAL_FNS', 'EXPERIMENTS', 'Experiment', 'length_bins', 'eval_length_bins',
            'hardware_string', 'run_record', 'run_one', 'run_experiment', 'load_results', 'summarize', 'format_table',
            'paired_bootstrap', 'test_references', 'significance', 'format_significance', 'main']
 
 # %% ../nbs/20_experiments.ipynb #06ee6ad2
 ENCODINGS = ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'rope', 'floater', 'floater-input')
+# cross-lingual variants: ENCODING@ORDER trains ENCODING with TrainConfig.xl = ORDER (notebook 14)
+XL_VARIANTS = ('sinusoidal', 'xl-input@predicted', 'xl-input@oracle', 'xl-input@random', 'xl-input@monotone',
+               'xl-head@predicted', 'xl-rope@predicted')
 
 @dataclass
 class Experiment:
@@ -41,7 +44,8 @@ class Experiment:
         "The `TrainConfig` of one run; `minutes`/`steps` (either replaces the experiment's budget) and `extra` fields override."
         if minutes is None and steps is None: minutes, steps = self.minutes, self.steps   # a given budget replaces the experiment's
         ov = dict(copy.deepcopy(self.overrides)); ov.update(extra)
-        ov.update(enc_pe=encoding, dec_pe=None, seed=seed)
+        enc, _, xl = encoding.partition('@')             # 'xl-input@predicted': the encoder's encoding @ its XL order source
+        ov.update(enc_pe=enc, seed=seed, xl=xl or None); ov.setdefault('dec_pe', None)
         if minutes is not None: ov.update(max_minutes=float(minutes), max_steps=steps)   # steps=None: time only
         elif steps is not None: ov.update(max_steps=int(steps), max_minutes=None)
         cfg = config_from_name(self.config, **ov)
@@ -93,6 +97,16 @@ EXPERIMENTS: dict = {e.name: e for e in [
         overrides=dict(max_train_len=12, test_split='test_long', test_max_sents=400),
         description='synthetic BTG corpus: train on <=12 tokens, BLEU by source length up to 40 words, 600 updates per run',
         command='python -m posenc_nb.experiments run extrapolation --threads 1'),
+    Experiment('xl-synthetic', 'synthetic-tiny', steps=600, encodings=XL_VARIANTS, seeds=(0, 1, 2), overrides=dict(dec_pe='sinusoidal'),
+        description='synthetic BTG corpus (SVO -> SOV-like): sinusoidal against XL positions from predicted, oracle, random and '
+                    'source (monotone) orders, 600 updates per run, decoder sinusoidal',
+        command='python -m posenc_nb.experiments run xl-synthetic --threads 1'),
+    Experiment('xl-enja', 'enja-base', steps=600, encodings=XL_VARIANTS, seeds=(0, 1, 2),
+        overrides=dict(dec_pe='sinusoidal', max_tokens=1500, warmup=300, log_every=20, eval_every=200, ckpt_every=200,
+                       keep_ckpts=1, n_avg=1, eval_bleu_sents=0, beam=4),
+        description='PILOT: Japanese->English small_parallel_enja (50k pairs, dev 500 as test), enja-base model, 600 updates of '
+                    '1500-token batches per run, beam 4; sinusoidal against XL positions (not converged)',
+        command='python -m posenc_nb.experiments run xl-enja --threads 1'),
     Experiment('wmt14-base', 'wmt14-base', seeds=(0,), ci=False,
         description='WMT14 en-de Transformer-base, 100k updates, 8 GPUs, average of the last 5 checkpoints',
         command='torchrun --nproc_per_node=8 -m posenc_nb.experiments run wmt14-base --full --device cuda'),
@@ -125,9 +139,6 @@ def run_record(seed: int, command: str, device=None, cwd=None) -> dict:
                 started_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()))
 
 # %% ../nbs/20_experiments.ipynb #908ecb99
-def _cache_dir() -> Path:
-    return Path(os.environ.get('POSENC_CACHE', Path.home() / '.cache' / 'posenc_nb'))
-
 def _write_json(obj, path):
     path = Path(path); tmp = path.with_name(path.name + '.tmp')
     tmp.write_text(json.dumps(obj, indent=1, default=str) + '\n'); os.replace(tmp, path)
@@ -149,7 +160,7 @@ def run_one(exp: Experiment, encoding: str, seed: int, out, work=None, minutes=N
     rdir = Path(out) / f'{encoding}-s{seed}'
     if (rdir / 'metrics.json').exists(): return json.loads((rdir / 'metrics.json').read_text())
     cfg = exp.train_config(encoding, seed, minutes=minutes, steps=steps, **(overrides or {}))
-    wdir = Path(work if work is not None else _cache_dir() / 'experiments') / exp.name / f'{encoding}-s{seed}'
+    wdir = Path(work if work is not None else cache_dir() / 'experiments') / exp.name / f'{encoding}-s{seed}'
     rec = run_record(seed, command, device=device)
     res = train(cfg, wdir, resume=True, device=device, progress=progress)
     if int(os.environ.get('RANK', '0')) != 0: return {}          # torchrun: rank 0 writes the results
@@ -174,7 +185,7 @@ def run_experiment(name, encodings=None, seeds=None, minutes=None, steps=None, o
     "Run every (encoding, seed) of experiment `name`; returns {'done': [...], 'skipped': [...], 'failed': [(run, error)]}."
     exp = _get_experiment(name)
     encodings = tuple(encodings or exp.encodings); seeds = tuple(exp.seeds if seeds is None else seeds)
-    bad = [e for e in encodings if e not in list_posencs()]
+    bad = [e for e in encodings if e.partition('@')[0] not in list_posencs()]
     if bad: raise ValueError(f"unknown encoding(s) {bad}; choose from {', '.join(list_posencs())}")
     out = Path(out if out is not None else Path('results') / exp.name)
     report = {'done': [], 'skipped': [], 'failed': []}

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_train.ipynb #b649f301
 from __future__ import annotations
-import copy, json, math, os, platform, random, subprocess, sys, tempfile, time, warnings
+import copy, hashlib, importlib, json, math, os, platform, random, subprocess, sys, tempfile, time, warnings
 from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
@@ -13,12 +13,13 @@ import torch, torch.nn as nn
 import torch.distributed as dist
 from .core import Positions
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll
-from .data import load_parallel, get_tokenizer, collate, TokenBatchSampler, Tokenizer
+from .data import load_parallel, get_tokenizer, collate, TokenBatchSampler, Tokenizer, cache_dir
 from .decode import translate, bleu, chrf
 
 # %% auto #0
-__all__ = ['CONFIGS', 'CKPT_FORMAT', 'TrainConfig', 'config_from_name', 'inverse_sqrt', 'atomic_save', 'load_checkpoint',
-           'average_checkpoints', 'BatchStream', 'valid_loss', 'train', 'read_metrics', 'plot_curves']
+__all__ = ['CONFIGS', 'CKPT_FORMAT', 'XL_PROVIDER_FILE', 'TrainConfig', 'config_from_name', 'inverse_sqrt', 'atomic_save',
+           'load_checkpoint', 'average_checkpoints', 'load_xl_provider', 'BatchStream', 'valid_loss', 'train',
+           'read_metrics', 'plot_curves']
 
 # %% ../nbs/05_train.ipynb #18ca48be
 _MODEL_FIELDS = ('d_model', 'n_heads', 'n_enc', 'n_dec', 'd_ff', 'dropout', 'enc_pe', 'dec_pe', 'pe_options', 'dec_pe_options', 'max_len',
@@ -39,6 +40,8 @@ class TrainConfig:
     max_train_len: Optional[int] = None     # drop training pairs with more tokens on either side (train short, test long)
     valid_split: str = 'validation'
     test_split: str = 'test'
+    xl: Optional[str] = None                # second source position stream (notebook 14): 'predicted' | 'oracle' | 'random' | 'monotone'
+    xl_options: dict = field(default_factory=dict)     # options of the XL provider's fit (e.g. reorderer settings)
     # model (-> ModelConfig)
     d_model: int = 256
     n_heads: int = 4
@@ -228,6 +231,38 @@ def _make_tokenizer(cfg: TrainConfig, texts):
     if cfg.tokenizer == 'word': return get_tokenizer('synthetic')
     return get_tokenizer(cfg.data, texts=texts, vocab_size=cfg.vocab_size)
 
+XL_PROVIDER_FILE = 'xl_provider.pkl'
+
+def _xl_provider(cfg: TrainConfig, out_dir, tr_src, tr_tgt, rank: int = 0, ws: int = 1):
+    """The cross-lingual position provider of a run with `cfg.xl` (notebook 14): read from `out_dir`, or fitted on the
+    training pairs (oracle mode: also on the valid and test pairs it must give orders for) and saved there."""
+    XLPositionProvider = importlib.import_module('posenc_nb.xlpe').XLPositionProvider   # notebook 14 builds on this one
+    path = Path(out_dir) / XL_PROVIDER_FILE
+    if rank == 0:
+        prov = XLPositionProvider.load(path) if path.exists() else None
+        if prov is None or prov.mode != cfg.xl or prov.seed != cfg.seed:
+            src, tgt = list(tr_src), list(tr_tgt)
+            if cfg.xl == 'oracle':
+                for split in dict.fromkeys([cfg.valid_split, cfg.test_split]):
+                    s, t = _load_data(cfg, split); src += s; tgt += t
+            # fitting (alignment, reorderer training) takes minutes on real data: share it between runs on the same data
+            key = hashlib.sha1(json.dumps([cfg.xl, cfg.seed if cfg.xl == 'random' else None, cfg.xl_options, src, tgt], sort_keys=True).encode()).hexdigest()[:16]
+            cached = cache_dir() / 'xl' / f'{cfg.data}-{cfg.xl}-{key}.pkl'
+            if cached.exists(): prov = XLPositionProvider.load(cached); prov.seed = cfg.seed
+            else:
+                prov = XLPositionProvider(cfg.xl, seed=cfg.seed)
+                if cfg.xl in ('predicted', 'oracle'): prov.fit(src, tgt, **cfg.xl_options)
+                prov.save(cached)
+            prov.save(path)
+    if ws > 1: dist.barrier()
+    return XLPositionProvider.load(path)
+
+def load_xl_provider(run_dir):
+    "The XL position provider that `train` saved in `run_dir` (runs with `TrainConfig.xl` set), for translating new input."
+    path = Path(run_dir) / XL_PROVIDER_FILE
+    if not path.exists(): raise ValueError(f"{path} is missing: the run's cross-lingual positions cannot be rebuilt; resume `train` in {run_dir} to refit them")
+    return importlib.import_module('posenc_nb.xlpe').XLPositionProvider.load(path)
+
 class BatchStream:
     "Endless stream of batches (lists of example indices) over epochs, with a resumable `(epoch, pos)` state."
     def __init__(self, lengths, max_tokens, seed=0, rank=0, world_size=1, shuffle=True):
@@ -341,7 +376,7 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
                 if diff: raise ValueError(f"{out_dir} holds a run with a different config ({'; '.join(diff)}); use another out_dir or resume=False")
         elif is_main:
             for p in _ckpt_paths(out_dir): p.unlink()
-            for f in ('metrics.jsonl', 'results.json'):
+            for f in ('metrics.jsonl', 'results.json', XL_PROVIDER_FILE):
                 if (out_dir / f).exists(): (out_dir / f).unlink()
         _seed_all(cfg.seed + rank)
         # ---------------------------------------------------------------- data
@@ -354,16 +389,22 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
         tok = Tokenizer.from_str(tok_str)
         pad = tok.pad_id
         src_ids, tgt_ids = _encode(tok, tr_src), _encode(tok, tr_tgt)
+        xl_prov = _xl_provider(cfg, out_dir, tr_src, tr_tgt, rank, ws) if cfg.xl else None
+        xl_of = (lambda texts: xl_prov.streams(texts, tok)) if xl_prov is not None else (lambda texts: None)
+        tr_xl = xl_of(tr_src)                                              # one XL stream per source sentence, or None
         lim = cfg.max_tokens - 1 if cfg.max_train_len is None else min(cfg.max_train_len, cfg.max_tokens - 1)
         keep = [i for i in range(len(src_ids)) if max(len(src_ids[i]), len(tgt_ids[i])) <= lim]
         pairs = [(src_ids[i], tgt_ids[i]) for i in keep]
+        pairs_xl = None if tr_xl is None else [tr_xl[i] for i in keep]
         if not pairs: raise ValueError(f"no training pair is at most {lim} tokens long; raise max_train_len / max_tokens")
         lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]            # collate adds EOS to the source, BOS/EOS to the target
         ntok = [len(s) + len(t) + 2 for s, t in pairs]
         stream = BatchStream(lengths, cfg.max_tokens, seed=cfg.seed, rank=rank, world_size=ws)
         va_src, va_tgt = _load_data(cfg, cfg.valid_split) if is_main else ([], [])
-        va_pairs = [p for p in zip(_encode(tok, va_src), _encode(tok, va_tgt)) if max(map(len, p)) < cfg.max_tokens]
-        va_batches = [collate([va_pairs[i] for i in b], pad_id=pad).to(device) for b in
+        va_all, va_x = list(zip(_encode(tok, va_src), _encode(tok, va_tgt))), xl_of(va_src)
+        va_keep = [i for i, p in enumerate(va_all) if max(map(len, p)) < cfg.max_tokens]
+        va_pairs, va_xl = [va_all[i] for i in va_keep], None if va_x is None else [va_x[i] for i in va_keep]
+        va_batches = [collate([va_pairs[i] for i in b], pad_id=pad, xl=None if va_xl is None else [va_xl[i] for i in b]).to(device) for b in
                       TokenBatchSampler([(len(s) + 1, len(t) + 1) for s, t in va_pairs], cfg.max_tokens, shuffle=False)] if va_pairs else []
         # ---------------------------------------------------------------- model, optimizer
         mcfg = cfg.model_config(tok.vocab_size, tok.vocab_size)
@@ -411,7 +452,8 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
                 if cfg.eval_bleu_sents and va_src:
                     n = cfg.eval_bleu_sents
                     with amp_ctx():
-                        hyps = translate(model, tok, va_src[:n], beam=cfg.eval_beam, batch_tokens=cfg.max_tokens)
+                        hyps = translate(model, tok, va_src[:n], beam=cfg.eval_beam, batch_tokens=cfg.max_tokens,
+                                         xl=None if va_x is None else va_x[:n])
                     rec['valid_bleu'] = bleu(hyps, va_tgt[:n])['score']
                 log(rec)
             if ws > 1: dist.barrier()
@@ -429,7 +471,7 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
         seg_t0 = time.time(); seg_time0 = train_time
         while (cfg.max_steps is None or step < cfg.max_steps):
             idx = next(stream)
-            b = collate([pairs[i] for i in idx], pad_id=pad).to(device)
+            b = collate([pairs[i] for i in idx], pad_id=pad, xl=None if pairs_xl is None else [pairs_xl[i] for i in idx]).to(device)
             with amp_ctx():
                 logits = ddp(b.src, b.src_p, b.tgt_in, b.tgt_p)
             loss_sum, nll_sum, n = label_smoothed_nll(logits.float(), b.tgt_out, eps=cfg.label_smoothing, ignore_index=pad)
@@ -477,7 +519,8 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
             if cfg.test_max_sents: te_src, te_tgt = te_src[:cfg.test_max_sents], te_tgt[:cfg.test_max_sents]
             t0 = time.time()
             with amp_ctx():
-                hyps = translate(eval_model, tok, te_src, beam=cfg.beam, len_penalty=cfg.len_penalty, batch_tokens=cfg.max_tokens)
+                hyps = translate(eval_model, tok, te_src, beam=cfg.beam, len_penalty=cfg.len_penalty, batch_tokens=cfg.max_tokens,
+                                 xl=xl_of(te_src))
             b_, c_ = bleu(hyps, te_tgt), chrf(hyps, te_tgt)
             res.update(bleu=b_['score'], chrf=c_['score'], bleu_signature=b_['signature'], chrf_signature=c_['signature'],
                        test_sents=len(te_src), decode_s=time.time() - t0, averaged=len(ckpts) if cfg.n_avg > 1 else 1,

@@ -170,7 +170,9 @@ def _wait_for(pred, proc, timeout=120):
 def _interrupt(argv, out, sig):
     "Start `argv`, wait until it has written 3 more checkpoints (so it is inside the save-every-update loop), send `sig`."
     n0 = len(list(out.glob('ckpt_*.pt')))
-    p = subprocess.Popen(PY + [str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    # a shell runs background jobs with SIGINT ignored, and children inherit that: restore the default so Ctrl-C is delivered
+    p = subprocess.Popen(PY + [str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert _wait_for(lambda: len(list(out.glob('ckpt_*.pt'))) >= n0 + 3, p), p.communicate()[1][-2000:]
     p.send_signal(sig)
     _, err = p.communicate(timeout=120)
