@@ -102,10 +102,10 @@ EXPERIMENTS: dict = {e.name: e for e in [
                     'source (monotone) orders, 600 updates per run, decoder sinusoidal',
         command='python -m posenc_nb.experiments run xl-synthetic --threads 1'),
     Experiment('xl-enja', 'enja-base', steps=600, encodings=XL_VARIANTS, seeds=(0, 1, 2),
-        overrides=dict(dec_pe='sinusoidal', max_tokens=1500, warmup=300, log_every=20, eval_every=200, ckpt_every=200,
-                       keep_ckpts=1, n_avg=1, eval_bleu_sents=0, beam=4),
-        description='PILOT: Japanese->English small_parallel_enja (50k pairs, dev 500 as test), enja-base model, 600 updates of '
-                    '1500-token batches per run, beam 4; sinusoidal against XL positions (not converged)',
+        overrides=dict(dec_pe='sinusoidal', d_model=128, n_enc=2, n_dec=2, d_ff=512, max_tokens=1500, lr=2e-3, warmup=200,
+                       log_every=20, eval_every=200, ckpt_every=200, keep_ckpts=1, n_avg=1, eval_bleu_sents=0, beam=4),
+        description='PILOT: Japanese->English small_parallel_enja (50k pairs, dev 500 as test), 2+2 layers d=128, 600 updates of '
+                    '1500-token batches per run (about 5 min of one CPU thread), beam 4; sinusoidal against XL positions (not converged)',
         command='python -m posenc_nb.experiments run xl-enja --threads 1'),
     Experiment('wmt14-base', 'wmt14-base', seeds=(0,), ci=False,
         description='WMT14 en-de Transformer-base, 100k updates, 8 GPUs, average of the last 5 checkpoints',
