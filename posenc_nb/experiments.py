@@ -23,7 +23,7 @@ __all__ = ['ENCODINGS', 'XL_VARIANTS', 'LENGTH_BINS', 'EVAL_FNS', 'EXPERIMENTS',
 ENCODINGS = ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'rope', 'floater', 'floater-input')
 # cross-lingual variants: ENCODING@ORDER trains ENCODING with TrainConfig.xl = ORDER (notebook 14)
 XL_VARIANTS = ('sinusoidal', 'xl-input@predicted', 'xl-input@oracle', 'xl-input@random', 'xl-input@monotone',
-               'xl-head@predicted', 'xl-rope@predicted')
+               'xl-head@predicted', 'xl-rope@predicted', 'rope')
 
 @dataclass
 class Experiment:
