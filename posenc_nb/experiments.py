@@ -254,7 +254,7 @@ def format_table(summary: list, keys=('bleu', 'chrf', 'valid_loss', 'steps', 'to
 def _bleu_stats(hyps, refs):
     from sacrebleu.metrics import BLEU
     import numpy as np
-    m = BLEU()
+    m = BLEU(force=True)     # force: no warning for pre-tokenized references (e.g. small_parallel_enja); scores are unchanged
     return m, np.array(m._extract_corpus_statistics(list(hyps), [list(refs)]), dtype='float64')
 
 def paired_bootstrap(hyps_a: Sequence[str], hyps_b: Sequence[str], refs: Sequence[str], n_samples: int = 1000, seed: int = 12345) -> dict:
