@@ -22,7 +22,9 @@ def title_of(nb):
 def main():
     from nbconvert import HTMLExporter
     import nbformat
-    subprocess.run([sys.executable, '-c', 'from nbdev.quarto import nbdev_proc_nbs; nbdev_proc_nbs()'], cwd=root, check=True)
+    # nbdev_proc_nbs first tries to install Quarto (with sudo, from the internet); this build does without it
+    code = 'import nbdev.quarto as q; q._ensure_quarto = lambda: None; q.nbdev_proc_nbs()'
+    subprocess.run([sys.executable, '-c', code], cwd=root, check=True)
     src_nbs = sorted(p for p in (root/'nbs').glob('*.ipynb') if not p.name.startswith(('_', '.')))
     site.mkdir(exist_ok=True)
     pages, failures = [], []
