@@ -4,20 +4,15 @@
 
 # %% ../nbs/25_xl_translation.ipynb #492df5e9
 from __future__ import annotations
-import json, math, statistics
+import json, math
 from pathlib import Path
 from typing import Optional, Sequence
-from .experiments import EXPERIMENTS, load_results, significance
+from .experiments import EXPERIMENTS, load_results, significance, _mean_std, _fmt
 
 # %% auto #0
 __all__ = ['xl_summary', 'format_xl_summary', 'seed_significance', 'format_seed_significance', 'plot_xl']
 
 # %% ../nbs/25_xl_translation.ipynb #ab9b22a7
-def _mean_sd(xs):
-    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
-    if not xs: return None, None
-    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else None)
-
 def xl_summary(rows: list, reference: str = 'sinusoidal', keys=('bleu', 'chrf', 'valid_loss')) -> list:
     "One dict per variant (in first-seen order): n seeds, mean/sd of `keys`, and the mean/sd of per-seed BLEU minus `reference`'s."
     by = {}
@@ -26,20 +21,19 @@ def xl_summary(rows: list, reference: str = 'sinusoidal', keys=('bleu', 'chrf', 
     out = []
     for enc, seeds in by.items():
         s = {'variant': enc, 'n': len(seeds)}
-        for k in keys: s[k], s[f'{k}_sd'] = _mean_sd([r.get(k) for r in seeds.values()])
+        for k in keys: s[k], s[f'{k}_sd'] = _mean_std([r.get(k) for r in seeds.values()])
         d = [seeds[k]['bleu'] - ref[k]['bleu'] for k in seeds if k in ref]
-        s['delta'], s['delta_sd'] = _mean_sd(d) if enc != reference else (None, None)
+        s['delta'], s['delta_sd'] = _mean_std(d) if enc != reference else (None, None)
         s['delta_n'] = len(d) if enc != reference else 0
         out.append(s)
     return out
 
 def format_xl_summary(summary: list, reference: str = 'sinusoidal') -> str:
     "Markdown table of `xl_summary`."
-    f = lambda m, s, nd: '-' if m is None else f'{m:.{nd}f}' + (f' ± {s:.{nd}f}' if s is not None else '')
     lines = [f'| variant | seeds | BLEU | chrF | valid loss | BLEU − {reference} (per seed) |', '|---|---|---|---|---|---|']
     for s in summary:
-        lines.append(f"| {s['variant']} | {s['n']} | {f(s['bleu'], s['bleu_sd'], 2)} | {f(s['chrf'], s['chrf_sd'], 2)} | "
-                     f"{f(s['valid_loss'], s['valid_loss_sd'], 3)} | {f(s['delta'], s['delta_sd'], 2) if s['delta_n'] else '-'} |")
+        lines.append(f"| {s['variant']} | {s['n']} | {_fmt(s['bleu'], s['bleu_sd'])} | {_fmt(s['chrf'], s['chrf_sd'])} | "
+                     f"{_fmt(s['valid_loss'], s['valid_loss_sd'], 3)} | {_fmt(s['delta'], s['delta_sd']) if s['delta_n'] else '-'} |")
     return '\n'.join(lines)
 
 # %% ../nbs/25_xl_translation.ipynb #f6769479

@@ -255,7 +255,7 @@ def _xl_provider(cfg: TrainConfig, out_dir, tr_src, tr_tgt, rank: int = 0, ws: i
                 prov.save(cached)
             prov.save(path)
     if ws > 1: dist.barrier()
-    return XLPositionProvider.load(path)
+    return prov if rank == 0 else XLPositionProvider.load(path)
 
 def load_xl_provider(run_dir):
     "The XL position provider that `train` saved in `run_dir` (runs with `TrainConfig.xl` set), for translating new input."
