@@ -9,6 +9,8 @@ Two modes, both measured in ONE process with interleaved repetitions, reported a
   uses `F.cross_entropy(label_smoothing=0.1)`; Seq2Seq uses the package's `label_smoothed_nll` (`--loss ce`: the same
   `F.cross_entropy`, to compare the models alone).
   Prints `ratio = posenc / reference` (goal >= 1.0).
+* `--mode amp`: Seq2Seq in fp32 vs the same model under bf16 autocast (what `TrainConfig.amp_cpu` turns on for CPU
+  training; on CUDA what `amp='bf16'` does). Prints `ratio = bf16 / fp32` and the loss gap on a fixed batch.
 * `--mode encodings`: every registered encoding (`core.list_posencs()`): train-step tokens/s, incremental greedy
   inference tokens/s (KV cache, fixed length), and memory: peak CUDA memory on GPU; on CPU the bytes of tensors saved
   for backward (captured with `torch.autograd.graph.saved_tensors_hooks`, a device-independent proxy for activation
@@ -89,11 +91,14 @@ def make_batches(vocab, max_tokens, n_batches, seed=0):
     return out
 
 
-def posenc_step_fn(model, opt, eps=0.1, loss='own'):
-    "One training step of Seq2Seq; loss 'own' = the package's label_smoothed_nll (as in training), 'ce' = F.cross_entropy."
+def posenc_step_fn(model, opt, eps=0.1, loss='own', bf16=False):
+    """One training step of Seq2Seq; loss 'own' = the package's label_smoothed_nll (as in training), 'ce' = F.cross_entropy;
+    `bf16`: forward under bf16 autocast (loss in fp32, as `train` does)."""
     def step(src, tin, tout):
         sp, tp = Positions.from_mask(src != PAD), Positions.from_mask(tin != PAD)
-        logits = model(src, sp, tin, tp)
+        with torch.autocast(src.device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(src, sp, tin, tp)
+        logits = logits.float()
         if loss == 'ce': l = F.cross_entropy(logits.flatten(0, 1), tout.flatten(), ignore_index=PAD, label_smoothing=eps)
         else:
             l, _, n = label_smoothed_nll(logits, tout, eps=eps, ignore_index=PAD); l = l / n
@@ -166,6 +171,26 @@ def mode_ref(args, dev):
     paired = statistics.median(a / b for a, b in zip(res['posenc_nb.Seq2Seq'][1], res['nn.Transformer'][1]))
     print(f"ratio posenc_nb/nn.Transformer = {ratio:.3f} (ratio of medians), {paired:.3f} (median of per-rep ratios)  (goal >= 1.0)")
     return ratio
+
+
+def mode_amp(args, dev):
+    batches = [tuple(t.to(dev) for t in b) for b in make_batches(args.vocab, args.max_tokens, args.steps)]
+    fns, models = {}, {}
+    for name, bf16 in (('fp32', False), ('bf16 autocast', True)):
+        torch.manual_seed(0)
+        models[name] = build_posenc(args, args.vocab, dev=dev).train()
+        fns[name] = posenc_step_fn(models[name], torch.optim.Adam(models[name].parameters(), 1e-4), bf16=bf16)
+    src, tin, tout = batches[0]
+    with torch.no_grad():                                             # same weights, eval mode: the autocast loss gap
+        m = build_posenc(args, args.vocab, dev=dev).eval(); sp, tp = Positions.from_mask(src != PAD), Positions.from_mask(tin != PAD)
+        l32 = label_smoothed_nll(m(src, sp, tin, tp), tout, eps=0.1, ignore_index=PAD)
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
+            l16 = label_smoothed_nll(m(src, sp, tin, tp).float(), tout, eps=0.1, ignore_index=PAD)
+    res = interleaved(fns, batches, args.reps, args.warmup, dev)
+    print(f"device={dev} threads={torch.get_num_threads()} d={args.d_model} layers={args.layers}+{args.layers}; {len(batches)} batches/rep")
+    for k, (med, v) in res.items(): print(f"{k:14s} median {med:9.0f} tgt tok/s   reps: {' '.join(f'{x:.0f}' for x in v)}")
+    print(f"ratio bf16/fp32 = {res['bf16 autocast'][0] / res['fp32'][0]:.3f}; loss per token fp32 {float(l32[0] / l32[2]):.5f}, "
+          f"bf16 {float(l16[0] / l16[2]):.5f}")
 
 
 @torch.no_grad()
@@ -244,7 +269,7 @@ def mode_encodings(args, dev):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--mode', choices=('ref', 'encodings'), default='ref')
+    ap.add_argument('--mode', choices=('ref', 'amp', 'encodings'), default='ref')
     ap.add_argument('--threads', type=int, default=None, help='torch.set_num_threads (CPU)')
     ap.add_argument('--steps', type=int, default=6, help='training steps (batches) per repetition')
     ap.add_argument('--reps', type=int, default=5, help='interleaved repetitions; the median is reported')
@@ -263,8 +288,7 @@ def main(argv=None):
     if args.threads: torch.set_num_threads(args.threads)
     dev = torch.device(args.device)
     if dev.type == 'cuda': torch.backends.cuda.matmul.allow_tf32 = True
-    if args.mode == 'ref': mode_ref(args, dev)
-    else: mode_encodings(args, dev)
+    {'ref': mode_ref, 'amp': mode_amp, 'encodings': mode_encodings}[args.mode](args, dev)
     return 0
 
 

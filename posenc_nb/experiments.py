@@ -93,6 +93,10 @@ EXPERIMENTS: dict = {e.name: e for e in [
         overrides=dict(eval_every=1000, eval_bleu_sents=300),
         description='Multi30k en-de, multi30k-base, 20 min per run (60 for the long budget), 3 seeds, one GPU',
         command='python -m posenc_nb.experiments run multi30k-full --full --seeds 0 1 2 --minutes 20 --device cuda'),
+    Experiment('multi30k-1h', 'multi30k-1h', minutes=57.0, ci=False,
+        description='Multi30k en-de test_2016_flickr, the multi30k-1h recipe: 57 min of training on 2 CPU threads (bf16 autocast, '
+                    'linear decay to zero), average of the last 3 checkpoints, beam 4; one hour per run in all',
+        command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run multi30k-1h --full --encodings sinusoidal --threads 2'),
     Experiment('extrapolation', 'synthetic-tiny', steps=600, eval_fn='length_bins',
         overrides=dict(max_train_len=12, test_split='test_long', test_max_sents=400),
         description='synthetic BTG corpus: train on <=12 tokens, BLEU by source length up to 40 words, 600 updates per run',

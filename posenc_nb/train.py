@@ -17,14 +17,15 @@ from .data import load_parallel, get_tokenizer, collate, TokenBatchSampler, Toke
 from .decode import translate, bleu, chrf
 
 # %% auto #0
-__all__ = ['CONFIGS', 'CKPT_FORMAT', 'XL_PROVIDER_FILE', 'TrainConfig', 'config_from_name', 'inverse_sqrt', 'atomic_save',
-           'load_checkpoint', 'average_checkpoints', 'load_xl_provider', 'BatchStream', 'valid_loss', 'train',
-           'read_metrics', 'plot_curves']
+__all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'XL_PROVIDER_FILE', 'TrainConfig', 'config_from_name', 'inverse_sqrt',
+           'lr_multiplier', 'budget_progress', 'atomic_save', 'load_checkpoint', 'average_checkpoints',
+           'load_xl_provider', 'BatchStream', 'valid_loss', 'train', 'read_metrics', 'plot_curves']
 
 # %% ../nbs/05_train.ipynb #18ca48be
 _MODEL_FIELDS = ('d_model', 'n_heads', 'n_enc', 'n_dec', 'd_ff', 'dropout', 'enc_pe', 'dec_pe', 'pe_options', 'dec_pe_options', 'max_len',
                  'prenorm', 'tie_embeddings', 'label_smoothing', 'activation')
 # fields that may change when a run is resumed (they do not change what has been computed so far)
+LR_SCHEDULES = ('inverse_sqrt', 'linear')
 _RESUMABLE_FIELDS = ('name', 'max_steps', 'max_minutes', 'log_every', 'eval_every', 'ckpt_every', 'keep_ckpts', 'eval_bleu_sents',
                      'eval_beam', 'beam', 'len_penalty', 'n_avg', 'test_max_sents', 'test_split', 'valid_split')
 
@@ -62,6 +63,7 @@ class TrainConfig:
     max_tokens: int = 4096                  # per process: batch size x longest sequence (source or target, padding included)
     lr: float = 7e-4                        # peak learning rate, reached at the end of warmup
     warmup: int = 4000
+    lr_schedule: str = 'inverse_sqrt'       # 'inverse_sqrt' | 'linear' (decays to 0 at the end of the budget: max_steps and/or max_minutes)
     betas: tuple = (0.9, 0.98)
     adam_eps: float = 1e-9
     weight_decay: float = 0.0
@@ -69,7 +71,8 @@ class TrainConfig:
     max_steps: Optional[int] = 10_000
     max_minutes: Optional[float] = None     # wall-clock budget of the training loop (summed over resumes)
     seed: int = 0
-    amp: Optional[str] = 'bf16'             # 'bf16' | 'fp16' | None; used on CUDA only
+    amp: Optional[str] = 'bf16'             # 'bf16' | 'fp16' | None; autocast on CUDA
+    amp_cpu: bool = False                   # autocast to bf16 on CPU too (pays off on CPUs with AVX512-BF16 or AMX)
     # logging, checkpoints, evaluation
     log_every: int = 100
     eval_every: int = 1000
@@ -84,6 +87,8 @@ class TrainConfig:
 
     def __post_init__(self):
         if self.amp not in (None, 'bf16', 'fp16'): raise ValueError(f"amp={self.amp!r}: use 'bf16', 'fp16' or None")
+        if self.amp_cpu and self.amp != 'bf16': raise ValueError(f"amp_cpu autocasts to bf16 but amp={self.amp!r}; set amp='bf16' or amp_cpu=False")
+        if self.lr_schedule not in LR_SCHEDULES: raise ValueError(f"lr_schedule={self.lr_schedule!r}: use one of {', '.join(LR_SCHEDULES)}")
         if self.max_steps is None and self.max_minutes is None: raise ValueError("set max_steps or max_minutes (or both) so training ends")
         for k in ('max_tokens', 'log_every', 'eval_every', 'ckpt_every', 'keep_ckpts', 'n_avg', 'beam', 'vocab_size'):
             if getattr(self, k) < 1: raise ValueError(f"{k} must be >= 1, got {getattr(self, k)}")
@@ -116,6 +121,10 @@ CONFIGS: dict = {
     'multi30k-base': TrainConfig(name='multi30k-base', data='multi30k', tokenizer='bpe', vocab_size=8000,
         d_model=256, n_heads=4, n_enc=3, n_dec=3, d_ff=1024, dropout=0.1, max_tokens=4096, lr=1e-3, warmup=4000,
         max_steps=20_000, log_every=100, eval_every=1000, ckpt_every=1000, n_avg=5, keep_ckpts=5, eval_bleu_sents=300),
+    'multi30k-1h': TrainConfig(name='multi30k-1h', data='multi30k', tokenizer='bpe', vocab_size=8000,
+        d_model=256, n_heads=4, n_enc=3, n_dec=3, d_ff=1024, dropout=0.2, max_tokens=4096, lr=1.5e-3, warmup=400,
+        lr_schedule='linear', max_steps=None, max_minutes=57, amp_cpu=True, log_every=100, eval_every=500, ckpt_every=250,
+        n_avg=3, keep_ckpts=3, eval_bleu_sents=300),
     'enja-base': TrainConfig(name='enja-base', data='enja', data_options={'src_lang': 'ja', 'tgt_lang': 'en'}, tokenizer='bpe', test_split='validation',
         vocab_size=8000, d_model=256, n_heads=4, n_enc=3, n_dec=3, d_ff=1024, dropout=0.1, max_tokens=4096, lr=1e-3,
         warmup=4000, max_steps=20_000, log_every=100, eval_every=1000, ckpt_every=1000, n_avg=5, keep_ckpts=5),
@@ -140,6 +149,19 @@ def inverse_sqrt(step: int, warmup: int) -> float:
     "Multiplier of the peak lr at update `step` (1-based): linear warmup, then $\\sqrt{w/s}$ decay."
     s, w = max(step, 1), max(warmup, 1)
     return min(s / w, math.sqrt(w / s))
+
+def lr_multiplier(schedule: str, step: int, warmup: int, progress: float = 0.0) -> float:
+    "Multiplier of the peak lr at update `step` (1-based) under `schedule`; `progress`: fraction of the budget spent (for 'linear')."
+    if schedule == 'inverse_sqrt': return inverse_sqrt(step, warmup)
+    if schedule == 'linear': return max(0.0, min(max(step, 1) / max(warmup, 1), 1.0 - progress))
+    raise ValueError(f"unknown lr_schedule {schedule!r}; use one of {', '.join(LR_SCHEDULES)}")
+
+def budget_progress(cfg, step: int, train_time: float) -> float:
+    "Fraction of the run's budget spent after `step` updates and `train_time` seconds: the larger of the two fractions."
+    p = 0.0
+    if cfg.max_steps: p = max(p, step / cfg.max_steps)
+    if cfg.max_minutes: p = max(p, train_time / (60 * cfg.max_minutes))
+    return min(p, 1.0)
 
 # %% ../nbs/05_train.ipynb #ab562372
 def atomic_save(obj, path):
@@ -344,9 +366,9 @@ def valid_loss(model, batches, eps, pad, amp_ctx) -> dict:
     model.train(was)
     return {'valid_loss': (tot[0] / tot[2]).item(), 'valid_nll': (tot[1] / tot[2]).item(), 'valid_ppl': math.exp(min(50., (tot[1] / tot[2]).item()))}
 
-def _amp(device, amp):
-    if device.type != 'cuda' or amp is None: return torch.autocast('cpu', enabled=False)
-    return torch.autocast('cuda', dtype=torch.bfloat16 if amp == 'bf16' else torch.float16)
+def _amp(device, amp, amp_cpu=False):
+    if amp is None or (device.type == 'cpu' and not amp_cpu) or device.type not in ('cpu', 'cuda'): return torch.autocast('cpu', enabled=False)
+    return torch.autocast(device.type, dtype=torch.bfloat16 if amp == 'bf16' else torch.float16)
 
 def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress: Optional[bool] = None,
           on_step: Optional[Callable] = None) -> dict:
@@ -411,7 +433,8 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
         model = Seq2Seq(mcfg).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay,
                                 fused=True if device.type == 'cuda' else None)   # one kernel for the whole update on GPU
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt(s + 1, cfg.warmup))
+        progress = [0.0]                                                 # budget spent, read by the 'linear' schedule
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier(cfg.lr_schedule, s + 1, cfg.warmup, progress[0]))
         scaler = torch.amp.GradScaler('cuda', enabled=(device.type == 'cuda' and cfg.amp == 'fp16'))
         step, train_time, tokens_seen = 0, 0.0, 0
         if ck is not None:
@@ -421,7 +444,7 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
             stream.load_state_dict(ck['sampler'][rank] if rank < len(ck['sampler']) else ck['sampler'][0])
             if rank < len(ck['rng']): _set_rng_state(ck['rng'][rank], device)
         ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == 'cuda' else None) if ws > 1 else model
-        amp_ctx = lambda: _amp(device, cfg.amp)
+        amp_ctx = lambda: _amp(device, cfg.amp, cfg.amp_cpu)
         n_params = sum(p.numel() for p in model.parameters())
         metrics_path = out_dir / 'metrics.jsonl'
         if is_main and metrics_path.exists():   # drop log lines past the checkpoint we resume from
@@ -480,17 +503,18 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
             if cfg.grad_clip:
                 scaler.unscale_(opt)
                 nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            scaler.step(opt); scaler.update(); opt.zero_grad(set_to_none=True); sched.step()
+            scaler.step(opt); scaler.update(); opt.zero_grad(set_to_none=True)
             step += 1
+            train_time = seg_time0 + (time.time() - seg_t0)
+            progress[0] = budget_progress(cfg, step, train_time); sched.step()   # sets the lr of the next update
             acc += torch.stack([loss_sum.detach().double(), nll_sum.detach().double(), torch.as_tensor(n, device=device).double()])
             k = sum(ntok[i] for i in idx); win_tok += k; tokens_seen += k
-            train_time = seg_time0 + (time.time() - seg_t0)
             if on_step is not None: on_step(step)
             stop = False
             if step % cfg.log_every == 0:
                 l, nl, nt = acc.tolist(); acc.zero_()
                 now = time.time()
-                rec = {'step': step, 'loss': l / max(nt, 1), 'nll': nl / max(nt, 1), 'lr': cfg.lr * inverse_sqrt(step, cfg.warmup),
+                rec = {'step': step, 'loss': l / max(nt, 1), 'nll': nl / max(nt, 1), 'lr': opt.param_groups[0]['lr'],
                        'tok_s': win_tok * ws / max(now - win_t0, 1e-9), 'wall': train_time, 'epoch': stream.epoch}
                 win_tok, win_t0 = 0, now
                 log(rec); bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tok_s']:.0f}")
