@@ -274,6 +274,7 @@ def _xl_provider(cfg: TrainConfig, out_dir, tr_src, tr_tgt, rank: int = 0, ws: i
             else:
                 prov = XLPositionProvider(cfg.xl, seed=cfg.seed)
                 if cfg.xl in ('predicted', 'oracle'): prov.fit(src, tgt, **cfg.xl_options)
+                prov.predict_all(tr_src)        # predicted orders of the training sources go into the cache too
                 prov.save(cached)
             prov.save(path)
     if ws > 1: dist.barrier()
@@ -524,9 +525,9 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
             bar.update(1)
             done = stop or (cfg.max_steps is not None and step >= cfg.max_steps)
             if step % cfg.eval_every == 0 or done:
-                last_eval = evaluate(step); win_t0 = time.time()
+                t_pause = time.time(); last_eval = evaluate(step); win_t0 += time.time() - t_pause   # tokens/s leaves out evaluation
             if step % cfg.ckpt_every == 0 or done:
-                save(step); win_t0 = time.time()
+                t_pause = time.time(); save(step); win_t0 += time.time() - t_pause                  # ... and checkpoint writes
             if done: break
         bar.close()
         if ck is None and step == 0: save(0)     # max_steps=0: still leave a loadable checkpoint
