@@ -24,8 +24,8 @@ __all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'XL_PROVIDER_FILE', 'TrainC
 # %% ../nbs/05_train.ipynb #18ca48be
 _MODEL_FIELDS = ('d_model', 'n_heads', 'n_enc', 'n_dec', 'd_ff', 'dropout', 'enc_pe', 'dec_pe', 'pe_options', 'dec_pe_options', 'max_len',
                  'prenorm', 'tie_embeddings', 'label_smoothing', 'activation')
-# fields that may change when a run is resumed (they do not change what has been computed so far)
 LR_SCHEDULES = ('inverse_sqrt', 'linear')
+# fields that may change when a run is resumed (they do not change what has been computed so far)
 _RESUMABLE_FIELDS = ('name', 'max_steps', 'max_minutes', 'log_every', 'eval_every', 'ckpt_every', 'keep_ckpts', 'eval_bleu_sents',
                      'eval_beam', 'beam', 'len_penalty', 'n_avg', 'test_max_sents', 'test_split', 'valid_split')
 
@@ -382,6 +382,7 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
     ws_env = int(os.environ.get('WORLD_SIZE', '1'))
     device = _pick_device(device, ws_env)
     rank, ws, created_pg = _dist_setup(device)
+    bar = None
     is_main = rank == 0
     if device.type == 'cuda': torch.cuda.set_device(device); torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True
     if is_main: out_dir.mkdir(parents=True, exist_ok=True)
@@ -560,6 +561,7 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
         res.update(model=model, tokenizer=tok)
         return res
     finally:
+        if bar is not None: bar.close()      # an interrupted run's bar is drawn before the caller's error message
         if created_pg and dist.is_initialized():
             dist.destroy_process_group()
 
