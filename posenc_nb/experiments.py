@@ -97,6 +97,12 @@ EXPERIMENTS: dict = {e.name: e for e in [
         description='Multi30k en-de test_2016_flickr, the multi30k-1h recipe: 57 min of training on 2 CPU threads (bf16 autocast, '
                     'linear decay to zero), average of the last 3 checkpoints, beam 4; one hour per run in all',
         command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run multi30k-1h --full --encodings sinusoidal --threads 2'),
+    Experiment('multi30k-20min', 'multi30k-1h', minutes=19.0, ci=False,
+        overrides=dict(warmup=200, dropout=0.1, eval_every=200, ckpt_every=100),
+        description='Multi30k en-de test_2016_flickr, every encoding at one budget: the multi30k-1h recipe cut to 19 min of training '
+                    'on 2 CPU threads (warmup 200, dropout 0.1, checkpoints every 100 updates, last 3 averaged), beam 4; 20 min per run',
+        command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run multi30k-20min --full --threads 2; '
+                'then the same with --encodings sinusoidal learned rope floater --seeds 1 2'),
     Experiment('extrapolation', 'synthetic-tiny', steps=600, eval_fn='length_bins',
         overrides=dict(max_train_len=12, test_split='test_long', test_max_sents=400),
         description='synthetic BTG corpus: train on <=12 tokens, BLEU by source length up to 40 words, 600 updates per run',
