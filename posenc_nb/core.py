@@ -89,6 +89,7 @@ class Site:
 # %% ../nbs/00_core.ipynb #6adb3f8c
 class PosEnc(nn.Module):
     "Base class of every position encoding: five hooks, each a no-op unless overridden."
+    derived_buffers: tuple = ()     # buffers that cache a function of the parameters: reset, never averaged, by checkpoint averaging
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None, causal: bool = False):
         super().__init__()
         self.d_model, self.n_heads, self.n_layers, self.max_len, self.causal = d_model, n_heads, n_layers, max_len, causal

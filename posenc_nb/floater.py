@@ -123,6 +123,7 @@ def sinusoidal_dynamics(t: Tensor, d_model: int, delta: float = 0.01, base: floa
 # %% ../nbs/11_floater.ipynb #32018b7b
 class FloaterPE(PosEnc):
     "FLOATER (Liu et al. 2020): positions are samples p(i*delta) of a learned ODE trajectory, added to q/k/v inputs of every block (or to the input)."
+    derived_buffers = ('traj_cache',)   # the solved trajectory: its length varies, and a mean of trajectories is not a trajectory
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None, causal: bool = False,
                  inject: str = 'blocks', kinds: Optional[Sequence[str]] = None, delta: float = 0.01, solver: str = 'rk4',
                  substeps: int = 1, adjoint: bool = False, rtol: float = 1e-5, atol: float = 1e-6, hidden: Optional[int] = None,

@@ -18,8 +18,9 @@ from .decode import translate, bleu, chrf
 
 # %% auto #0
 __all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'XL_PROVIDER_FILE', 'TrainConfig', 'config_from_name', 'inverse_sqrt',
-           'lr_multiplier', 'budget_progress', 'atomic_save', 'load_checkpoint', 'average_checkpoints',
-           'load_xl_provider', 'BatchStream', 'valid_loss', 'train', 'read_metrics', 'plot_curves']
+           'lr_multiplier', 'budget_progress', 'atomic_save', 'load_checkpoint', 'derived_state_keys',
+           'average_checkpoints', 'load_xl_provider', 'BatchStream', 'valid_loss', 'train', 'read_metrics',
+           'plot_curves']
 
 # %% ../nbs/05_train.ipynb #18ca48be
 _MODEL_FIELDS = ('d_model', 'n_heads', 'n_enc', 'n_dec', 'd_ff', 'dropout', 'enc_pe', 'dec_pe', 'pe_options', 'dec_pe_options', 'max_len',
@@ -212,6 +213,10 @@ def load_checkpoint(path, device='cpu'):
     cfg = TrainConfig.from_dict(ck['config'])
     return _build_model(ck).to(device).eval(), Tokenizer.from_str(ck['tokenizer']), cfg
 
+def derived_state_keys(model: nn.Module) -> set:
+    "State-dict keys of the buffers that encodings declare as caches of their parameters (`PosEnc.derived_buffers`)."
+    return {f'{n}.{b}' if n else b for n, m in model.named_modules(remove_duplicate=False) for b in getattr(m, 'derived_buffers', ())}
+
 def average_checkpoints(paths: Sequence, out=None) -> dict:
     "Checkpoint whose model weights are the mean of the given checkpoints' (they must share a config); saved to `out` if given."
     paths = list(paths)
@@ -221,9 +226,15 @@ def average_checkpoints(paths: Sequence, out=None) -> dict:
     for p, ck in zip(paths, cks):
         if ck['model_config'] != ref['model_config'] or set(ck['model']) != set(ref['model']):
             raise ValueError(f"cannot average {p}: its model differs from {paths[-1]}'s; average checkpoints of one run only")
+    with torch.random.fork_rng(devices=[]): fresh = Seq2Seq(ModelConfig(**ref['model_config']))   # the caller's RNG stream is untouched
+    derived, init = derived_state_keys(fresh), fresh.state_dict()
     avg = {}
     for k, v in ref['model'].items():
-        if v.is_floating_point(): avg[k] = (sum(ck['model'][k].double() for ck in cks) / len(cks)).to(v.dtype)
+        if k in derived: avg[k] = init[k].clone()           # a cache of the old weights: recomputed from the averaged ones on first use
+        elif v.is_floating_point():
+            bad = [str(p) for p, ck in zip(paths, cks) if ck['model'][k].shape != v.shape]
+            if bad: raise ValueError(f"cannot average {k}: its shape differs in {bad}; declare it in `derived_buffers` if it is a cache")
+            avg[k] = (sum(ck['model'][k].double() for ck in cks) / len(cks)).to(v.dtype)
         else: avg[k] = v.clone()
     out_ck = {k: ref[k] for k in ('format', 'config', 'model_config', 'tokenizer', 'step')}
     out_ck.update(model=avg, averaged_from=[str(p) for p in paths])
