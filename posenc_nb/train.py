@@ -505,7 +505,8 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
         last_eval = None
         ddp.train()
         seg_t0 = time.time(); seg_time0 = train_time
-        while (cfg.max_steps is None or step < cfg.max_steps):
+        spent = train_time > budget            # resumed after the budget ran out: no more updates, straight to the final evaluation
+        while not spent and (cfg.max_steps is None or step < cfg.max_steps):
             idx = next(stream)
             b = collate([pairs[i] for i in idx], pad_id=pad, xl=None if pairs_xl is None else [pairs_xl[i] for i in idx]).to(device)
             with amp_ctx():

@@ -121,3 +121,8 @@ def test_wall_clock_budget(tmp_path):
     res = T.train(cfg, tmp_path / 'b', resume=False, progress=False)
     assert res['step'] == 2 and res['train_time_s'] > 1e-4 * 60
     assert [p.name for p in T._ckpt_paths(tmp_path / 'b')] == ['ckpt_0000002.pt']
+    # resuming a run whose budget is spent adds no update: it only repeats the final evaluation
+    again = T.train(cfg, tmp_path / 'b', resume=True, progress=False)
+    assert again['step'] == 2 and again['train_time_s'] == pytest.approx(res['train_time_s'], abs=0.5)
+    assert again['bleu'] == pytest.approx(res['bleu'])
+    assert [p.name for p in T._ckpt_paths(tmp_path / 'b')] == ['ckpt_0000002.pt']
