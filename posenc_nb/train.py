@@ -506,6 +506,7 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
         ddp.train()
         seg_t0 = time.time(); seg_time0 = train_time
         spent = train_time > budget            # resumed after the budget ran out: no more updates, straight to the final evaluation
+        if spent and is_main: last_eval = next((r for r in reversed(read_metrics(out_dir)) if r.get('step') == step and 'valid_loss' in r), None)
         while not spent and (cfg.max_steps is None or step < cfg.max_steps):
             idx = next(stream)
             b = collate([pairs[i] for i in idx], pad_id=pad, xl=None if pairs_xl is None else [pairs_xl[i] for i in idx]).to(device)
@@ -524,7 +525,9 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
             acc += torch.stack([loss_sum.detach().double(), nll_sum.detach().double(), torch.as_tensor(n, device=device).double()])
             k = sum(ntok[i] for i in idx); win_tok += k; tokens_seen += k
             if on_step is not None: on_step(step)
-            stop = False
+            stop = train_time > budget                                   # checked after every update: the budget is kept to one update
+            if ws > 1:
+                f = torch.tensor([float(stop)], device=device); dist.broadcast(f, 0); stop = bool(f.item())
             if step % cfg.log_every == 0:
                 l, nl, nt = acc.tolist(); acc.zero_()
                 now = time.time()
@@ -532,9 +535,6 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
                        'tok_s': win_tok * ws / max(now - win_t0, 1e-9), 'wall': train_time, 'epoch': stream.epoch}
                 win_tok, win_t0 = 0, now
                 log(rec); bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tok_s']:.0f}")
-                stop = train_time > budget
-                if ws > 1:
-                    f = torch.tensor([float(stop)], device=device); dist.broadcast(f, 0); stop = bool(f.item())
             bar.update(1)
             done = stop or (cfg.max_steps is not None and step >= cfg.max_steps)
             if step % cfg.eval_every == 0 or done:
