@@ -26,6 +26,8 @@ def read_curve(run_dir) -> list:
     p = Path(run_dir) / 'curve.jsonl'
     recs = [json.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.exists() else []
     wall = {r['step']: r['wall'] for r in recs if 'wall' in r}
+    m = Path(run_dir) / 'metrics.json'
+    if m.exists(): final = json.loads(m.read_text()); wall.setdefault(final['step'], final['train_time_s'])   # the last step need not be logged
     for r in recs:
         if 'wall' not in r and r['step'] in wall: r['wall'] = wall[r['step']]
     return recs

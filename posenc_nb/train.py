@@ -525,9 +525,10 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
             acc += torch.stack([loss_sum.detach().double(), nll_sum.detach().double(), torch.as_tensor(n, device=device).double()])
             k = sum(ntok[i] for i in idx); win_tok += k; tokens_seen += k
             if on_step is not None: on_step(step)
-            stop = train_time > budget                                   # checked after every update: the budget is kept to one update
-            if ws > 1:
-                f = torch.tensor([float(stop)], device=device); dist.broadcast(f, 0); stop = bool(f.item())
+            stop = False
+            if ws == 1: stop = train_time > budget                      # one process: checked after every update
+            elif step % cfg.log_every == 0:                              # DDP: rank 0 decides at log intervals (no per-step sync)
+                f = torch.tensor([float(train_time > budget)], device=device); dist.broadcast(f, 0); stop = bool(f.item())
             if step % cfg.log_every == 0:
                 l, nl, nt = acc.tolist(); acc.zero_()
                 now = time.time()
