@@ -162,7 +162,7 @@ def _curve_subset(recs: list, max_lines: int = 200) -> list:
     return sorted(keep, key=lambda r: (r['step'], 'valid_loss' in r))
 
 _METRIC_KEYS = ('bleu', 'chrf', 'valid_loss', 'valid_nll', 'valid_ppl', 'valid_bleu', 'step', 'tokens_seen', 'tok_s', 'train_time_s',
-                'wall_time_s', 'decode_s', 'test_sents', 'n_params', 'bleu_signature', 'chrf_signature')
+                'wall_time_s', 'segments', 'decode_s', 'test_sents', 'n_params', 'bleu_signature', 'chrf_signature')
 
 def run_one(exp: Experiment, encoding: str, seed: int, out, work=None, minutes=None, steps=None, overrides=None,
             keep_checkpoints: bool = False, device=None, command: str = '', progress: bool = False) -> dict:

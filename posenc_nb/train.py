@@ -450,10 +450,12 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier(cfg.lr_schedule, s + 1, cfg.warmup, progress[0]))
         scaler = torch.amp.GradScaler('cuda', enabled=(device.type == 'cuda' and cfg.amp == 'fp16'))
         step, train_time, tokens_seen = 0, 0.0, 0
+        wall0, segments = 0.0, 1                                          # wall time and processes before this one
         if ck is not None:
             model.load_state_dict(ck['model']); opt.load_state_dict(ck['optimizer']); sched.load_state_dict(ck['scheduler'])
             if ck.get('scaler'): scaler.load_state_dict(ck['scaler'])
             step, train_time, tokens_seen = ck['step'], ck['train_time'], ck['tokens_seen']
+            wall0, segments = ck.get('wall_time', train_time), ck.get('segments', 1) + 1
             stream.load_state_dict(ck['sampler'][rank] if rank < len(ck['sampler']) else ck['sampler'][0])
             if rank < len(ck['rng']): _set_rng_state(ck['rng'][rank], device)
         ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == 'cuda' else None) if ws > 1 else model
@@ -477,7 +479,8 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
                 atomic_save({'format': CKPT_FORMAT, 'step': step, 'config': asdict(cfg), 'model_config': asdict(mcfg),
                              'model': model.state_dict(), 'optimizer': opt.state_dict(), 'scheduler': sched.state_dict(),
                              'scaler': scaler.state_dict() if scaler.is_enabled() else None, 'rng': g_rng, 'sampler': g_samp,
-                             'tokenizer': tok_str, 'train_time': train_time, 'tokens_seen': tokens_seen, 'world_size': ws},
+                             'tokenizer': tok_str, 'train_time': train_time, 'tokens_seen': tokens_seen, 'world_size': ws,
+                             'wall_time': wall0 + time.time() - t_start, 'segments': segments},
                             out_dir / f'ckpt_{step:07d}.pt')
                 for old in _ckpt_paths(out_dir)[:-cfg.keep_ckpts]: old.unlink()
 
@@ -564,7 +567,7 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
             res.update(bleu=b_['score'], chrf=c_['score'], bleu_signature=b_['signature'], chrf_signature=c_['signature'],
                        test_sents=len(te_src), decode_s=time.time() - t0, averaged=len(ckpts) if cfg.n_avg > 1 else 1,
                        **{k: v for k, v in (last_eval or {}).items() if k != 'step'},
-                       train_time_s=train_time, wall_time_s=time.time() - t_start, tokens_seen=tokens_seen,
+                       train_time_s=train_time, wall_time_s=wall0 + time.time() - t_start, segments=segments, tokens_seen=tokens_seen,
                        tok_s=tokens_seen / max(train_time, 1e-9), n_params=n_params, seed=cfg.seed, world_size=ws,
                        git_commit=_git_commit(), hardware=_hardware(device), torch_version=torch.__version__,
                        device=str(device), config=asdict(cfg))

@@ -1,5 +1,5 @@
 "Training harness: DDP replicas stay identical, kill-and-resume equals an uninterrupted run, checkpoints are written atomically."
-import os, socket, warnings
+import os, socket, time, warnings
 from pathlib import Path
 import pytest, torch
 import torch.multiprocessing as mp
@@ -56,11 +56,13 @@ def test_kill_and_resume_equals_straight_run(tmp_path):
     "(b) N steps straight == N/2 steps, crash, resume, finish: bitwise-equal weights, optimizer and data position."
     torch.set_num_threads(1)
     cfg = _cfg(max_steps=8, ckpt_every=4, eval_every=4, dropout=0.1)     # dropout: the RNG state must be restored too
-    T.train(cfg, tmp_path / 'straight', resume=False, progress=False)
+    st = T.train(cfg, tmp_path / 'straight', resume=False, progress=False)
     with pytest.raises(Crash):
         T.train(cfg, tmp_path / 'killed', resume=False, progress=False, on_step=_crash_at(6))   # dies after ckpt 4
     assert [p.name for p in T._ckpt_paths(tmp_path / 'killed')] == ['ckpt_0000004.pt']
-    T.train(cfg, tmp_path / 'killed', resume=True, progress=False)
+    t0 = time.time(); rk = T.train(cfg, tmp_path / 'killed', resume=True, progress=False); own = time.time() - t0
+    assert (st['segments'], rk['segments']) == (1, 2)
+    assert rk['wall_time_s'] > own          # the record counts the killed process's time up to its checkpoint as well
     a, b = _state(tmp_path / 'straight' / 'ckpt_0000008.pt'), _state(tmp_path / 'killed' / 'ckpt_0000008.pt')
     for k in a['model']: assert torch.equal(a['model'][k], b['model'][k]), k
     for sa, sb in zip(a['optimizer']['state'].values(), b['optimizer']['state'].values()):
