@@ -33,6 +33,7 @@ class Experiment:
     overrides: dict = field(default_factory=dict)
     encodings: tuple = ENCODINGS
     seeds: tuple = (0,)
+    extra_seeds: dict = field(default_factory=dict)  # encoding -> more seeds for it, run after every encoding's `seeds`
     minutes: Optional[float] = None              # wall-clock training budget per run (None: use steps)
     steps: Optional[int] = None                  # update budget per run (None: the preset's max_steps)
     eval_fn: Optional[str] = None                # name in EVAL_FNS: extra evaluation with the trained model
@@ -51,6 +52,14 @@ class Experiment:
         cfg = config_from_name(self.config, **ov)
         cfg.name = f'{self.name}/{encoding}-s{seed}'
         return cfg
+
+    def runs(self, encodings=None, seeds=None) -> list:
+        "The (encoding, seed) pairs to train, in order: given `seeds` for every encoding, or else `seeds` then `extra_seeds`."
+        encodings = tuple(encodings or self.encodings)
+        if seeds is not None: return [(e, s) for s in seeds for e in encodings]
+        plan = [(e, s) for s in self.seeds for e in encodings]
+        more = sorted({s for v in self.extra_seeds.values() for s in v})   # seed-major: a partial sweep stays balanced
+        return plan + [(e, s) for s in more for e in encodings if s in self.extra_seeds.get(e, ()) and (e, s) not in plan]
 
 # %% ../nbs/20_experiments.ipynb #f758f45e
 LENGTH_BINS = ((1, 12), (13, 20), (21, 25), (26, 30), (31, 40))
@@ -99,10 +108,10 @@ EXPERIMENTS: dict = {e.name: e for e in [
         command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run multi30k-1h --full --encodings sinusoidal --threads 2'),
     Experiment('multi30k-20min', 'multi30k-1h', minutes=19.0, ci=False,
         overrides=dict(warmup=200, dropout=0.1, eval_every=200, ckpt_every=100),
+        extra_seeds={e: (1, 2) for e in ('sinusoidal', 'learned', 'rope', 'floater')},
         description='Multi30k en-de test_2016_flickr, every encoding at one budget: the multi30k-1h recipe cut to 19 min of training '
                     'on 2 CPU threads (warmup 200, dropout 0.1, checkpoints every 100 updates, last 3 averaged), beam 4; 20 min per run',
-        command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run multi30k-20min --full --threads 2; '
-                'then the same with --encodings sinusoidal learned rope floater --seeds 1 2'),
+        command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run multi30k-20min --full --threads 2'),
     Experiment('extrapolation', 'synthetic-tiny', steps=600, eval_fn='length_bins',
         overrides=dict(max_train_len=12, test_split='test_long', test_max_sents=400),
         description='synthetic BTG corpus: train on <=12 tokens, BLEU by source length up to 40 words, 600 updates per run',
@@ -194,24 +203,23 @@ def run_experiment(name, encodings=None, seeds=None, minutes=None, steps=None, o
                    keep_checkpoints: bool = False, device=None, command: str = '', log: Callable = print) -> dict:
     "Run every (encoding, seed) of experiment `name`; returns {'done': [...], 'skipped': [...], 'failed': [(run, error)]}."
     exp = _get_experiment(name)
-    encodings = tuple(encodings or exp.encodings); seeds = tuple(exp.seeds if seeds is None else seeds)
-    bad = [e for e in encodings if e.partition('@')[0] not in list_posencs()]
+    plan = exp.runs(encodings, None if seeds is None else tuple(seeds))
+    bad = sorted({e for e, _ in plan if e.partition('@')[0] not in list_posencs()})
     if bad: raise ValueError(f"unknown encoding(s) {bad}; choose from {', '.join(list_posencs())}")
     out = Path(out if out is not None else Path('results') / exp.name)
     report = {'done': [], 'skipped': [], 'failed': []}
-    for seed in seeds:
-        for enc in encodings:
-            run = f'{enc}-s{seed}'
-            if (out / run / 'metrics.json').exists(): report['skipped'].append(run); log(f'[skip] {run}: finished'); continue
-            t0 = time.time(); log(f'[run ] {exp.name}/{run} ...')
-            try:
-                m = run_one(exp, enc, seed, out, work=work, minutes=minutes, steps=steps, overrides=overrides,
-                            keep_checkpoints=keep_checkpoints, device=device, command=command)
-                report['done'].append(run)
-                log(f"[done] {run}: BLEU {m.get('bleu', float('nan')):.2f} chrF {m.get('chrf', float('nan')):.2f} "
-                    f"steps {m.get('steps')} in {time.time() - t0:.0f}s")
-            except Exception as e:
-                report['failed'].append((run, f'{type(e).__name__}: {e}')); log(f'[FAIL] {run}: {type(e).__name__}: {e}')
+    for enc, seed in plan:
+        run = f'{enc}-s{seed}'
+        if (out / run / 'metrics.json').exists(): report['skipped'].append(run); log(f'[skip] {run}: finished'); continue
+        t0 = time.time(); log(f'[run ] {exp.name}/{run} ...')
+        try:
+            m = run_one(exp, enc, seed, out, work=work, minutes=minutes, steps=steps, overrides=overrides,
+                        keep_checkpoints=keep_checkpoints, device=device, command=command)
+            report['done'].append(run)
+            log(f"[done] {run}: BLEU {m.get('bleu', float('nan')):.2f} chrF {m.get('chrf', float('nan')):.2f} "
+                f"steps {m.get('steps')} in {time.time() - t0:.0f}s")
+        except Exception as e:
+            report['failed'].append((run, f'{type(e).__name__}: {e}')); log(f'[FAIL] {run}: {type(e).__name__}: {e}')
     return report
 
 def _get_experiment(name) -> Experiment:
