@@ -300,24 +300,33 @@ def test_references(cfg: dict) -> list:
     if cfg.get('test_max_sents'): pairs = pairs[:cfg['test_max_sents']]
     return [t for _, t in pairs]
 
-def significance(experiment, baseline: str = 'sinusoidal', seed: int = 0, root='results', n_samples: int = 1000) -> list:
-    "Paired bootstrap of every other encoding's test BLEU against `baseline`'s (same seed, same test set)."
-    rows = [r for r in load_results(experiment, root) if r['seed'] == seed]
-    base = [r for r in rows if r['encoding'] == baseline]
-    if not base: raise ValueError(f"no finished run {baseline}-s{seed} in {experiment}; pick a baseline from {[r['encoding'] for r in rows]}")
-    cfg = json.loads((Path(base[0]['dir']) / 'config.json').read_text())
-    refs = test_references(cfg)
+def significance(experiment, baseline: str = 'sinusoidal', seed: Optional[int] = 0, root='results', n_samples: int = 1000) -> list:
+    """Paired bootstrap of every other encoding's test BLEU against `baseline`'s on the same test set: the runs of `seed`, or
+    (`seed=None`) pooled over the seeds each encoding shares with the baseline, its `seed` then being that list."""
+    rows = load_results(experiment, root)
+    base = {r['seed']: r for r in rows if r['encoding'] == baseline and seed in (None, r['seed'])}
+    if not base: raise ValueError(f"no finished run {baseline}-s{'*' if seed is None else seed} in {experiment}; "
+                                  f"pick a baseline from {sorted({r['encoding'] for r in rows if seed in (None, r['seed'])})}")
+    refs = test_references(json.loads((Path(next(iter(base.values()))['dir']) / 'config.json').read_text()))
     read = lambda r: (Path(r['dir']) / 'test.hyp').read_text().split('\n')[:len(refs)]
-    hb = read(base[0])
-    return [dict(system=r['encoding'], baseline=baseline, seed=seed, **paired_bootstrap(hb, read(r), refs, n_samples=n_samples))
-            for r in rows if r['encoding'] != baseline]
+    by = {}                                                    # encoding -> its runs with a baseline of the same seed
+    for r in rows:
+        if r['encoding'] != baseline and r['seed'] in base: by.setdefault(r['encoding'], []).append(r)
+    out = []
+    for enc, rs in by.items():                                 # pooled: the seeds' test sets one after the other, each
+        seeds = [r['seed'] for r in rs]                        # sentence paired with the baseline's of the same seed
+        ha, hb = [h for s in seeds for h in read(base[s])], [h for r in rs for h in read(r)]
+        out.append(dict(system=enc, baseline=baseline, seed=seeds if seed is None else seed,
+                        **paired_bootstrap(ha, hb, refs * len(seeds), n_samples=n_samples)))
+    return out
 
 def format_significance(sig: list, alpha: float = 0.05) -> str:
     "One sentence per comparison."
     out = []
     for s in sig:
         verdict = 'significantly ' + ('better' if s['delta'] > 0 else 'worse') if s['p_value'] < alpha else 'not significantly different'
-        out.append(f"{s['system']} vs {s['baseline']} (seed {s['seed']}): {s['bleu_b']:.2f} vs {s['bleu_a']:.2f} BLEU, "
+        sd = f"seeds {', '.join(map(str, s['seed']))} pooled" if isinstance(s['seed'], list) else f"seed {s['seed']}"
+        out.append(f"{s['system']} vs {s['baseline']} ({sd}): {s['bleu_b']:.2f} vs {s['bleu_a']:.2f} BLEU, "
                    f"delta {s['delta']:+.2f} (95% CI {s['ci'][0]:+.2f} .. {s['ci'][1]:+.2f}), p = {s['p_value']:.4f} "
                    f"({s['n_samples']} resamples of {s['n_sents']} sentences), {s['system']} better in {100 * s['win_rate']:.1f}% of resamples: "
                    f"{verdict} at alpha = {alpha}")
