@@ -203,7 +203,7 @@ def run_experiment(name, encodings=None, seeds=None, minutes=None, steps=None, o
                    keep_checkpoints: bool = False, device=None, command: str = '', log: Callable = print) -> dict:
     "Run every (encoding, seed) of experiment `name`; returns {'done': [...], 'skipped': [...], 'failed': [(run, error)]}."
     exp = _get_experiment(name)
-    plan = exp.runs(encodings, None if seeds is None else tuple(seeds))
+    plan = exp.runs(encodings, seeds)
     bad = sorted({e for e, _ in plan if e.partition('@')[0] not in list_posencs()})
     if bad: raise ValueError(f"unknown encoding(s) {bad}; choose from {', '.join(list_posencs())}")
     out = Path(out if out is not None else Path('results') / exp.name)
