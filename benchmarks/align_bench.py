@@ -65,6 +65,11 @@ if __name__ == '__main__':
     print(f'== en-ja, {len(en)} pairs, {cells / 1e6:.1f}M cells (both directions) ==')
     fw, rv, sym, t = ours(en, ja, iters=a.iters)
     print('ours   ', {k: round(v, 2) for k, v in t.items()})
+    q = max(1, len(en) // 4)   # linear scaling: CPU time per cell at a quarter of the pairs against all of them
+    cells_q = sum(len(e) * (len(j) + 1) + len(j) * (len(e) + 1) for e, j in zip(en[:q], ja[:q]))
+    tq = ours(en[:q], ja[:q], iters=a.iters)[3]
+    print(f"scaling: cpu per Mcell {tq['cpu'] / cells_q * 1e6:.2f}s at {q} pairs, {t['cpu'] / cells * 1e6:.2f}s at {len(en)} "
+          f"(ratio {(t['cpu'] / cells) / (tq['cpu'] / cells_q):.2f}; 1 = linear)")
     p = peer(en, ja)
     if p is not None:
         _, _, esym, et = p
