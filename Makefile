@@ -15,6 +15,7 @@ help:
 	@echo "make docs   - build the documentation site (Quarto via nbdev_docs if installed, else static HTML in _site/)"
 	@echo "make lab    - JupyterLab on nbs/ with the package importable"
 	@echo "make bench  - throughput benchmark against torch.nn.Transformer"
+	@echo "make gpu-check - on a CUDA machine: gpu notebook cells, contract tests, fp16/bf16 training with exact resume, benchmarks; records in results/gpu/"
 
 # torch first, pinned: the library itself accepts a range, and this pin takes the CPU build on machines without CUDA.
 $(STAMP): settings.ini setup.py constraints.txt
@@ -66,3 +67,10 @@ bench: install
 
 clean-nbs: install
 	$(BIN)/nbdev_clean
+
+# On a CUDA machine: every GPU check, written as records under results/gpu/ (commit them). CI runs the CPU smoke path.
+gpu-check: install
+	$(BIN)/python tools/gpu_check.py
+
+gpu-check-smoke: install
+	$(BIN)/python tools/gpu_check.py --smoke --out $$(mktemp -d)
