@@ -218,3 +218,23 @@ def test_checks_fail_on_broken_encodings(register):
     CHECKS['pad-right']('broken-columns')           # right padding keeps the columns of real tokens: only left padding shows it
     with pytest.raises(AssertionError): check_state_dict('broken-unsaved')
     with pytest.raises(AssertionError, match='does not build'): check_build('broken-options')
+
+
+def test_third_party_entry_point(tmp_path):
+    "Another package adds an encoding through the `posenc_nb.encodings` entry-point group, with no edit of this package."
+    import subprocess, sys, textwrap
+    from pathlib import Path
+    (tmp_path / 'plug_enc.py').write_text(textwrap.dedent('''
+        from posenc_nb.core import PosEnc
+        class PlugPosEnc(PosEnc):
+            "A third-party encoding: hooks all default."
+    '''))
+    info = tmp_path / 'plug_enc-0.1.dist-info'; info.mkdir()
+    (info / 'METADATA').write_text('Metadata-Version: 2.1\nName: plug-enc\nVersion: 0.1\n')
+    (info / 'entry_points.txt').write_text('[posenc_nb.encodings]\nplug = plug_enc:PlugPosEnc\n')
+    code = ("from posenc_nb.core import list_posencs, make_posenc; names = list_posencs(); "
+            "assert 'plug' in names and 'sinusoidal' in names, names; print(type(make_posenc('plug', 16, 2)).__name__)")
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                       env={**__import__('os').environ, 'PYTHONPATH': f'{tmp_path}:{root}'})
+    assert r.returncode == 0 and r.stdout.strip() == 'PlugPosEnc', r.stderr[-2000:]
