@@ -26,7 +26,11 @@ def _inv_freq(d_model: int, base: float) -> Tensor:
     return torch.pow(torch.tensor(float(base), dtype=torch.float64), -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
 
 # %% ../nbs/01_baselines.ipynb #3a2573c8
-def sinusoidal_table(positions: Tensor, d_model: int, base: float = 10000., dtype: torch.dtype = torch.float32) -> Tensor:
+def sinusoidal_table(positions: Tensor, # integer positions, any shape
+                     d_model: int, # code width
+                     base: float = 10000., # the longest wavelength is 2*pi*base
+                     dtype: torch.dtype = torch.float32 # dtype of the angles and the result
+                    ) -> Tensor: # positions.shape + (d_model,)
     "Sinusoidal codes (..., d_model) of integer `positions`: sin at even, cos at odd dims; angles computed in `dtype`."
     if positions.is_floating_point(): raise TypeError(f"positions must be an integer tensor, got {positions.dtype}; pass Positions.pos")
     if d_model < 1: raise ValueError(f"d_model must be positive, got {d_model}")
@@ -38,7 +42,8 @@ def sinusoidal_table(positions: Tensor, d_model: int, base: float = 10000., dtyp
 @register_posenc('sinusoidal')
 class SinusoidalPosEnc(PosEnc):
     "Fixed sinusoidal codes (Vaswani et al. 2017) added to the input embeddings at the explicit positions."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False, base: float = 10000.):
+    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+                 base: float = 10000.): # frequency base (see `sinusoidal_table`)
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         self.base, self._table = base, None
 
@@ -70,7 +75,9 @@ class LearnedPosEnc(PosEnc):
         return x + self.emb(p.pos).to(x.dtype)
 
 # %% ../nbs/01_baselines.ipynb #c6ac034b
-def relative_offsets(q_pos: Tensor, k_pos: Tensor) -> Tensor:
+def relative_offsets(q_pos: Tensor, # query head positions (B,h,Lq)
+                     k_pos: Tensor # key head positions (B,h',Lk)
+                    ) -> Tensor: # (B,max(h,h'),Lq,Lk)
     "Offsets `k_pos - q_pos` of every query/key pair: (B,h,Lq) and (B,h',Lk) -> (B,max(h,h'),Lq,Lk)."
     return k_pos[..., None, :] - q_pos[..., :, None]
 
@@ -78,7 +85,8 @@ def relative_offsets(q_pos: Tensor, k_pos: Tensor) -> Tensor:
 @register_posenc('shaw')
 class ShawPosEnc(PosEnc):
     "Relative key embeddings w^K_{clip(j-i,k)} (Shaw et al. 2018) as a logit bias q·w/sqrt(dh); one table per layer."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False, clip: int = 16):
+    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+                 clip: int = 16): # offsets beyond +-clip share the last vector
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         if d_model % n_heads: raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pick n_heads that divides d_model")
         if clip < 0: raise ValueError(f"clip must be >= 0, got {clip}")
@@ -104,7 +112,12 @@ def _t5_lut(n_dir: int, max_distance: int) -> Tensor:
     return torch.tensor(out, dtype=torch.long)
 
 # %% ../nbs/01_baselines.ipynb #a1d4605b
-def t5_bucket(rel: Tensor, bidirectional: bool = True, num_buckets: int = 32, max_distance: int = 128, lut: Optional[Tensor] = None) -> Tensor:
+def t5_bucket(rel: Tensor, # relative offsets j - i (key minus query position)
+              bidirectional: bool = True, # encoder (both directions) or causal decoder
+              num_buckets: int = 32, # buckets in all (half per direction when bidirectional)
+              max_distance: int = 128, # offsets at or beyond it share the last bucket
+              lut: Optional[Tensor] = None # a cached `_t5_lut` on rel's device
+             ) -> Tensor: # bucket index, shape of `rel`
     "T5 bucket index of relative offsets `rel = j - i` (key minus query position); `lut` optionally a cached `_t5_lut`."
     n_dir = num_buckets // 2 if bidirectional else num_buckets
     if n_dir < 2 or max_distance <= n_dir // 2:
@@ -117,7 +130,9 @@ def t5_bucket(rel: Tensor, bidirectional: bool = True, num_buckets: int = 32, ma
 @register_posenc('t5')
 class T5PosEnc(PosEnc):
     "T5 relative attention bias: a learned scalar per head and log-spaced offset bucket, shared across layers."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False, num_buckets: int = 32, max_distance: int = 128):
+    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+                 num_buckets: int = 32, # buckets of offsets (see `t5_bucket`)
+                 max_distance: int = 128): # offsets beyond it share the last bucket
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         t5_bucket(torch.zeros(1, dtype=torch.long), not causal, num_buckets, max_distance)   # validate options early
         self.num_buckets, self.max_distance = num_buckets, max_distance
@@ -134,7 +149,8 @@ class T5PosEnc(PosEnc):
         return self.bias.weight.T[heads, b]                                                                  # (B,H,Lq,Lk)
 
 # %% ../nbs/01_baselines.ipynb #32c17a36
-def alibi_slopes(n_heads: int) -> Tensor:
+def alibi_slopes(n_heads: int # attention heads H
+                ) -> Tensor: # (H,) slopes m_h
     "ALiBi head slopes (Press et al. 2022): geometric 2^(-8h/H) for power-of-2 H, interleaved rule otherwise."
     if n_heads < 1: raise ValueError(f"n_heads must be >= 1, got {n_heads}")
     P = 1 << (n_heads.bit_length() - 1)                      # largest power of two <= n_heads
