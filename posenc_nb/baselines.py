@@ -19,14 +19,18 @@ __all__ = ['NoPosEnc', 'sinusoidal_table', 'SinusoidalPosEnc', 'LearnedPosEnc', 
 @register_posenc('none')
 class NoPosEnc(PosEnc):
     "No position encoding: every hook is the identity; the encoder is permutation equivariant."
-    def check_positions(self, p: Positions): pass   # nothing is indexed by position, so no length limit
 
 # %% ../nbs/01_baselines.ipynb #555b70ad
 @lru_cache(maxsize=64)
 def _inv_freq(d_model: int, base: float) -> Tensor:
     return torch.pow(torch.tensor(float(base), dtype=torch.float64), -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
 
-def sinusoidal_table(positions: Tensor, d_model: int, base: float = 10000., dtype: torch.dtype = torch.float32) -> Tensor:
+# %% ../nbs/01_baselines.ipynb #3a2573c8
+def sinusoidal_table(positions: Tensor, # integer positions, any shape
+                     d_model: int, # code width
+                     base: float = 10000., # the longest wavelength is 2*pi*base
+                     dtype: torch.dtype = torch.float32 # dtype of the angles and the result
+                    ) -> Tensor: # positions.shape + (d_model,)
     "Sinusoidal codes (..., d_model) of integer `positions`: sin at even, cos at odd dims; angles computed in `dtype`."
     if positions.is_floating_point(): raise TypeError(f"positions must be an integer tensor, got {positions.dtype}; pass Positions.pos")
     if d_model < 1: raise ValueError(f"d_model must be positive, got {d_model}")
@@ -34,14 +38,14 @@ def sinusoidal_table(positions: Tensor, d_model: int, base: float = 10000., dtyp
     ang = positions.to(dtype)[..., None] * inv                                    # (..., ceil(d/2))
     return torch.stack((ang.sin(), ang.cos()), -1).flatten(-2)[..., :d_model]    # interleave, drop the last cos if d is odd
 
+# %% ../nbs/01_baselines.ipynb #0c3cedc6
 @register_posenc('sinusoidal')
 class SinusoidalPosEnc(PosEnc):
     "Fixed sinusoidal codes (Vaswani et al. 2017) added to the input embeddings at the explicit positions."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False, base: float = 10000.):
+    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+                 base: float = 10000.): # frequency base (see `sinusoidal_table`)
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         self.base, self._table = base, None
-
-    def check_positions(self, p: Positions): pass   # defined for every position
 
     def codes(self, pos: Tensor) -> Tensor:
         "Codes of `pos` read from a cached float32 table on `pos.device`, rebuilt larger when a position exceeds it."
@@ -59,41 +63,37 @@ class SinusoidalPosEnc(PosEnc):
 @register_posenc('learned')
 class LearnedPosEnc(PosEnc):
     "A trainable embedding row per absolute position `0..max_len-1`, added to the input embeddings."
+    bounded = True      # one row per position: max_len is a hard limit
     def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False):
         if not max_len: raise ValueError("'learned' positions need max_len (the number of rows of the table); pass max_len=...")
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         self.emb = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.emb.weight, 0., d_model ** -0.5)
 
-    def check_positions(self, p: Positions):
-        m = p.max()
-        if m >= self.max_len:
-            raise ValueError(f"learned position embeddings have max_len={self.max_len} rows but position {m} was requested; "
-                             f"build the model with max_len > {m} (ModelConfig.max_len) or use an encoding without a length limit")
-
     def embed(self, x: Tensor, p: Positions) -> Tensor:
         self.check_positions(p)
         return x + self.emb(p.pos).to(x.dtype)
 
 # %% ../nbs/01_baselines.ipynb #c6ac034b
-def relative_offsets(q_pos: Tensor, k_pos: Tensor) -> Tensor:
+def relative_offsets(q_pos: Tensor, # query head positions (B,h,Lq)
+                     k_pos: Tensor # key head positions (B,h',Lk)
+                    ) -> Tensor: # (B,max(h,h'),Lq,Lk)
     "Offsets `k_pos - q_pos` of every query/key pair: (B,h,Lq) and (B,h',Lk) -> (B,max(h,h'),Lq,Lk)."
     return k_pos[..., None, :] - q_pos[..., :, None]
 
+# %% ../nbs/01_baselines.ipynb #05b6f577
 @register_posenc('shaw')
 class ShawPosEnc(PosEnc):
     "Relative key embeddings w^K_{clip(j-i,k)} (Shaw et al. 2018) as a logit bias q·w/sqrt(dh); one table per layer."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False, clip: int = 16):
+    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+                 clip: int = 16): # offsets beyond +-clip share the last vector
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         if d_model % n_heads: raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pick n_heads that divides d_model")
         if clip < 0: raise ValueError(f"clip must be >= 0, got {clip}")
         self.clip, self.head_dim = clip, d_model // n_heads
         self.rel_k = nn.Parameter(torch.randn(n_layers, 2 * clip + 1, self.head_dim) * self.head_dim ** -0.5)
 
-    def check_positions(self, p: Positions): pass   # offsets are clipped: any length works
-
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
-        if not site.is_self: return None
         if site.layer >= self.n_layers: raise ValueError(f"'shaw' was built with n_layers={self.n_layers} but layer {site.layer} asked; pass n_layers")
         s = torch.matmul(q, self.rel_k[site.layer].to(q.dtype).T)                      # (B,H,Lq,2k+1)
         idx = relative_offsets(q_pos, k_pos).clamp(-self.clip, self.clip) + self.clip   # (B,1|H,Lq,Lk)
@@ -111,7 +111,13 @@ def _t5_lut(n_dir: int, max_distance: int) -> Tensor:
         else: out.append(min(n_dir - 1, exact + int(math.floor((n_dir - exact) * math.log(n / exact) / math.log(max_distance / exact) + 1e-9))))
     return torch.tensor(out, dtype=torch.long)
 
-def t5_bucket(rel: Tensor, bidirectional: bool = True, num_buckets: int = 32, max_distance: int = 128, lut: Optional[Tensor] = None) -> Tensor:
+# %% ../nbs/01_baselines.ipynb #a1d4605b
+def t5_bucket(rel: Tensor, # relative offsets j - i (key minus query position)
+              bidirectional: bool = True, # encoder (both directions) or causal decoder
+              num_buckets: int = 32, # buckets in all (half per direction when bidirectional)
+              max_distance: int = 128, # offsets at or beyond it share the last bucket
+              lut: Optional[Tensor] = None # a cached `_t5_lut` on rel's device
+             ) -> Tensor: # bucket index, shape of `rel`
     "T5 bucket index of relative offsets `rel = j - i` (key minus query position); `lut` optionally a cached `_t5_lut`."
     n_dir = num_buckets // 2 if bidirectional else num_buckets
     if n_dir < 2 or max_distance <= n_dir // 2:
@@ -120,10 +126,13 @@ def t5_bucket(rel: Tensor, bidirectional: bool = True, num_buckets: int = 32, ma
     if bidirectional: return lut[rel.abs().clamp_max(max_distance)] + (rel > 0).long() * n_dir
     return lut[(-rel).clamp(0, max_distance)]
 
+# %% ../nbs/01_baselines.ipynb #5328444b
 @register_posenc('t5')
 class T5PosEnc(PosEnc):
     "T5 relative attention bias: a learned scalar per head and log-spaced offset bucket, shared across layers."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False, num_buckets: int = 32, max_distance: int = 128):
+    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+                 num_buckets: int = 32, # buckets of offsets (see `t5_bucket`)
+                 max_distance: int = 128): # offsets beyond it share the last bucket
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         t5_bucket(torch.zeros(1, dtype=torch.long), not causal, num_buckets, max_distance)   # validate options early
         self.num_buckets, self.max_distance = num_buckets, max_distance
@@ -133,17 +142,15 @@ class T5PosEnc(PosEnc):
         self.register_buffer('lut_bi', _t5_lut(num_buckets // 2, max_distance).clone(), persistent=False)
         self.register_buffer('lut_causal', _t5_lut(num_buckets, max_distance).clone(), persistent=False)
 
-    def check_positions(self, p: Positions): pass   # far offsets share the last bucket
-
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
-        if not site.is_self: return None
         lut = self.lut_causal if site.causal else self.lut_bi
         b = t5_bucket(relative_offsets(q_pos, k_pos), not site.causal, self.num_buckets, self.max_distance, lut)   # (B,1|H,Lq,Lk)
         heads = torch.arange(self.n_heads, device=b.device)[:, None, None]
         return self.bias.weight.T[heads, b]                                                                  # (B,H,Lq,Lk)
 
 # %% ../nbs/01_baselines.ipynb #32c17a36
-def alibi_slopes(n_heads: int) -> Tensor:
+def alibi_slopes(n_heads: int # attention heads H
+                ) -> Tensor: # (H,) slopes m_h
     "ALiBi head slopes (Press et al. 2022): geometric 2^(-8h/H) for power-of-2 H, interleaved rule otherwise."
     if n_heads < 1: raise ValueError(f"n_heads must be >= 1, got {n_heads}")
     P = 1 << (n_heads.bit_length() - 1)                      # largest power of two <= n_heads
@@ -151,6 +158,7 @@ def alibi_slopes(n_heads: int) -> Tensor:
     extra = [2.0 ** (-8.0 * (2 * h - 1) / (2 * P)) for h in range(1, n_heads - P + 1)]
     return torch.tensor(base + extra, dtype=torch.float32)
 
+# %% ../nbs/01_baselines.ipynb #1e665355
 @register_posenc('alibi')
 class ALiBiPosEnc(PosEnc):
     "ALiBi: fixed per-head linear penalty -m_h|i-j| (encoder) or -m_h(i-j) (decoder) on the attention logits."
@@ -158,10 +166,7 @@ class ALiBiPosEnc(PosEnc):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         self.register_buffer('slopes', alibi_slopes(n_heads), persistent=False)
 
-    def check_positions(self, p: Positions): pass   # defined at every distance
-
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
-        if not site.is_self: return None
         rel = relative_offsets(q_pos, k_pos)                                   # j - i
         dist = (-rel) if site.causal else rel.abs()                             # i - j for the decoder (j <= i after masking)
         return dist.to(self.slopes.dtype) * -self.slopes[:, None, None]         # (B,H,Lq,Lk)

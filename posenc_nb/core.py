@@ -4,27 +4,31 @@
 
 # %% ../nbs/00_core.ipynb #c6463148
 from __future__ import annotations
-import importlib, math
+import importlib, importlib.util, math, pkgutil, re
 from dataclasses import dataclass, replace
+from importlib import metadata
+from pathlib import Path
 from typing import Callable, Optional, Union
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['SITE_KINDS', 'Positions', 'Site', 'PosEnc', 'register_posenc', 'list_posencs', 'make_posenc', 'attention_mask',
-           'Attention']
+__all__ = ['SITE_KINDS', 'ENTRY_POINT_GROUP', 'Positions', 'Site', 'PosEnc', 'register_posenc', 'provider_modules',
+           'list_posencs', 'make_posenc', 'attention_mask', 'Attention']
 
 # %% ../nbs/00_core.ipynb #28c4ebe3
 def _check_int(t: Tensor, what: str):
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
         raise TypeError(f"{what} must be an integer tensor, got {t.dtype}; build positions with Positions.from_mask(mask) or torch.arange")
 
+
+# %% ../nbs/00_core.ipynb #f49fd8d9
 @dataclass
 class Positions:
     "Integer positions of a batch: `pos` (B,L), `mask` (B,L) True on real tokens, optional second stream `xl` (B,L)."
-    pos: Tensor
-    mask: Optional[Tensor] = None
-    xl: Optional[Tensor] = None
+    pos: Tensor                     # (B,L) integer positions
+    mask: Optional[Tensor] = None   # (B,L) bool, True on real tokens; None: no padding
+    xl: Optional[Tensor] = None     # (B,L) integer second stream (cross-lingual order); None: absent
 
     def __post_init__(self):
         _check_int(self.pos, 'positions')
@@ -88,47 +92,50 @@ class Site:
 
 # %% ../nbs/00_core.ipynb #6adb3f8c
 class PosEnc(nn.Module):
-    "Base class of every position encoding: five hooks, each a no-op unless overridden."
+    "Base class of every position encoding: five hooks, declared in the order a model calls them, each a no-op unless overridden."
+    sites: tuple = ('enc', 'dec')   # attention sites where hooks 2-5 act (self-attention); `Attention` skips them elsewhere
+    bounded: bool = False           # True: `max_len` is a hard limit on positions (`check_positions` raises past it)
     derived_buffers: tuple = ()     # buffers that cache a function of the parameters: reset, never averaged, by checkpoint averaging
-    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None, causal: bool = False):
+    def __init__(self, d_model:int, # model width D
+                 n_heads:int, # attention heads H
+                 n_layers:int=1, # attention layers that call the encoding (for per-layer parameters)
+                 max_len:Optional[int]=None, # longest input the model is built for: a limit only when `bounded`, else a size hint
+                 causal:bool=False): # built for a decoder
         super().__init__()
         self.d_model, self.n_heads, self.n_layers, self.max_len, self.causal = d_model, n_heads, n_layers, max_len, causal
 
-    # 1. input level
     def embed(self, x: Tensor, p: Positions) -> Tensor:
-        "Hook 1: return `x` (B,L,D) with position information added (called once, after the token embedding)."
+        "Hook 1: `x` (B,L,D) with position information added; called once per stack, after the token embedding."
         return x
-    # 5. which positions each head reads
-    def head_positions(self, p: Positions, site: Site) -> Tensor:
-        "Hook 5: positions each head reads, (B,1,L) or (B,H,L). Default: the absolute stream for all heads."
-        return p.pos[:, None]
-    # 4. per-layer q/k/v position biases
     def qkv_bias(self, q_p: Positions, kv_p: Positions, site: Site):
-        "Hook 4: `(bq, bk, bv)`, each (B,L,D) or None, added to the inputs of the q/k/v projections."
+        "Hook 2: `(bq, bk, bv)`, each (B,L,D) or None, added to the inputs of the q/k/v projections; or None."
         return None
-    # 2. query/key transform
+    def head_positions(self, p: Positions, site: Site) -> Tensor:
+        "Hook 3: positions each head reads, (B,1,L) or (B,H,L). Default: the absolute stream for all heads."
+        return p.pos[:, None]
     def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site):
-        "Hook 2: return transformed `(q, k)`, each (B,H,L,dh)."
+        "Hook 4: transformed `(q, k)`, each (B,H,L,dh), every query and key by its own position only (keys are cached)."
         return q, k
-    # 3. additive logit bias
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
-        "Hook 3: additive attention-logit bias broadcastable to (B,H,Lq,Lk), or None."
+        "Hook 5: additive attention-logit bias broadcastable to (B,H,Lq,Lk), or None."
         return None
 
+    def acts_at(self, site: Site) -> bool:
+        "Whether hooks 2-5 run at `site`: its kind is one of `sites`."
+        return site.kind in self.sites
     def check_positions(self, p: Positions):
-        "Raise a clear error when a position exceeds `max_len`."
-        if self.max_len is not None and p.max() >= self.max_len:
-            raise ValueError(f"{type(self).__name__}: position {p.max()} is beyond max_len={self.max_len}; "
-                             f"build the encoding with a larger max_len or use an encoding without a length limit")
+        "Raise a clear error when the encoding is `bounded` and a position reaches `max_len`; an unbounded one accepts any."
+        if not self.bounded or self.max_len is None or p.max() < self.max_len: return
+        raise ValueError(f"{getattr(self, 'registry_name', type(self).__name__)!r} positions are limited to max_len={self.max_len} but "
+                         f"position {p.max()} was requested; build the model with max_len > {p.max()} (ModelConfig.max_len) "
+                         f"or use an encoding without a length limit")
 
     def extra_repr(self): return f"d_model={self.d_model}, n_heads={self.n_heads}, max_len={self.max_len}, causal={self.causal}"
 
 # %% ../nbs/00_core.ipynb #b5964dea
 _REGISTRY: dict = {}
-_PROVIDERS = ('posenc_nb.baselines', 'posenc_nb.rope', 'posenc_nb.floater', 'posenc_nb.xlpe')
-_loaded = False
 
-def register_posenc(name: str):
+def register_posenc(name: str): # the name that `make_posenc`, `ModelConfig.enc_pe` and the experiment configs use
     "Class decorator: make a `PosEnc` subclass (or factory) buildable as `make_posenc(name, ...)`."
     def deco(cls):
         _REGISTRY[name] = cls
@@ -136,24 +143,55 @@ def register_posenc(name: str):
         return cls
     return deco
 
-def _load_providers():
-    global _loaded
-    if _loaded: return
-    _loaded = True
-    for mod in _PROVIDERS:
-        try: importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if not (e.name and mod.startswith(e.name)): raise   # a provider that exists but fails to import is a real error
+# %% ../nbs/00_core.ipynb #ffba1308
+ENTRY_POINT_GROUP = 'posenc_nb.encodings'     # third-party packages add encodings here
+_REGISTERS = re.compile(r'^@register_posenc\(', re.M)
 
+def provider_modules(package: str = 'posenc_nb') -> list: # the package whose modules are scanned
+    "Modules of `package` whose source registers an encoding (a line starting `@register_posenc(`), found without importing them."
+    found = []
+    for m in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        spec = importlib.util.find_spec(f'{package}.{m.name}')
+        if spec is None or not (spec.origin or '').endswith('.py'): continue
+        if _REGISTERS.search(Path(spec.origin).read_text(encoding='utf-8')): found.append(spec.name)
+    return found
+
+# %% ../nbs/00_core.ipynb #e1552ced
+_discovered = False
+
+def _load_plugin(ep):
+    "Load one entry point: a module that registers encodings, or a `PosEnc` subclass registered under the entry point's name."
+    try: obj = ep.load()
+    except Exception as e:
+        raise ImportError(f"position-encoding plugin {ep.name!r} ({ep.value}) failed to import: {e}; fix or uninstall the package that provides it") from e
+    if isinstance(obj, type) and issubclass(obj, PosEnc) and ep.name not in _REGISTRY: register_posenc(ep.name)(obj)
+
+def _discover():
+    "Import every provider module of this package, then every `posenc_nb.encodings` entry point; once per process."
+    global _discovered
+    if _discovered: return
+    _discovered = True                      # first: a provider that lists encodings while it is imported must not recurse
+    try:
+        for mod in provider_modules(): importlib.import_module(mod)
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP): _load_plugin(ep)
+    except BaseException: _discovered = False; raise
+
+# %% ../nbs/00_core.ipynb #4d987855
 def list_posencs() -> list:
-    "Names of every registered position encoding."
-    _load_providers()
+    "Names of every registered position encoding, providers discovered on first use."
+    _discover()
     return sorted(_REGISTRY)
 
-def make_posenc(name: str, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = 1024,
-                causal: bool = False, **options) -> PosEnc:
+# %% ../nbs/00_core.ipynb #65333f12
+def make_posenc(name: str, # a name from `list_posencs()`
+                d_model: int, # model width D
+                n_heads: int, # attention heads H
+                n_layers: int = 1, # attention layers that call it
+                max_len: Optional[int] = 1024, # longest input: a limit for `bounded` encodings, a size hint for the others
+                causal: bool = False, # for a decoder
+                **options) -> PosEnc: # the encoding's own constructor options
     "Build the registered encoding `name`; `options` go to its constructor."
-    _load_providers()
+    _discover()
     if name not in _REGISTRY:
         raise ValueError(f"unknown position encoding {name!r}; choose one of: {', '.join(sorted(_REGISTRY))}")
     try: return _REGISTRY[name](d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_len=max_len, causal=causal, **options)
@@ -179,10 +217,41 @@ def attention_mask(q_len: int, k_mask: Optional[Tensor], causal: bool, self_attn
             allowed = allowed | diag[None, None]
     return allowed
 
+# %% ../nbs/00_core.ipynb #869ba815
+def _ones_like_mask(mask, ref):
+    "`mask`, or an all-True (B,L) mask shaped like the sequence axis of `ref` (B,H,L,dh)."
+    return mask if mask is not None else torch.ones(ref.shape[0], ref.shape[2], dtype=torch.bool, device=ref.device)
+
+# %% ../nbs/00_core.ipynb #610cdea5
+def _extend_cache(cache: dict, k, v, k_pos, k_mask):
+    "Append a self-attention chunk's keys (after hook 4), values, head positions and mask to `cache`; return the full ones."
+    if 'k' in cache:
+        old = cache['k_pos'] if cache['k_pos'].shape[1] == k_pos.shape[1] else cache['k_pos'].expand(-1, k_pos.shape[1], -1)
+        k_mask = None if k_mask is None and cache['k_mask'] is None else torch.cat(
+            [_ones_like_mask(cache['k_mask'], cache['k']), _ones_like_mask(k_mask, k)], -1)
+        k, v, k_pos = torch.cat([cache['k'], k], 2), torch.cat([cache['v'], v], 2), torch.cat([old, k_pos], -1)
+    cache.update(k=k, v=v, k_pos=k_pos, k_mask=k_mask)
+    return k, v, k_pos, k_mask
+
+# %% ../nbs/00_core.ipynb #9db8552e
+def _attend(q, k, v, bias, allowed, k_mask, drop: float = 0.0):
+    "softmax(q k^T/sqrt(dh) + bias, masked by `allowed`) v, on the fused causal kernel when only a causal mask applies."
+    if bias is None and allowed is not None and k_mask is None and q.shape[2] == k.shape[2]:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
+    if bias is None: return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=drop)
+    bias = bias.to(q.dtype)
+    if allowed is not None: bias = bias.masked_fill(~allowed, float('-inf'))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop)
+
 # %% ../nbs/00_core.ipynb #a0593713
 class Attention(nn.Module):
-    "Multi-head attention with the five position hooks; self-attention when `mem` is None, else cross-attention."
-    def __init__(self, d_model: int, n_heads: int, kind: str = 'enc', layer: int = 0, dropout: float = 0.0, bias: bool = True):
+    "Multi-head attention with the position hooks; self-attention when `mem` is None, else cross-attention."
+    def __init__(self, d_model: int, # model width D
+                 n_heads: int, # heads H (must divide D)
+                 kind: str = 'enc', # the `Site` kind: 'enc', 'dec' (causal) or 'cross'
+                 layer: int = 0, # layer index, passed to the hooks
+                 dropout: float = 0.0, # attention-weight dropout (training only)
+                 bias: bool = True): # biases in the projections
         super().__init__()
         if d_model % n_heads: raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pick n_heads that divides d_model")
         self.d_model, self.n_heads, self.head_dim, self.dropout = d_model, n_heads, d_model // n_heads, dropout
@@ -197,51 +266,34 @@ class Attention(nn.Module):
 
     def _heads(self, x): return x.view(x.shape[0], x.shape[1], self.n_heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, x: Tensor, p: Positions, pe: PosEnc, mem: Optional[Tensor] = None, mem_p: Optional[Positions] = None,
-                cache: Optional[dict] = None) -> Tensor:
+    def forward(self, x: Tensor, # queries' input (B,Lq,D)
+                p: Positions, # positions of `x`
+                pe: PosEnc, # the encoding: hooks 2-5 run where `pe.acts_at(self.site)`
+                mem: Optional[Tensor] = None, # cross-attention memory (B,Lk,D); None: self-attention
+                mem_p: Optional[Positions] = None, # positions of `mem`
+                cache: Optional[dict] = None # incremental-decoding state of this site, updated in place
+               ) -> Tensor: # (B,Lq,D)
+        "Attention output; hooks 2-5 of `pe` are called in their declared order where the encoding acts."
         site, self_attn = self.site, mem is None
         kv_x, kv_p = (x, p) if self_attn else (mem, mem_p)
         if kv_p is None: raise ValueError("cross-attention needs the memory's Positions (mem_p)")
-        biases = pe.qkv_bias(p, kv_p, site) or (None, None, None)
-        bq, bk, bv = biases
-        q_pos = pe.head_positions(p, site)
+        acts = pe.acts_at(site)
+        bq, bk, bv = (pe.qkv_bias(p, kv_p, site) if acts else None) or (None, None, None)
+        q_pos = pe.head_positions(p, site) if acts else p.pos[:, None]
+        cached = cache is not None and not self_attn and 'k' in cache              # cross-attention memory already projected
         if self_attn and bq is None and bk is None and bv is None:
             q, k, v = (self._heads(t) for t in self.in_proj(x).chunk(3, dim=-1))
         else:
             q = self._heads(self._proj(x, 0, bq))
-            if cache is not None and not self_attn and 'k' in cache: k = v = None   # cross-attention memory already cached
-            else: k, v = self._heads(self._proj(kv_x, 1, bk)), self._heads(self._proj(kv_x, 2, bv))
-        k_pos = q_pos if self_attn else (cache['k_pos'] if (cache is not None and 'k_pos' in cache) else pe.head_positions(kv_p, site))
-        k_mask = kv_p.mask
-        if k is not None:
-            q, k = pe.transform_qk(q, k, q_pos, k_pos, site)
+            if not cached: k, v = self._heads(self._proj(kv_x, 1, bk)), self._heads(self._proj(kv_x, 2, bv))
+        if self_attn: k_pos, k_mask = q_pos, kv_p.mask
+        elif cached: k, v, k_pos, k_mask = cache['k'], cache['v'], cache['k_pos'], cache['k_mask']
         else:
-            q, _ = pe.transform_qk(q, q[:, :, :0], q_pos, k_pos[..., :0], site)
-        if cache is not None:
-            if self_attn:
-                if 'k' in cache:
-                    k, v = torch.cat([cache['k'], k], 2), torch.cat([cache['v'], v], 2)
-                    k_pos = torch.cat([cache['k_pos'].expand(-1, k_pos.shape[1], -1) if cache['k_pos'].shape[1] != k_pos.shape[1] else cache['k_pos'], k_pos], -1)
-                    k_mask = None if k_mask is None and cache['k_mask'] is None else torch.cat(
-                        [_ones_like_mask(cache['k_mask'], cache['k']), _ones_like_mask(k_mask, q)], -1)
-                cache.update(k=k, v=v, k_pos=k_pos, k_mask=k_mask)
-            else:
-                if 'k' in cache: k, v, k_mask = cache['k'], cache['v'], cache['k_mask']
-                else: cache.update(k=k, v=v, k_pos=k_pos, k_mask=k_mask)
-        bias = pe.logit_bias(q, q_pos, k_pos, site)
+            k_pos, k_mask = (pe.head_positions(kv_p, site) if acts else kv_p.pos[:, None]), kv_p.mask
+            if cache is not None: cache.update(k=k, v=v, k_pos=k_pos, k_mask=k_mask)     # before hook 4
+        if acts: q, k = pe.transform_qk(q, k, q_pos, k_pos, site)
+        if self_attn and cache is not None: k, v, k_pos, k_mask = _extend_cache(cache, k, v, k_pos, k_mask)
+        bias = pe.logit_bias(q, q_pos, k_pos, site) if acts else None
         allowed = attention_mask(q.shape[2], k_mask, site.causal and self_attn, self_attn, x.device, k_len=k.shape[2])
-        drop = self.dropout if self.training else 0.0
-        if bias is None and allowed is not None and k_mask is None and q.shape[2] == k.shape[2]:
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
-        elif bias is None:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=drop)
-        else:
-            bias = bias.to(q.dtype)
-            if allowed is not None: bias = bias.masked_fill(~allowed, float('-inf'))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop)
-        out = out.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.d_model)
-        return self.out_proj(out)
-
-def _ones_like_mask(mask, ref):
-    "`mask`, or an all-True (B,L) mask shaped like the sequence axis of `ref` (B,H,L,dh)."
-    return mask if mask is not None else torch.ones(ref.shape[0], ref.shape[2], dtype=torch.bool, device=ref.device)
+        out = _attend(q, k, v, bias, allowed, k_mask, self.dropout if self.training else 0.0)
+        return self.out_proj(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.d_model))

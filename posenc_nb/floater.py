@@ -145,6 +145,7 @@ class FloaterPE(PosEnc):
             bad = [k for k in self.kinds if k not in ('enc', 'dec', 'cross')]
             if bad or not self.kinds: raise ValueError(f"FLOATER kinds must be a non-empty subset of ('enc','dec','cross'), got {kinds!r}")
             n_init = 3 * n_layers * len(self.kinds)
+        self.sites = self.kinds                                              # the attention sites where hooks 2-5 act
         self.p0 = nn.Parameter(torch.randn(n_init, d_model) * init_std)     # one initial value per (kind, layer, q/k/v)
         self.dynamics = FloaterDynamics(d_model, hidden)
         self.register_buffer('traj_cache', torch.zeros(0, n_init, d_model), persistent=True)
@@ -245,8 +246,6 @@ class FloaterPE(PosEnc):
         return self._zero_key is not None and not (self.training and torch.is_grad_enabled()) and self._zero_key == self._param_key()
 
     # ---- hooks
-    def check_positions(self, p: Positions): pass           # defined at every position: longer inputs are integrated further
-
     def _prior(self, pos: Tensor) -> Tensor:
         m = int(pos.max()) + 1 if pos.numel() else 1
         if not hasattr(self, '_prior_table') or self._prior_table.shape[0] < m or self._prior_table.device != pos.device:

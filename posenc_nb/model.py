@@ -19,24 +19,24 @@ __all__ = ['ModelConfig', 'EncoderLayer', 'DecoderLayer', 'Seq2Seq', 'reorder_ca
 @dataclass
 class ModelConfig:
     "Hyper-parameters of `Seq2Seq` / `Classifier`."
-    src_vocab: int
-    tgt_vocab: int
-    d_model: int = 256
-    n_heads: int = 4
-    n_enc: int = 3
-    n_dec: int = 3
-    d_ff: int = 1024
-    dropout: float = 0.1
-    enc_pe: str = 'sinusoidal'
+    src_vocab: int                        # source vocabulary size
+    tgt_vocab: int                        # target vocabulary size
+    d_model: int = 256                    # model width D
+    n_heads: int = 4                      # attention heads (must divide d_model)
+    n_enc: int = 3                        # encoder layers
+    n_dec: int = 3                        # decoder layers
+    d_ff: int = 1024                      # FFN hidden width
+    dropout: float = 0.1                  # one rate for embeddings, attention, FFN and sub-layer outputs
+    enc_pe: str = 'sinusoidal'            # the encoder's position encoding, a name from `list_posencs()`
     dec_pe: Optional[str] = None          # None -> same as enc_pe
-    pe_options: dict = field(default_factory=dict)
+    pe_options: dict = field(default_factory=dict)   # options of the encoder's encoding's constructor
     dec_pe_options: Optional[dict] = None # None -> pe_options when the decoder uses the encoder's encoding, else {}
-    max_len: int = 1024
-    prenorm: bool = True
-    tie_embeddings: bool = True
-    pad_id: int = 0
-    label_smoothing: float = 0.1
-    n_classes: int = 2
+    max_len: int = 1024                   # longest input: a limit for `bounded` encodings (learned, rope), a size hint for others
+    prenorm: bool = True                  # pre-LN (True) or post-LN (False)
+    tie_embeddings: bool = True           # one embedding matrix for input(s) and output projection
+    pad_id: int = 0                       # padding token id (zero embedding row)
+    label_smoothing: float = 0.1          # epsilon of `label_smoothed_nll` in training
+    n_classes: int = 2                    # classes of `Classifier`
     activation: str = 'relu'              # 'relu' or 'gelu' in the FFN
 
     def __post_init__(self):
@@ -60,6 +60,7 @@ class ModelConfig:
 # %% ../nbs/02_model.ipynb #ca5da97e
 def _act(name): return F.gelu if name == 'gelu' else F.relu
 
+# %% ../nbs/02_model.ipynb #b6957ce3
 class EncoderLayer(nn.Module):
     "Self-attention + FFN, pre-LN or post-LN; the position encoding is passed in."
     def __init__(self, cfg: ModelConfig, layer: int = 0):
@@ -80,6 +81,7 @@ class EncoderLayer(nn.Module):
         x = self.norm1(x + drop(self.self_attn(x, p, pe)))
         return self.norm2(x + drop(self._ff(x)))
 
+# %% ../nbs/02_model.ipynb #9e78deee
 class DecoderLayer(nn.Module):
     "Causal self-attention + cross-attention + FFN; `cache` is (self_dict, cross_dict) for incremental decoding."
     def __init__(self, cfg: ModelConfig, layer: int = 0):
@@ -117,12 +119,14 @@ def _init_linear(m: nn.Module):
         elif isinstance(mod, (EncoderLayer, DecoderLayer)):
             for lin in (mod.linear1, mod.linear2): nn.init.xavier_uniform_(lin.weight); nn.init.zeros_(lin.bias)
 
+# %% ../nbs/02_model.ipynb #a7680d6a
 def _embedding(n: int, d: int, pad_id: int) -> nn.Embedding:
     e = nn.Embedding(n, d, padding_idx=pad_id if 0 <= pad_id < n else None)
     nn.init.normal_(e.weight, 0., d ** -0.5)
     if e.padding_idx is not None: nn.init.zeros_(e.weight.data[e.padding_idx])
     return e
 
+# %% ../nbs/02_model.ipynb #4a42a37e
 def _dense(p: Optional[Positions]) -> Optional[Positions]:
     "Drop an all-True padding mask so attention can take its fast paths."
     if p is not None and p.mask is not None and p.mask.numel() and bool(p.mask.all()): return Positions(p.pos, None, p.xl)
@@ -186,7 +190,10 @@ class Seq2Seq(nn.Module):
         "Empty incremental-decoding cache: one dict per decoder attention site [self_0, cross_0, self_1, ...]."
         return [{} for _ in range(2 * len(self.dec_layers))]
 
-def reorder_cache(cache: list, index: Tensor) -> list:
+# %% ../nbs/02_model.ipynb #d0e21a51
+def reorder_cache(cache: list, # from `Seq2Seq.new_cache`, filled by `decode`
+                  index: Tensor # (B',) rows to keep, in their new order
+                 ) -> list:
     "Select batch rows `index` of every cached tensor (in place; also returned), e.g. after a beam-search step."
     for d in cache:
         for k, v in d.items():
@@ -213,7 +220,10 @@ def to_torch_transformer(model: Seq2Seq) -> nn.Transformer:
     return ref
 
 # %% ../nbs/02_model.ipynb #ed6ad764
-def label_smoothed_nll(logits: Tensor, target: Tensor, eps: float = 0.1, ignore_index: int = 0):
+def label_smoothed_nll(logits: Tensor, # (..., V) unnormalised scores
+                       target: Tensor, # (...) gold ids
+                       eps: float = 0.1, # smoothing mass spread over the V-1 wrong classes
+                       ignore_index: int = 0): # targets with this id (padding) are left out
     "(loss_sum, nll_sum, n_tokens) over targets != ignore_index; eps spread over the V-1 wrong classes."
     V = logits.shape[-1]
     lp = F.log_softmax(logits.reshape(-1, V).float(), -1)

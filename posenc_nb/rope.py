@@ -302,6 +302,7 @@ class RoPE(PosEnc):
     Options: base, rotary_frac, style ('interleaved'|'half'), scaling (None|'linear'|'ntk'|'yarn'|'xpos'), factor,
     orig_len (YaRN; default max_len), angle_dtype, beta_fast/beta_slow (YaRN), xpos_gamma/xpos_scale_base, split (two-level tables).
     `max_len` is a hard cap on positions (None: no cap)."""
+    bounded = True      # max_len caps the rotary tables
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None, causal: bool = False,
                  base: float = 10000., rotary_frac: float = 1.0, style: str = 'interleaved', scaling: Optional[str] = None,
                  factor: float = 1.0, orig_len: Optional[int] = None, angle_dtype='float32', beta_fast: float = 32.,
@@ -315,8 +316,7 @@ class RoPE(PosEnc):
                                  beta_fast, beta_slow, xpos_gamma, xpos_scale_base, angle_dtype, max_len, split)
 
     def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site):
-        "Rotate q and k of self-attention by their own positions (independently); cross-attention is left alone."
-        if not site.is_self: return q, k
+        "Rotate q and k by their own positions (independently); called at self-attention sites only (`sites`)."
         q = apply_rotary(q, q_pos, self.cache, style=self.style) if q.shape[2] else q
         k = apply_rotary(k, k_pos, self.cache, style=self.style, key=True) if k.shape[2] else k
         return q, k

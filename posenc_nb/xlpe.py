@@ -95,8 +95,6 @@ class XLInputPosEnc(PosEnc):
         self.U, self.V = nn.Linear(d_model, d_model, bias=False), nn.Linear(d_model, d_model, bias=False)
         for m in (self.U, self.V): nn.init.normal_(m.weight, 0., d_model ** -0.5)
 
-    def check_positions(self, p: Positions): pass   # sinusoids are defined for every index
-
     def combine(self, pos: Tensor, xl: Tensor) -> Tensor:
         "tanh(PE(pos) U + PE(xl) V), (B,L,d)."
         return torch.tanh(self.U(self.codes(pos)) + self.V(self.codes(xl)))
@@ -135,15 +133,13 @@ class XLHeadPosEnc(PosEnc):
         self.codes, dh = _SinCodes(d_model, max_len, base), d_model // n_heads
         self.rel_k = nn.Parameter(torch.randn(len(self.xl_layers), 2 * clip + 1, dh) * dh ** -0.5)
 
-    def check_positions(self, p: Positions): pass   # sinusoids and clipped offsets: any length works
-
     def embed(self, x: Tensor, p: Positions) -> Tensor: return x + self.codes(p.pos).to(x.dtype)
 
     def head_positions(self, p: Positions, site: Site) -> Tensor:
         return xl_head_positions(p, site, self.n_xl_heads, self.xl_layers)
 
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
-        if not site.is_self or site.layer not in self.xl_layers: return None
+        if site.layer not in self.xl_layers: return None
         s = torch.matmul(q, self.rel_k[self.xl_layers.index(site.layer)].to(q.dtype).T)       # (B,H,Lq,2c+1)
         idx = relative_offsets(q_pos, k_pos).clamp(-self.clip, self.clip) + self.clip          # (B,1|H,Lq,Lk)
         return torch.gather(s, -1, idx.expand(*q.shape[:3], idx.shape[-1])) * q.shape[-1] ** -0.5
