@@ -24,7 +24,7 @@ __all__ = ['DATASETS', 'GLUE_TASKS', 'SPECIALS', 'PAD', 'BOS', 'EOS', 'UNK', 'Da
 class DataUnavailable(RuntimeError):
     "A data set can be read neither from the hub nor from the local copy under $POSENC_DATA."
 
-# %% ../nbs/03_data.ipynb #462659c4
+# %% ../nbs/03_data.ipynb #75024800
 def data_dir() -> Optional[Path]:
     "The local data folder named by $POSENC_DATA (absolute, relative to the working directory, or to the project root), or None."
     v = os.environ.get('POSENC_DATA')
@@ -37,23 +37,23 @@ def data_dir() -> Optional[Path]:
             break
     return p
 
-# %% ../nbs/03_data.ipynb #c8972842
+# %% ../nbs/03_data.ipynb #f9476824
 def cache_dir() -> Path:
     "Where tokenizers and other derived files are cached: $POSENC_CACHE or ~/.cache/posenc_nb."
     return Path(os.environ.get('POSENC_CACHE') or '~/.cache/posenc_nb').expanduser()
 
-# %% ../nbs/03_data.ipynb #02cb1d67
+# %% ../nbs/03_data.ipynb #15104166
 def _read_lines(f: Path) -> list:
     op = gzip.open if f.suffix == '.gz' else open
     with op(f, 'rt', encoding='utf-8') as fh: return fh.read().splitlines()
 
-# %% ../nbs/03_data.ipynb #34650e40
+# %% ../nbs/03_data.ipynb #68c11d66
 def _read_jsonl(f: Path) -> list:
     "One object a line (split on newlines only: texts may hold other Unicode line separators)."
     op = gzip.open if f.suffix == '.gz' else open
     with op(f, 'rt', encoding='utf-8') as fh: return [json.loads(l) for l in fh.read().split('\n') if l.strip()]
 
-# %% ../nbs/03_data.ipynb #05b263e7
+# %% ../nbs/03_data.ipynb #f14662ad
 def _hub(hub_id, config, split, what):
     "datasets.load_dataset, turned into one clear line when the hub cannot be reached."
     import datasets
@@ -61,7 +61,7 @@ def _hub(hub_id, config, split, what):
     except Exception as e:
         raise DataUnavailable(f"cannot load {what} from the hub ({hub_id}: {type(e).__name__}); set POSENC_DATA to a folder laid out like shared/data to use local copies") from None
 
-# %% ../nbs/03_data.ipynb #dcb60fe6
+# %% ../nbs/03_data.ipynb #de43b726
 @dataclass(frozen=True)
 class Holdout:
     "A fixed rule that carves a validation split out of a hub training split, as the local copy splits it."
@@ -81,7 +81,7 @@ class Holdout:
         held = set(idx[:round(len(texts) * self.frac)])
         return [i in held for i in range(len(texts))]
 
-# %% ../nbs/03_data.ipynb #af6c28ca
+# %% ../nbs/03_data.ipynb #e601d600
 @dataclass
 class DataSpec:
     "Where a data set lives and how its splits are named (`ParallelSpec` and `LabelledSpec` say what its rows hold)."
@@ -113,7 +113,7 @@ class DataSpec:
             if f.exists(): return f
         raise DataUnavailable(f"missing local data file {' or '.join(map(str, files))} (POSENC_DATA={os.environ.get('POSENC_DATA')}); point POSENC_DATA at a folder laid out like shared/data")
 
-# %% ../nbs/03_data.ipynb #399c634c
+# %% ../nbs/03_data.ipynb #c268a59c
 @dataclass
 class ParallelSpec(DataSpec):
     "A translation corpus: line-aligned texts in two or more languages, read from files or from a generator."
@@ -128,7 +128,7 @@ class ParallelSpec(DataSpec):
         if len(self.langs) < 2 or (self.generate is not None and len(self.langs) != 2):
             raise ValueError(f"{self.name}: a corpus pairs at least two languages (a generated one exactly two), got {self.langs}")
 
-# %% ../nbs/03_data.ipynb #1d560591
+# %% ../nbs/03_data.ipynb #ead220b8
 @dataclass
 class LabelledSpec(DataSpec):
     "A text-classification task: one text and one integer label a row."
@@ -139,7 +139,7 @@ class LabelledSpec(DataSpec):
     n_labels: int = 2                          # number of classes
     kind = 'labelled'
 
-# %% ../nbs/03_data.ipynb #93ea44e1
+# %% ../nbs/03_data.ipynb #f8a9ad0b
 DATASETS = {}   # name -> DataSpec: every data set the loaders know
 
 def _declaration(spec) -> tuple:
@@ -156,7 +156,7 @@ def register_dataset(spec: DataSpec, # the declaration to add
     DATASETS[spec.name] = spec
     return spec
 
-# %% ../nbs/03_data.ipynb #8e1f1bc4
+# %% ../nbs/03_data.ipynb #78b19230
 _PACKAGE, _DISCOVERED = 'posenc_nb', []
 
 def _discover():
@@ -170,7 +170,7 @@ def _discover():
         if origin.endswith('.py') and re.search(r'^register_dataset\(', Path(origin).read_text(encoding='utf-8'), re.M):
             importlib.import_module(name)
 
-# %% ../nbs/03_data.ipynb #f8496716
+# %% ../nbs/03_data.ipynb #9ae70413
 _KINDS = ('parallel', 'labelled')
 
 def list_datasets(kind: Optional[str] = None # 'parallel' or 'labelled'; None: all
@@ -216,7 +216,7 @@ def _local_texts(spec: ParallelSpec, split: str) -> dict:
         raise DataUnavailable(f"{spec.name}/{split}: the local language files have different line counts {[len(v) for v in texts.values()]}; restore a line-aligned copy")
     return texts
 
-# %% ../nbs/03_data.ipynb #c9191675
+# %% ../nbs/03_data.ipynb #9d908aec
 def parallel_dataset(name: str, # a registered parallel corpus read from files, e.g. 'multi30k'
                      split: str # one of the corpus's splits
                     ):
@@ -231,7 +231,7 @@ def parallel_dataset(name: str, # a registered parallel corpus read from files, 
     if spec.layout == 'columns': return Dataset.from_dict(texts)
     return Dataset.from_dict({'translation': [dict(zip(texts, row)) for row in zip(*texts.values())]})
 
-# %% ../nbs/03_data.ipynb #e3af3df5
+# %% ../nbs/03_data.ipynb #ef07c6d9
 def _direction(spec: ParallelSpec, src_lang, tgt_lang) -> tuple:
     "(source, target) languages: the declared default, or its reverse when only one side is given."
     ds, dt = spec.langs[:2]
@@ -261,7 +261,7 @@ def load_parallel(name: str, # a registered parallel corpus, e.g. 'multi30k', 'e
     if 'translation' in d.column_names: return [(r[src_lang], r[tgt_lang]) for r in d['translation']]
     return list(zip(d[src_lang], d[tgt_lang]))
 
-# %% ../nbs/03_data.ipynb #6a4ebccc
+# %% ../nbs/03_data.ipynb #5a6146ba
 def _local_rows(spec: LabelledSpec, split: str) -> list:
     "Row dicts of the local file: .jsonl[.gz], or .tsv with a header row or the declared `columns`."
     f = spec.local_path(split)
@@ -270,7 +270,7 @@ def _local_rows(spec: LabelledSpec, split: str) -> list:
     cols, cells = (spec.columns, cells) if spec.columns else (tuple(c.strip() for c in cells[0]), cells[1:])
     return [dict(zip(cols, c)) for c in cells]
 
-# %% ../nbs/03_data.ipynb #c4f1ae35
+# %% ../nbs/03_data.ipynb #b0ab5125
 def _hub_rows(spec: LabelledSpec, split: str) -> dict:
     "Columns {text, label} of a split read from the hub, with the holdout rule applied to 'train' / 'validation'."
     d = _hub(spec.hub, spec.config, spec.hub_splits.get(split, split), spec.name)
@@ -278,7 +278,7 @@ def _hub_rows(spec: LabelledSpec, split: str) -> dict:
         d = d.select([i for i, v in enumerate(spec.holdout(d[spec.text])) if v == (split == 'validation')])
     return {spec.text: d[spec.text], spec.label: d[spec.label]}
 
-# %% ../nbs/03_data.ipynb #d94ce447
+# %% ../nbs/03_data.ipynb #b4829c23
 def load_labelled(name: str, # a registered classification task, e.g. 'sst2', 'cola', 'imdb'
                   split: str # 'train', 'validation' or 'test' (test: the official labelled evaluation set)
                  ) -> list:
@@ -289,7 +289,7 @@ def load_labelled(name: str, # a registered classification task, e.g. 'sst2', 'c
     else: d = _hub_rows(spec, split); texts, labels = d[spec.text], d[spec.label]
     return [(t.strip() if spec.strip else t, int(l)) for t, l in zip(texts, labels)]
 
-# %% ../nbs/03_data.ipynb #887f93c3
+# %% ../nbs/03_data.ipynb #e1f9a6ee
 GLUE_TASKS = tuple(n for n, s in DATASETS.items() if s.group == 'glue')   # ('sst2', 'cola')
 
 def load_glue(task: str, # a GLUE task of the registry: 'sst2' or 'cola'
@@ -303,7 +303,7 @@ def load_glue(task: str, # a GLUE task of the registry: 'sst2' or 'cola'
 SPECIALS = ('<pad>', '<s>', '</s>', '<unk>')   # ids 0, 1, 2, 3
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 
-# %% ../nbs/03_data.ipynb #1c13536a
+# %% ../nbs/03_data.ipynb #95497572
 def _atomic_write(path: Path, text: str):
     "Write `text` to `path` through a temporary file in the same folder and os.replace, so readers never see half a file."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
@@ -315,7 +315,7 @@ def _atomic_write(path: Path, text: str):
         if os.path.exists(tmp): os.unlink(tmp)
         raise
 
-# %% ../nbs/03_data.ipynb #e0cd1663
+# %% ../nbs/03_data.ipynb #a6f16e95
 class Tokenizer:
     "A shared source+target tokenizer (HF `tokenizers` inside): byte-level BPE, or word-level for the synthetic corpus."
     pad_id, bos_id, eos_id, unk_id = PAD, BOS, EOS, UNK
@@ -367,7 +367,7 @@ class Tokenizer:
     def load(cls, path) -> 'Tokenizer':
         return cls.from_str(Path(path).read_text(encoding='utf-8'))
 
-# %% ../nbs/03_data.ipynb #96f92ebd
+# %% ../nbs/03_data.ipynb #c209f48f
 def word_tokenizer(words) -> Tokenizer:
     "Word-level tokenizer over a fixed word list (whitespace split): one token per word."
     from tokenizers import Tokenizer as HFTokenizer, models, pre_tokenizers
@@ -377,7 +377,7 @@ def word_tokenizer(words) -> Tokenizer:
     hf.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return Tokenizer(hf, 'word')
 
-# %% ../nbs/03_data.ipynb #c1af198d
+# %% ../nbs/03_data.ipynb #664e0001
 def train_bpe(texts, vocab_size: int = 8000, min_frequency: int = 2) -> Tokenizer:
     "Train a byte-level BPE on `texts` (an iterable of strings); ids 0-3 are PAD, BOS, EOS, UNK."
     from tokenizers import Tokenizer as HFTokenizer, models, pre_tokenizers, decoders, trainers, processors
@@ -391,13 +391,13 @@ def train_bpe(texts, vocab_size: int = 8000, min_frequency: int = 2) -> Tokenize
     hf.train_from_iterator(texts, trainer)
     return Tokenizer(hf, 'bpe')
 
-# %% ../nbs/03_data.ipynb #5d950e8a
+# %% ../nbs/03_data.ipynb #af68e9a5
 def _train_texts(spec: DataSpec) -> list:
     "Every text of the training split: both sides of a corpus, the texts of a classification task."
     if spec.kind == 'labelled': return [s for s, _ in load_labelled(spec.name, 'train')]
     return [t for pair in load_parallel(spec.name, 'train') for t in pair]
 
-# %% ../nbs/03_data.ipynb #bdf3d368
+# %% ../nbs/03_data.ipynb #7e10e8fa
 def get_tokenizer(name: str, # data set name: picks its declared tokenizer, names the cache file
                   texts=None, # texts to train a BPE on (default: every text of the data set's training split)
                   vocab_size: int = 8000, # BPE vocabulary size, specials included
@@ -418,7 +418,7 @@ def get_tokenizer(name: str, # data set name: picks its declared tokenizer, name
     if cache: tok.save(path)
     return tok
 
-# %% ../nbs/03_data.ipynb #f96852a2
+# %% ../nbs/03_data.ipynb #367863d2
 def encode_pairs(tok: Tokenizer, pairs, tgt_tok: Optional[Tokenizer] = None) -> list:
     "Token-id pairs (src_ids, tgt_ids) of text pairs; `tgt_tok` defaults to the shared `tok`."
     srcs = tok.encode_batch([s for s, _ in pairs]); tgts = (tgt_tok or tok).encode_batch([t for _, t in pairs])
@@ -436,7 +436,7 @@ def pad_batch(seqs, pad_id: int = PAD, side: str = 'right'):
         x[b, sl] = torch.as_tensor(s, dtype=torch.long); m[b, sl] = True
     return x, m
 
-# %% ../nbs/03_data.ipynb #4780d758
+# %% ../nbs/03_data.ipynb #7866b616
 @dataclass
 class Batch:
     "A padded translation batch: source with EOS, decoder input BOS+y, decoder target y+EOS, and their Positions."
@@ -456,7 +456,7 @@ class Batch:
     def n_src_tokens(self) -> int: return int(self.src_p.mask.sum()) if self.src_p.mask is not None else self.src.numel()
     def __len__(self): return self.src.shape[0]
 
-# %% ../nbs/03_data.ipynb #95afbaf2
+# %% ../nbs/03_data.ipynb #616d4160
 def _xl_streams(xl, pairs):
     "Split per-example xl specs into (src streams, tgt streams or None), checking lengths."
     src_xl, tgt_xl = [], []
@@ -468,7 +468,7 @@ def _xl_streams(xl, pairs):
         src_xl.append(None if sx is None else [int(v) for v in sx]); tgt_xl.append(None if tx is None else [int(v) for v in tx])
     return src_xl, tgt_xl
 
-# %% ../nbs/03_data.ipynb #1ab2956e
+# %% ../nbs/03_data.ipynb #d0bb2141
 def collate(pairs, pad_id: int = PAD, bos_id: int = BOS, eos_id: int = EOS, xl=None, pad_side: str = 'right') -> Batch:
     "Pad (src_ids, tgt_ids) pairs into a Batch; `xl` (one per example: src stream, or (src, tgt) streams) fills Positions.xl."
     pairs = list(pairs)
@@ -491,7 +491,7 @@ def pair_lengths(pairs) -> list:
     "Padded-size length of each (src_ids, tgt_ids) pair after collate: max(len(src), len(tgt)) + 1."
     return [max(len(s), len(t)) + 1 for s, t in pairs]
 
-# %% ../nbs/03_data.ipynb #99d373e5
+# %% ../nbs/03_data.ipynb #e906a4b1
 class TokenBatchSampler:
     "Length-bucketed batches of indices whose padded size (batch size x longest length) stays <= max_tokens; deterministic per (seed, epoch), sharded over ranks."
     def __init__(self, lengths, max_tokens: int, shuffle: bool = True, seed: int = 0, rank: int = 0, world_size: int = 1):
@@ -530,7 +530,7 @@ class TokenBatchSampler:
     def __iter__(self): return iter(self.all_batches()[self.rank::self.world_size])
     def __len__(self): return len(self.all_batches()) // self.world_size
 
-# %% ../nbs/03_data.ipynb #0b9ecbea
+# %% ../nbs/03_data.ipynb #d5e2aa90
 def padding_efficiency(batches, pairs) -> float:
     "Real tokens / padded tokens over source (+EOS) and target (+BOS) tensors of these batches."
     real = padded = 0
