@@ -9,7 +9,8 @@ eflomal (optional: pip install eflomal) runs on the same data as the reference; 
 import argparse, os, resource, time
 import numpy as np
 from posenc_nb.align import fast_align, symmetrize, alignment_scores, read_parallel, eflomal_align
-from posenc_nb.data import synthetic_corpus, data_dir
+from posenc_nb.data import data_dir
+from posenc_nb.synthetic import synthetic_corpus
 
 def cpu():
     "CPU seconds of this process and its finished children (eflomal runs a C binary)."

@@ -13,7 +13,8 @@ import argparse, random, resource, time
 import numpy as np
 from posenc_nb.align import fast_align, symmetrize, read_parallel
 from posenc_nb.btg import BTGReorderer, alignment_to_permutation, reordering_scores, cky, _flat_table
-from posenc_nb.data import data_dir, synthetic_corpus
+from posenc_nb.data import data_dir
+from posenc_nb.synthetic import synthetic_corpus
 
 def cky_loops(sI, n):
     fl = _flat_table(n); best = {(i, i + 1): 0.0 for i in range(n)}

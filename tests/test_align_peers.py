@@ -3,7 +3,7 @@ import time
 import pytest
 eflomal = pytest.importorskip('eflomal')
 from posenc_nb.align import fast_align, symmetrize, alignment_scores, eflomal_align, aer
-from posenc_nb.data import synthetic_corpus
+from posenc_nb.synthetic import synthetic_corpus
 
 
 @pytest.fixture(scope='module')
