@@ -145,15 +145,16 @@ def register_posenc(name: str): # the name that `make_posenc`, `ModelConfig.enc_
 
 # %% ../nbs/00_core.ipynb #ffba1308
 ENTRY_POINT_GROUP = 'posenc_nb.encodings'     # third-party packages add encodings here
-_REGISTERS = re.compile(r'^@register_posenc\(', re.M)
 
-def provider_modules(package: str = 'posenc_nb') -> list: # the package whose modules are scanned
-    "Modules of `package` whose source registers an encoding (a line starting `@register_posenc(`), found without importing them."
-    found = []
+def provider_modules(package: str = 'posenc_nb', # the package whose modules are scanned
+                     marker: str = r'^@register_posenc\(' # regex of a line that registers something at import
+                    ) -> list:
+    "Modules of `package` whose source has a `marker` line (by default: registers an encoding), found without importing them."
+    found, pat = [], re.compile(marker, re.M)
     for m in pkgutil.iter_modules(importlib.import_module(package).__path__):
         spec = importlib.util.find_spec(f'{package}.{m.name}')
         if spec is None or not (spec.origin or '').endswith('.py'): continue
-        if _REGISTERS.search(Path(spec.origin).read_text(encoding='utf-8')): found.append(spec.name)
+        if pat.search(Path(spec.origin).read_text(encoding='utf-8')): found.append(spec.name)
     return found
 
 # %% ../nbs/00_core.ipynb #e1552ced

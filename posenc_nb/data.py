@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Optional
 import numpy as np, torch
 from torch import Tensor
-from .core import Positions
+from .core import Positions, provider_modules
 # `datasets` (slow to import) and `tokenizers` are imported inside the functions that need them.
 
 # %% auto #0
@@ -160,15 +160,11 @@ def register_dataset(spec: DataSpec, # the declaration to add
 _PACKAGE, _DISCOVERED = 'posenc_nb', []
 
 def _discover():
-    "Import, once, the package modules that register data sets at import (generated corpora live outside this module)."
+    "Import, once, the package modules that register data sets at import (the same source scan that finds encodings)."
     if _DISCOVERED: return
     _DISCOVERED.append(True)
-    for m in pkgutil.iter_modules(importlib.import_module(_PACKAGE).__path__):
-        name = f'{_PACKAGE}.{m.name}'
-        if name in sys.modules: continue                     # imported modules have registered already
-        origin = getattr(importlib.util.find_spec(name), 'origin', None) or ''
-        if origin.endswith('.py') and re.search(r'^register_dataset\(', Path(origin).read_text(encoding='utf-8'), re.M):
-            importlib.import_module(name)
+    for name in provider_modules(_PACKAGE, marker=r'^register_dataset\('):
+        if name not in sys.modules: importlib.import_module(name)
 
 # %% ../nbs/03_data.ipynb #9ae70413
 _KINDS = ('parallel', 'labelled')
