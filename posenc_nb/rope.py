@@ -156,7 +156,7 @@ class RotaryCache:
         if hit is not None: return hit[1]
         cs = self._resolve(pos, dtype, key, fmt)
         if mk is not None:
-            if len(self._memo) >= 8: self._memo.pop(next(iter(self._memo)))
+            if len(self._memo) >= 4: self._memo.pop(next(iter(self._memo)))   # a forward needs one or two
             self._memo[mk] = (pos, cs)      # holding pos keeps its storage (so the key's address) from being reused
         return cs
 
@@ -392,7 +392,7 @@ class RoPE(PosEnc):
     `max_len` is a hard cap on positions (None: no cap)."""
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None, causal: bool = False,
                  base: float = 10000., rotary_frac: float = 1.0, style: str = 'interleaved', scaling: Optional[str] = None,
-                 factor: float = 1.0, orig_len: Optional[int] = None, angle_dtype='float32', beta_fast: float = 32.,
+                 factor: float = 1.0, orig_len: Optional[int] = None, angle_dtype='float64', beta_fast: float = 32.,
                  beta_slow: float = 1., xpos_gamma: float = 0.4, xpos_scale_base: float = 512., split: Optional[int] = None):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         if d_model % n_heads: raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
