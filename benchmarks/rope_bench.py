@@ -58,6 +58,8 @@ def forward_methods(q, k, P, with_pos: bool):
     B, H, L, D = q.shape
     cache = RotaryCache(D)
     ms = {'copy of q and k (floor)': lambda: (q.clone(), k.clone())}
+    qo, ko = torch.empty_like(q), torch.empty_like(k)
+    ms['copy into preallocated q, k (no allocation)'] = lambda: (qo.copy_(q), ko.copy_(k))
     for st in ('interleaved', 'half'):
         ms[f'posenc_nb {st}'] = lambda st=st: (apply_rotary(q, None, cache, style=st), apply_rotary(k, None, cache, style=st, key=True))
     if with_pos:        # the model's positions: Positions.pos[:, None], (B,1,L)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_rope.ipynb #0df61017
 from __future__ import annotations
-import math, functools
+import math, functools, itertools
 from typing import Optional, Union
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
@@ -265,12 +265,32 @@ def _kernel(x: Tensor, cs: Tensor, fmt: str, out: Optional[Tensor], inverse: boo
     return out
 
 # %% ../nbs/10_rope.ipynb #a7c10002
+_CHUNK = 1 << 19        # fp32 elements of scratch per chunk (2 MiB): the upcast copy stays in cache, the loop stays short
+
+def _rotate_low(x: Tensor, cs: Tensor, fmt: str, r: int, inverse: bool, inplace: bool) -> Tensor:
+    "bf16/fp16 `x`: upcast a chunk into fp32 scratch, rotate it there, round it once into the output; the table is narrowed alongside."
+    out = x if inplace else torch.empty_like(x)
+    w = fmt == 'wide'
+    shift = cs.dim() - x.dim() - (not w)                # the table dim of x's dim k is k + shift ('wide' tables lead with (3,))
+    ax = next(k for k in range(x.dim() - 1) if math.prod(x.shape[k + 1:]) <= _CHUNK or k == x.dim() - 2)
+    step = max(1, _CHUNK // math.prod(x.shape[ax + 1:]))
+    buf, buf2 = torch.empty(2, min(x.numel(), step * math.prod(x.shape[ax + 1:])), dtype=cs.dtype, device=x.device)
+    for outer in itertools.product(*map(range, x.shape[:ax])):
+        for a in range(0, x.shape[ax], step):
+            sl = (*(slice(i, i + 1) for i in outer), slice(a, a + step))
+            t = cs
+            for k, s in enumerate(sl):                  # narrow the table where it is not broadcast
+                if k + shift >= w and cs.shape[k + shift] > 1: t = t.narrow(k + shift, s.start, min(s.stop, x.shape[k]) - s.start)
+            xc = x[sl]
+            b = buf[:xc.numel()].view(xc.shape); b.copy_(xc)
+            if w: out[sl].copy_(_kernel(b, t, fmt, buf2[:xc.numel()].view(xc.shape), inverse))
+            else: _kernel(b[..., :r], t, fmt, None, inverse); out[sl].copy_(b)
+    return out
+
 def _rotate(x: Tensor, cs: Tensor, fmt: str, r: int, inverse: bool = False, inplace: bool = False) -> Tensor:
     "Rotate the first `r` dims of `x` (any float dtype) by `cs`, the rest pass through; bf16/fp16 are rotated in fp32 and rounded once."
     D = x.shape[-1]
-    if x.dtype != cs.dtype:          # bf16/fp16: rotate a private fp32 copy in place, cast back once
-        yr = _rotate(x.to(cs.dtype), cs, fmt, r, inverse, inplace=fmt != 'wide')
-        return x.copy_(yr) if inplace else yr.to(x.dtype)
+    if x.dtype != cs.dtype: return _rotate_low(x, cs, fmt, r, inverse, inplace)
     if inplace: _kernel(x[..., :r], cs, fmt, None, inverse); return x
     out = torch.empty_like(x)
     if r < D: out[..., r:] = x[..., r:]
@@ -321,8 +341,9 @@ def get_rotary_cache(dim: int, base: float = 10000., **options) -> RotaryCache:
 def _table_fmt(x: Tensor, cache: RotaryCache, layout: str, style: str, r: int, inplace: bool) -> str:
     "'pairs' for interleaved; for half-split, 'wide' (three full-width contiguous passes) when x's (L, D) slabs can be read flat, else 'planes'."
     if style == 'interleaved': return 'pairs'
-    wide = (layout == 'bhld' and r == x.shape[-1] and not inplace and x.dtype in (torch.float32, torch.float64)
-            and cache.split is None and cache.xpos_log_zeta is None and _rows_contiguous(x) and not torch.compiler.is_compiling())
+    full = x.dtype in (torch.float32, torch.float64)    # bf16/fp16 are rotated from contiguous fp32 scratch, in place or not
+    wide = (layout == 'bhld' and r == x.shape[-1] and cache.split is None and cache.xpos_log_zeta is None
+            and not torch.compiler.is_compiling() and (not full or (not inplace and _rows_contiguous(x))))
     return 'wide' if wide else 'planes'
 
 def _table_for(x: Tensor, pos, cache: RotaryCache, layout: str, key: bool, fmt: str) -> Tensor:
