@@ -69,8 +69,8 @@ def _check_pos(pos: Tensor):
                         f"(angles are computed from them in fp32/fp64, never from low-precision floats)")
 
 def _memo_key(pos: Tensor, dtype, key: bool, fmt: str):
-    "Identity of a positions tensor's contents (address, geometry, in-place version), or None when it cannot be known (compile, inference mode)."
-    if torch.compiler.is_compiling(): return None
+    "Identity of a positions tensor's contents (address, geometry, in-place version), or None: not kept under compile or inference mode."
+    if torch.compiler.is_compiling() or torch.is_inference_mode_enabled(): return None
     try: return (pos.data_ptr(), pos.device, tuple(pos.shape), pos.stride(), pos.storage_offset(), pos._version, dtype, key, fmt)
     except RuntimeError: return None
 
@@ -139,7 +139,8 @@ class RotaryCache:
         if tab is None or tab.shape[fmt == 'wide'] < n:
             size = max(256, 1 << max(n - 1, 1).bit_length())
             if self.max_positions is not None: size = min(size, self.max_positions)
-            tab = self._angles_table(torch.arange(size, device=device), dtype, fmt).contiguous()
+            with torch.inference_mode(False):       # a table first built under inference mode must still serve training
+                tab = self._angles_table(torch.arange(size, device=device), dtype, fmt).contiguous()
             self._tables[key] = tab
         return tab
 
