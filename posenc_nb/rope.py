@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_rope.ipynb #0df61017
 from __future__ import annotations
-import math, functools
+import math, functools, itertools
 from typing import Optional, Union
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
@@ -68,13 +68,26 @@ def _check_pos(pos: Tensor):
         raise TypeError(f"rotary positions must be an integer tensor, got {pos.dtype}; pass torch.long positions "
                         f"(angles are computed from them in fp32/fp64, never from low-precision floats)")
 
-def _fmt_shape(dim, fmt): return (dim // 2, 2) if fmt == 'pairs' else (2, dim // 2)
+def _memo_key(pos: Tensor, dtype, key: bool, fmt: str):
+    "Identity of a positions tensor's contents (address, geometry, in-place version), or None: not kept under compile or inference mode."
+    if torch.compiler.is_compiling() or torch.is_inference_mode_enabled(): return None
+    try: return (pos.data_ptr(), pos.device, tuple(pos.shape), pos.stride(), pos.storage_offset(), pos._version, dtype, key, fmt)
+    except RuntimeError: return None
+
+def _fmt_shape(dim, fmt): return {'pairs': (dim // 2, 2), 'planes': (2, dim // 2), 'wide': (dim,)}[fmt]
+
+def _cs_format(c: Tensor, s: Tensor, fmt: str) -> Tensor:
+    "cos and sin (..., d/2) in a kernel's table format: 'pairs' (..., d/2, 2), 'planes' (..., 2, d/2), or 'wide' (3, ..., d): [c c], [-s 0], [0 s]."
+    if fmt == 'pairs': return torch.stack([c, s], -1)
+    if fmt == 'planes': return torch.stack([c, s], -2)
+    z = torch.zeros_like(s)
+    return torch.stack([torch.cat([c, c], -1), torch.cat([-s, z], -1), torch.cat([z, s], -1)])
 
 class RotaryCache:
-    "Cos/sin tables for integer positions: grown on demand, built per (device, compute dtype) from fp32/fp64 angles, never cast down."
+    "Cos/sin tables for integer positions: grown on demand, built per (device, compute dtype) from fp64 (default) or fp32 angles, never cast down."
     def __init__(self, dim: int, base: float = 10000., scaling: Optional[str] = None, factor: float = 1.,
                  orig_len: Optional[int] = None, beta_fast: float = 32., beta_slow: float = 1.,
-                 xpos_gamma: float = 0.4, xpos_scale_base: float = 512., angle_dtype=torch.float32,
+                 xpos_gamma: float = 0.4, xpos_scale_base: float = 512., angle_dtype=torch.float64,
                  max_positions: Optional[int] = None, split: Optional[int] = None):
         _check_rot_dim(dim)
         self.dim, self.base, self.scaling, self.factor, self.orig_len = dim, float(base), scaling, float(factor), orig_len
@@ -88,11 +101,11 @@ class RotaryCache:
                               if scaling == 'xpos' else None)
         if split is not None and (split < 2 or split & (split - 1)): raise ValueError(f"split must be a power of two >= 2, got {split}")
         self.split = split      # two-level (angle addition) tables, see the extension section
-        self._tables = {}
+        self._tables, self._memo = {}, {}
 
     def clear(self):
         "Drop every table (they are rebuilt lazily, on the device and in the dtype of the next call)."
-        self._tables = {}
+        self._tables, self._memo = {}, {}
 
     def __repr__(self):
         return (f"RotaryCache(dim={self.dim}, base={self.base}, scaling={self.scaling}, factor={self.factor}, "
@@ -104,10 +117,10 @@ class RotaryCache:
         return torch.float64 if dtype == torch.float64 else torch.float32
 
     def _angles_table(self, pos: Tensor, dtype, fmt: str = 'pairs') -> Tensor:
-        "cos/sin of pos*theta from angles in angle_dtype: pos.shape + (dim/2, 2) ('pairs') or + (2, dim/2) ('planes')."
+        "cos/sin of pos*theta from angles in angle_dtype, in the table format `fmt` (see `_cs_format`), stored in `dtype`."
         ang = pos.to(self.angle_dtype)[..., None] * self.inv_freq.to(pos.device)
         ang = ang.to(torch.promote_types(self.angle_dtype, dtype))
-        cs = torch.stack([ang.cos(), ang.sin()], -1 if fmt == 'pairs' else -2)
+        cs = _cs_format(ang.cos(), ang.sin(), fmt)
         if self.mscale != 1.0: cs = cs * self.mscale
         return cs.to(dtype)
 
@@ -119,30 +132,53 @@ class RotaryCache:
             raise ValueError(f"position {n - 1} is not exactly representable in fp32 (> 2**24); use angle_dtype=torch.float64")
 
     def table(self, n: int, device, dtype, fmt: str = 'pairs') -> Tensor:
-        "A cos/sin table with N >= n rows, (N, dim/2, 2) ('pairs') or (N, 2, dim/2) ('planes'), for compute dtype `dtype` on `device`."
+        "A cos/sin table with N >= n rows, (N, dim/2, 2) ('pairs'), (N, 2, dim/2) ('planes') or (3, N, dim) ('wide'), for compute dtype `dtype` on `device`."
         self._need(n)
         key = (torch.device(device), dtype, fmt)
         tab = self._tables.get(key)
-        if tab is None or tab.shape[0] < n:
+        if tab is None or tab.shape[fmt == 'wide'] < n:
             size = max(256, 1 << max(n - 1, 1).bit_length())
             if self.max_positions is not None: size = min(size, self.max_positions)
-            tab = self._angles_table(torch.arange(size, device=device), dtype, fmt).contiguous()
+            with torch.inference_mode(False):       # a table first built under inference mode must still serve training
+                tab = self._angles_table(torch.arange(size, device=device), dtype, fmt).contiguous()
             self._tables[key] = tab
         return tab
 
     def lookup(self, pos: Tensor, dtype=torch.float32, key: bool = False, fmt: str = 'pairs') -> Tensor:
-        "cos/sin for integer positions of any shape: pos.shape + (dim/2, 2) (or (2, dim/2) for fmt='planes'), in the compute dtype of `dtype`."
+        """cos/sin for integer positions of any shape: pos.shape + (dim/2, 2) (or (2, dim/2) for 'planes', (3, *pos.shape, dim) for 'wide'),
+        in the compute dtype of `dtype`. Resolved once per positions tensor: q and k, and every layer, share the result."""
         _check_pos(pos)
         dtype = self.compute_dtype(dtype)
-        if pos.numel() == 0: return torch.zeros(*pos.shape, *_fmt_shape(self.dim, fmt), dtype=dtype, device=pos.device)
-        lo, hi = int(pos.min()), int(pos.max())
+        if pos.numel() == 0:
+            sh = (3, *pos.shape, self.dim) if fmt == 'wide' else (*pos.shape, *_fmt_shape(self.dim, fmt))
+            return torch.zeros(sh, dtype=dtype, device=pos.device)
+        mk = _memo_key(pos, dtype, key and self.xpos_log_zeta is not None, fmt)
+        hit = self._memo.get(mk) if mk is not None else None
+        if hit is not None: return hit[1]
+        cs = self._resolve(pos, dtype, key, fmt)
+        if mk is not None:
+            if len(self._memo) >= 4: self._memo.pop(next(iter(self._memo)))   # a forward needs one or two
+            self._memo[mk] = (pos, cs)      # holding pos keeps its storage (so the key's address) from being reused
+        return cs
+
+    def _resolve(self, pos: Tensor, dtype, key: bool, fmt: str) -> Tensor:
+        plain = self.split is None and self.xpos_log_zeta is None
+        if pos.device.type != 'cpu' and plain:          # accelerators: no host sync, angles straight from the positions
+            return self._angles_table(pos, dtype, fmt)
+        lo, hi = (int(v) for v in torch.aminmax(pos))   # on the CPU a reduction, not a device sync
         if lo < 0: raise ValueError(f"rotary positions must be >= 0, got {lo}; shift them (RoPE only sees differences)")
-        if self.split is None:
-            tab = self.table(hi + 1, pos.device, dtype, fmt)
-            cs = F.embedding(pos, tab.view(tab.shape[0], -1)).view(*pos.shape, *_fmt_shape(self.dim, fmt))
-        else:
+        if self.split is not None:
             cs = self._split_lookup(pos, hi, dtype)
             if fmt == 'planes': cs = cs.transpose(-1, -2).contiguous()
+            return self._xpos(cs, pos, key, fmt)
+        tab = self.table(hi + 1, pos.device, dtype, fmt)
+        L = pos.shape[-1]
+        if plain and hi - lo + 1 == L and bool((pos == torch.arange(lo, hi + 1, device=pos.device)).all()):
+            sl = tab[:, lo:lo + L] if fmt == 'wide' else tab[lo:lo + L]          # a plain range in every row: a slice, no gather
+            if fmt == 'wide': return sl.view(3, *[1] * (pos.dim() - 1), L, self.dim).expand(3, *pos.shape, self.dim)
+            return sl.expand(*pos.shape, *_fmt_shape(self.dim, fmt))
+        if fmt == 'wide': return torch.stack([F.embedding(pos, t) for t in tab])
+        cs = F.embedding(pos, tab.view(tab.shape[0], -1)).view(*pos.shape, *_fmt_shape(self.dim, fmt))
         return self._xpos(cs, pos, key, fmt)
 
     def range(self, start: int, length: int, dtype=torch.float32, device='cpu', key: bool = False, fmt: str = 'pairs') -> Tensor:
@@ -151,7 +187,8 @@ class RotaryCache:
         dtype = self.compute_dtype(dtype)
         if self.split is not None or self.xpos_log_zeta is not None:
             return self.lookup(torch.arange(start, start + length, device=device), dtype, key, fmt)
-        return self.table(start + length, device, dtype, fmt)[start:start + length]
+        tab = self.table(start + length, device, dtype, fmt)
+        return tab[:, start:start + length] if fmt == 'wide' else tab[start:start + length]
 
     def _xpos(self, cs: Tensor, pos: Tensor, key: bool, fmt: str) -> Tensor:
         if self.xpos_log_zeta is None: return cs
@@ -190,39 +227,111 @@ def _complex_view(t: Tensor) -> Optional[Tensor]:
 
 TABLE_FMT = {'interleaved': 'pairs', 'half': 'planes'}
 
-def rotate_with_table(x: Tensor, cs: Tensor, style: str = 'interleaved', out: Optional[Tensor] = None, inplace: bool = False) -> Tensor:
-    """Rotate every pair of `x` (..., r) by the cos/sin table `cs`, broadcastable to (..., r/2, 2) for style 'interleaved'
-    and to (..., 2, r/2) for 'half' (the table matches the pair layout); writes into `out` when given, into `x` if `inplace`."""
+def _rows_contiguous(t: Tensor) -> bool:
+    "Each (L, D) slab of `t` (..., L, D) is one contiguous run, so it can be read flat."
+    return t.stride(-1) == 1 and (t.shape[-2] == 1 or t.stride(-2) == t.shape[-1])
+
+def _kernel(x: Tensor, cs: Tensor, fmt: str, out: Optional[Tensor], inverse: bool = False):
+    "Rotate `x` (..., r) by the table `cs` (format `fmt`) into `out` (None: in place); `inverse` rotates by minus the angle. fp32/fp64 only."
+    inplace, v = out is None, (-1. if inverse else 1.)    # v: the sign of sin (R(-a) is R(a) with sin negated)
     if inplace: out = x
-    h = x.shape[-1] // 2
-    c, s = (cs[..., 0], cs[..., 1]) if style == 'interleaved' else (cs[..., 0, :], cs[..., 1, :])
-    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (x.requires_grad or cs.requires_grad)):
-        # functional path: differentiable, and what torch.compile fuses into a single loop
-        if style == 'interleaved':
-            x1, x2 = x[..., 0::2], x[..., 1::2]
-            r = torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], -1).flatten(-2)
-        else:
-            x1, x2 = x[..., :h], x[..., h:]
-            r = torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
-        if out is not None: out.copy_(r); return out
-        return r
-    if out is None: out = torch.empty_like(x)
-    if style == 'interleaved':
+    if fmt == 'pairs':
         xc, oc = _complex_view(x), _complex_view(out)
         csc = torch.view_as_complex(cs) if cs.dtype == x.dtype and cs.stride(-1) == 1 else None
         if xc is not None and oc is not None and csc is not None:     # one fused complex multiply
-            torch.mul(xc, csc, out=oc)
-            return out
+            torch.mul(xc, csc.conj() if inverse else csc, out=oc); return out
+        c, s = cs[..., 0], cs[..., 1]
         x1, x2, o1, o2 = x[..., 0::2], x[..., 1::2], out[..., 0::2], out[..., 1::2]
-    else: x1, x2, o1, o2 = x[..., :h], x[..., h:], out[..., :h], out[..., h:]
+    elif fmt == 'wide':      # (never in place) three contiguous full-width passes: out = x*[c c]; out[k] += x[k+h]*[-s 0]; out[k] += x[k-h]*[0 s]
+        if not _rows_contiguous(out): return out.copy_(_kernel(x, cs, fmt, torch.empty_like(x, memory_format=torch.contiguous_format), inverse))
+        if not _rows_contiguous(x): x = x.contiguous()
+        h = x.shape[-1] // 2
+        xf, of = x.flatten(-2), out.flatten(-2)           # (.., L*D): the partner of k is k+h (first half) or k-h (second half)
+        cc, sa, sb = (t.flatten(-2) for t in cs.unbind(0))
+        torch.mul(xf, cc, out=of)
+        of[..., :-h].addcmul_(xf[..., h:], sa[..., :-h], value=v)     # the zeros in sa/sb drop the cross-row terms
+        of[..., h:].addcmul_(xf[..., :-h], sb[..., h:], value=v)
+        return out
+    else:
+        h = x.shape[-1] // 2
+        c, s = cs[..., 0, :], cs[..., 1, :]
+        x1, x2, o1, o2 = x[..., :h], x[..., h:], out[..., :h], out[..., h:]
     if inplace:          # keep x1*sin before x1 is overwritten
         t = x1 * s
-        o1.mul_(c).addcmul_(x2, s, value=-1)
-        o2.mul_(c).add_(t)
+        o1.mul_(c).addcmul_(x2, s, value=-v)
+        o2.mul_(c).add_(t, alpha=v)
     else:                # four passes over half-width views, no concatenated temporaries
-        torch.mul(x1, c, out=o1); o1.addcmul_(x2, s, value=-1)
-        torch.mul(x2, c, out=o2); o2.addcmul_(x1, s)
+        torch.mul(x1, c, out=o1); o1.addcmul_(x2, s, value=-v)
+        torch.mul(x2, c, out=o2); o2.addcmul_(x1, s, value=v)
     return out
+
+# %% ../nbs/10_rope.ipynb #a7c10002
+_CHUNK = 1 << 19        # fp32 elements of scratch per chunk (2 MiB): the upcast copy stays in cache, the loop stays short
+
+def _rotate_low(x: Tensor, cs: Tensor, fmt: str, r: int, inverse: bool, inplace: bool) -> Tensor:
+    "bf16/fp16 `x`: upcast a chunk into fp32 scratch, rotate it there, round it once into the output; the table is narrowed alongside."
+    out = x if inplace else torch.empty_like(x)
+    w = fmt == 'wide'
+    shift = cs.dim() - x.dim() - (not w)                # the table dim of x's dim k is k + shift ('wide' tables lead with (3,))
+    ax = next(k for k in range(x.dim() - 1) if math.prod(x.shape[k + 1:]) <= _CHUNK or k == x.dim() - 2)
+    step = max(1, _CHUNK // math.prod(x.shape[ax + 1:]))
+    buf, buf2 = torch.empty(2, min(x.numel(), step * math.prod(x.shape[ax + 1:])), dtype=cs.dtype, device=x.device)
+    for outer in itertools.product(*map(range, x.shape[:ax])):
+        for a in range(0, x.shape[ax], step):
+            sl = (*(slice(i, i + 1) for i in outer), slice(a, a + step))
+            t = cs
+            for k, s in enumerate(sl):                  # narrow the table where it is not broadcast
+                if k + shift >= w and cs.shape[k + shift] > 1: t = t.narrow(k + shift, s.start, min(s.stop, x.shape[k]) - s.start)
+            xc = x[sl]
+            b = buf[:xc.numel()].view(xc.shape); b.copy_(xc)
+            if w: out[sl].copy_(_kernel(b, t, fmt, buf2[:xc.numel()].view(xc.shape), inverse))
+            else: _kernel(b[..., :r], t, fmt, None, inverse); out[sl].copy_(b)
+    return out
+
+def _rotate(x: Tensor, cs: Tensor, fmt: str, r: int, inverse: bool = False, inplace: bool = False) -> Tensor:
+    "Rotate the first `r` dims of `x` (any float dtype) by `cs`, the rest pass through; bf16/fp16 are rotated in fp32 and rounded once."
+    D = x.shape[-1]
+    if x.dtype != cs.dtype: return _rotate_low(x, cs, fmt, r, inverse, inplace)
+    if inplace: _kernel(x[..., :r], cs, fmt, None, inverse); return x
+    out = torch.empty_like(x)
+    if r < D: out[..., r:] = x[..., r:]
+    _kernel(x[..., :r], cs, fmt, out[..., :r], inverse)
+    return out
+
+class _Rotary(torch.autograd.Function):
+    "Rotation as an autograd op: its gradient is the rotation by minus the angle, so only the (shared) table is saved."
+    @staticmethod
+    def forward(ctx, x, cs, fmt, r, inverse):
+        ctx.save_for_backward(cs); ctx.fmt, ctx.r, ctx.inverse = fmt, r, inverse
+        return _rotate(x, cs, fmt, r, inverse)
+    @staticmethod
+    def backward(ctx, g):
+        cs, = ctx.saved_tensors
+        return _Rotary.apply(g, cs, ctx.fmt, ctx.r, not ctx.inverse), None, None, None, None     # differentiable again
+
+# %% ../nbs/10_rope.ipynb #a7c10004
+def rotate_with_table(x: Tensor, cs: Tensor, style: str = 'interleaved', out: Optional[Tensor] = None, inplace: bool = False) -> Tensor:
+    """Rotate every pair of `x` (..., r) by the cos/sin table `cs`, broadcastable to (..., r/2, 2) for style 'interleaved'
+    and to (..., 2, r/2) for 'half' (the table matches the pair layout); writes into `out` when given, into `x` if `inplace`.
+    Differentiable in `x` through `_Rotary` (backward = rotation by minus the angle); a `cs` that needs grad takes the functional path."""
+    fmt = TABLE_FMT[style]
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and cs.requires_grad):
+        return _rotate_functional(x, cs, style, out)
+    if torch.is_grad_enabled() and x.requires_grad:
+        if out is None and not inplace: return _Rotary.apply(x, cs, fmt, x.shape[-1], False)
+        return _rotate_functional(x, cs, style, out)
+    if inplace: return _kernel(x, cs, fmt, None)
+    return _kernel(x, cs, fmt, torch.empty_like(x) if out is None else out)
+
+def _rotate_functional(x: Tensor, cs: Tensor, style: str, out: Optional[Tensor] = None) -> Tensor:
+    "Plain differentiable formula: what torch.compile fuses into a single loop, and the path for tables that need grad."
+    h = x.shape[-1] // 2
+    c, s = (cs[..., 0], cs[..., 1]) if style == 'interleaved' else (cs[..., 0, :], cs[..., 1, :])
+    x1, x2 = (x[..., 0::2], x[..., 1::2]) if style == 'interleaved' else (x[..., :h], x[..., h:])
+    a, b = x1 * c - x2 * s, x2 * c + x1 * s
+    r = torch.stack([a, b], -1).flatten(-2) if style == 'interleaved' else torch.cat([a, b], -1)
+    if out is not None: out.copy_(r); return out
+    return r
 
 # %% ../nbs/10_rope.ipynb #1359aa3d
 @functools.lru_cache(maxsize=32)
@@ -230,11 +339,19 @@ def get_rotary_cache(dim: int, base: float = 10000., **options) -> RotaryCache:
     "A shared `RotaryCache` per distinct configuration (what `apply_rotary` uses when no cache is passed)."
     return RotaryCache(dim, base, **options)
 
-def _table_for(x: Tensor, pos, cache: RotaryCache, layout: str, key: bool, style: str) -> Tensor:
-    "cos/sin table broadcastable to x (in `layout`), in the table format of `style`."
-    fmt = TABLE_FMT[style]
+def _table_fmt(x: Tensor, cache: RotaryCache, layout: str, style: str, r: int, inplace: bool) -> str:
+    "'pairs' for interleaved; for half-split, 'wide' (three full-width contiguous passes) when x's (L, D) slabs can be read flat, else 'planes'."
+    if style == 'interleaved': return 'pairs'
+    full = x.dtype in (torch.float32, torch.float64)    # bf16/fp16 are rotated from contiguous fp32 scratch, in place or not
+    wide = (layout == 'bhld' and r == x.shape[-1] and cache.split is None and cache.xpos_log_zeta is None
+            and not torch.compiler.is_compiling() and (not full or (not inplace and _rows_contiguous(x))))
+    return 'wide' if wide else 'planes'
+
+def _table_for(x: Tensor, pos, cache: RotaryCache, layout: str, key: bool, fmt: str) -> Tensor:
+    "cos/sin table broadcastable to x (in `layout`), in the table format `fmt` ('wide' only for 'bhld')."
     B, L = x.shape[0], x.shape[2 if layout == 'bhld' else 1]
     H = x.shape[1 if layout == 'bhld' else 2]
+    w = fmt == 'wide'           # 'wide' tables carry a leading (3,) axis
     if pos is None or isinstance(pos, int):
         cs = cache.range(pos or 0, L, x.dtype, x.device, key, fmt)                   # (L, h, 2)
         return cs if layout == 'bhld' else cs[:, None]
@@ -248,7 +365,7 @@ def _table_for(x: Tensor, pos, cache: RotaryCache, layout: str, key: bool, style
                          f"use (L,), (B,L) or (B,1|H,L)")
     cs = cache.lookup(pos.to(x.device), x.dtype, key, fmt)
     if pos.dim() == 1: return cs if layout == 'bhld' else cs[:, None]
-    if pos.dim() == 2: return cs[:, None] if layout == 'bhld' else cs[:, :, None]
+    if pos.dim() == 2: return cs.unsqueeze(1 + w) if layout == 'bhld' else cs[:, :, None]
     return cs if layout == 'bhld' else cs.transpose(1, 2)
 
 def apply_rotary(x: Tensor, pos: Union[None, int, Tensor] = None, cache: Optional[RotaryCache] = None, *,
@@ -258,7 +375,8 @@ def apply_rotary(x: Tensor, pos: Union[None, int, Tensor] = None, cache: Optiona
     `pos`: None (0..L-1), an int offset (KV cache), or integer positions (L,), (B,L) or (B,1|H,L).
     The first `rot_dim` dims (default: the cache's dim, else D) are rotated, the rest pass through.
     `style`: 'interleaved' pairs (2i,2i+1) as in the paper, or 'half' pairs (i,i+r/2) as in GPT-NeoX/Llama.
-    `key=True` only matters for xPos (keys get the inverse scale). Half-precision inputs are rotated in fp32."""
+    `key=True` only matters for xPos (keys get the inverse scale). Half-precision inputs are rotated in fp32.
+    Differentiable in `x` (a custom autograd op, as fast as the forward); the table for a positions tensor is resolved once and reused."""
     if layout not in LAYOUTS: raise ValueError(f"unknown layout {layout!r}; use 'bhld' (batch, heads, seq, dim) or 'blhd' (batch, seq, heads, dim)")
     if style not in STYLES: raise ValueError(f"unknown style {style!r}; use 'interleaved' (paper) or 'half' (GPT-NeoX/Llama)")
     if x.dim() != 4: raise ValueError(f"apply_rotary expects a 4-d tensor laid out {layout!r}, got shape {tuple(x.shape)}")
@@ -269,24 +387,16 @@ def apply_rotary(x: Tensor, pos: Union[None, int, Tensor] = None, cache: Optiona
         raise ValueError(f"rot_dim={rot_dim} disagrees with the cache's dim={cache.dim}; drop rot_dim or build a matching cache")
     r = cache.dim
     if r > D: raise ValueError(f"rotary dim {r} is larger than the head dim {D}; use a smaller rotary dim")
-    cs = _table_for(x, pos, cache, layout, key, style)
-    low = x.dtype not in (torch.float32, torch.float64)
-    if torch.is_grad_enabled() and (x.requires_grad or cs.requires_grad):     # functional path for autograd
-        if inplace: raise ValueError("inplace=True cannot be used on a tensor that requires grad; use inplace=False")
+    grad = torch.is_grad_enabled() and x.requires_grad
+    if grad and inplace: raise ValueError("inplace=True cannot be used on a tensor that requires grad; use inplace=False")
+    fmt = _table_fmt(x, cache, layout, style, r, inplace)
+    cs = _table_for(x, pos, cache, layout, key, fmt)
+    if torch.compiler.is_compiling():           # functional path: what torch.compile fuses into a single loop
         xr = x.to(cs.dtype)
-        rot = rotate_with_table(xr[..., :r], cs, style)
+        rot = _rotate_functional(xr[..., :r], cs, style)
         return (rot if r == D else torch.cat([rot, xr[..., r:]], -1)).to(x.dtype)
-    if low:     # bf16/fp16: rotate a private fp32 copy in place, cast back once
-        xr = x.to(cs.dtype)
-        rotate_with_table(xr[..., :r], cs, style, inplace=True)
-        return x.copy_(xr) if inplace else xr.to(x.dtype)
-    if inplace:
-        rotate_with_table(x[..., :r], cs, style, inplace=True); return x
-    if r == D: return rotate_with_table(x, cs, style)
-    out = torch.empty_like(x)
-    out[..., r:] = x[..., r:]
-    rotate_with_table(x[..., :r], cs, style, out=out[..., :r])
-    return out
+    if grad: return _Rotary.apply(x, cs, fmt, r, False)
+    return _rotate(x, cs, fmt, r, inplace=inplace)
 
 # %% ../nbs/10_rope.ipynb #fe866d06
 def rotary_dims(head_dim: int, rotary_frac: float = 1.0) -> int:
@@ -305,7 +415,7 @@ class RoPE(PosEnc):
     bounded = True      # max_len caps the rotary tables
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None, causal: bool = False,
                  base: float = 10000., rotary_frac: float = 1.0, style: str = 'interleaved', scaling: Optional[str] = None,
-                 factor: float = 1.0, orig_len: Optional[int] = None, angle_dtype='float32', beta_fast: float = 32.,
+                 factor: float = 1.0, orig_len: Optional[int] = None, angle_dtype='float64', beta_fast: float = 32.,
                  beta_slow: float = 1., xpos_gamma: float = 0.4, xpos_scale_base: float = 512., split: Optional[int] = None):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         if d_model % n_heads: raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")

@@ -32,20 +32,24 @@ def test_llama_apply_rotary_pos_emb():
     pos = torch.stack([torch.arange(L), torch.arange(L) + 1000])        # per-row positions, one row offset (KV cache)
     cos, sin = rope(q, pos)
     rq, rk = apply_rotary_pos_emb(q, k, cos, sin)
-    ours_q, ours_k = apply_rotary(q, pos, style='half'), apply_rotary(k, pos, style='half', key=True)
+    c32 = RotaryCache(D, angle_dtype='float32')                          # HF's fp32 angles, bit for bit
+    ours_q, ours_k = apply_rotary(q, pos, c32, style='half'), apply_rotary(k, pos, c32, style='half', key=True)
     diff = max((ours_q - rq).abs().max().item(), (ours_k - rk).abs().max().item())
     report('HF Llama apply_rotary_pos_emb (half, fp32)', diff)
     assert diff < 1e-6
+    # the default (fp64 angles) is closer to the fp64 truth than HF
+    truth = apply_rotary(q.double(), pos, RotaryCache(D, angle_dtype='float64'), style='half')
+    assert (apply_rotary(q, pos, style='half').double() - truth).abs().max() < (rq.double() - truth).abs().max()
     # (B,L,H,D) layout, the other unsqueeze_dim
     rq2, _ = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin, unsqueeze_dim=2)
-    assert (apply_rotary(q.transpose(1, 2), pos, style='half', layout='blhd') - rq2).abs().max() < 1e-6
+    assert (apply_rotary(q.transpose(1, 2), pos, c32, style='half', layout='blhd') - rq2).abs().max() < 1e-6
     # converter: Llama (half) q rows permuted to interleaved, rotated by the paper's layout, equal logits
     W = torch.randn(H * D, 32); x = torch.randn(1, L, 32)
     qh = (x @ W.T).view(1, L, H, D).transpose(1, 2)
     qi = (x @ permute_rotary_weights(W, H, to='interleaved').T).view(1, L, H, D).transpose(1, 2)
     cos1, sin1 = rope(qh, pos[:1])
     rh, _ = apply_rotary_pos_emb(qh, qh, cos1, sin1)
-    ri = apply_rotary(qi, pos[:1])
+    ri = apply_rotary(qi, pos[:1], c32)
     assert (ri[..., rotary_permutation(D)] - rh).abs().max() < 1e-5
 
 def test_llama_bf16_inputs():
@@ -67,13 +71,14 @@ def test_rotary_embedding_torch():
     ret = pytest.importorskip('rotary_embedding_torch')
     rot = ret.RotaryEmbedding(D)
     q = torch.randn(B, H, L, D)
-    diff = (apply_rotary(q, None) - rot.rotate_queries_or_keys(q)).abs().max().item()
+    c32 = RotaryCache(D, angle_dtype='float32')                          # the peer's fp32 angles
+    diff = (apply_rotary(q, None, c32) - rot.rotate_queries_or_keys(q)).abs().max().item()
     report('rotary-embedding-torch (interleaved, fp32)', diff)
     assert diff < 1e-5
     # offset (its KV-cache argument) and partial rotary (dim < head dim)
-    assert (apply_rotary(q, 37) - rot.rotate_queries_or_keys(q, offset=37)).abs().max() < 1e-5
+    assert (apply_rotary(q, 37, c32) - rot.rotate_queries_or_keys(q, offset=37)).abs().max() < 1e-5
     part = ret.RotaryEmbedding(32)
-    assert (apply_rotary(q, None, rot_dim=32) - part.rotate_queries_or_keys(q)).abs().max() < 1e-5
+    assert (apply_rotary(q, None, RotaryCache(32, angle_dtype='float32')) - part.rotate_queries_or_keys(q)).abs().max() < 1e-5
 
 def test_rotary_embedding_torch_bf16_positions():
     "rotary-embedding-torch builds positions in the input dtype: bf16 inputs collapse neighbouring positions. Ours doesn't."
@@ -86,3 +91,32 @@ def test_rotary_embedding_torch_bf16_positions():
     e_ours = (apply_rotary(q, None).double() - truth).abs().max().item()
     print(f'\nbf16 inputs, L={Lb}: max abs error vs fp64, rotary-embedding-torch {e_peer:.2e}, ours {e_ours:.2e}')
     assert e_ours < 0.05 and e_peer > 10 * e_ours
+
+def _peer_grads(f, x, g):
+    x = x.detach().requires_grad_()
+    y = f(x)
+    return y, torch.autograd.grad(y, x, g)[0]
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_training_path_matches_peers(dtype):
+    "Forward and backward (our custom autograd op) against the peers' autograd graphs, both pair layouts, fp32 and bf16."
+    pytest.importorskip('transformers'); ret = pytest.importorskip('rotary_embedding_torch')
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+    rope = LlamaRotaryEmbedding(LlamaConfig(hidden_size=H * D, num_attention_heads=H, head_dim=D))
+    x, g = torch.randn(2, B, H, L, D).unbind(0)
+    x, g = x.to(dtype), g.to(dtype)
+    pos = torch.arange(L)[None]
+    cos, sin = rope(x.float(), pos)                               # fp32 tables: the peer computed in fp32, rounded once
+    c32 = RotaryCache(D, angle_dtype='float32')
+    tol = 1e-5 if dtype == torch.float32 else 2 ** -7             # bf16: both round an fp32 value once, at most an ulp apart
+    peers = {'half': lambda t: apply_rotary_pos_emb(t.float(), t.float(), cos, sin)[0].to(dtype),
+             'interleaved': lambda t: ret.RotaryEmbedding(D).rotate_queries_or_keys(t.float()).to(dtype)}
+    for style, peer in peers.items():
+        y_p, g_p = _peer_grads(peer, x, g)
+        y_o, g_o = _peer_grads(lambda t: apply_rotary(t, pos[:, None], c32, style=style), x, g)
+        assert y_o.dtype == dtype and g_o.dtype == dtype
+        e_y = ((y_o.float() - y_p.float()).abs() / (1 + y_p.float().abs())).max().item()
+        e_g = ((g_o.float() - g_p.float()).abs() / (1 + g_p.float().abs())).max().item()
+        report(f'training path vs peer ({style}, {dtype}): forward {e_y:.1e}, backward', e_g)
+        assert e_y <= tol and e_g <= tol
