@@ -389,7 +389,6 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
     if isinstance(cfg, str): cfg = config_from_name(cfg)
     t_start = time.time()
     out_dir = Path(out_dir)
-    dev0 = torch.device(device) if device is not None else None
     ws_env = int(os.environ.get('WORLD_SIZE', '1'))
     device = _pick_device(device, ws_env)
     rank, ws, created_pg = _dist_setup(device)
@@ -446,8 +445,8 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
         model = Seq2Seq(mcfg).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay,
                                 fused=True if device.type == 'cuda' else None)   # one kernel for the whole update on GPU
-        progress = [0.0]                                                 # budget spent, read by the 'linear' schedule
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier(cfg.lr_schedule, s + 1, cfg.warmup, progress[0]))
+        spent_frac = [0.0]                                               # budget spent, read by the 'linear' schedule
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier(cfg.lr_schedule, s + 1, cfg.warmup, spent_frac[0]))
         scaler = torch.amp.GradScaler('cuda', enabled=(device.type == 'cuda' and cfg.amp == 'fp16'))
         step, train_time, tokens_seen = 0, 0.0, 0
         wall0, segments = 0.0, 1                                          # wall time and processes before this one
@@ -524,7 +523,7 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
             scaler.step(opt); scaler.update(); opt.zero_grad(set_to_none=True)
             step += 1
             train_time = seg_time0 + (time.time() - seg_t0)
-            progress[0] = budget_progress(cfg, step, train_time); sched.step()   # sets the lr of the next update
+            spent_frac[0] = budget_progress(cfg, step, train_time); sched.step()   # sets the lr of the next update
             acc += torch.stack([loss_sum.detach().double(), nll_sum.detach().double(), torch.as_tensor(n, device=device).double()])
             k = sum(ntok[i] for i in idx); win_tok += k; tokens_seen += k
             if on_step is not None: on_step(step)

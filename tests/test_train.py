@@ -128,3 +128,13 @@ def test_wall_clock_budget(tmp_path):
     assert again['step'] == 1 and again['train_time_s'] == pytest.approx(res['train_time_s'], abs=0.5)
     assert again['bleu'] == pytest.approx(res['bleu']) and again['valid_loss'] == pytest.approx(res['valid_loss'])
     assert [p.name for p in T._ckpt_paths(tmp_path / 'b')] == ['ckpt_0000001.pt']
+
+
+def test_progress_flag_controls_the_bar(tmp_path, capsys):
+    "`progress=False` draws no tqdm bar (it used to be overwritten inside `train`); `progress=True` draws one on stderr."
+    torch.set_num_threads(1)
+    cfg = _cfg(max_steps=2, eval_every=2, ckpt_every=2, eval_bleu_sents=0)
+    T.train(cfg, tmp_path / 'quiet', resume=False, progress=False)
+    assert '2/2' not in capsys.readouterr().err
+    T.train(cfg, tmp_path / 'loud', resume=False, progress=True)
+    assert '2/2' in capsys.readouterr().err
