@@ -14,7 +14,8 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from .core import Positions, list_posencs
 from .model import ModelConfig, Classifier
 from .data import load_glue, get_tokenizer, pad_batch, TokenBatchSampler, GLUE_TASKS, UNK, _atomic_write
-from .train import inverse_sqrt, _git_commit, _hardware
+from .train import inverse_sqrt
+from .utils import git, hardware
 
 # %% auto #0
 __all__ = ['GLUE_METRIC', 'ENCODER_SKIP', 'classification_metrics', 'ClassifyConfig', 'glue_data', 'predict', 'evaluate',
@@ -115,7 +116,7 @@ def run_record(seed=None, command=None, device='cpu') -> dict:
         from posenc_nb.experiments import run_record as _rr
         rec = _rr(seed, command, device)
     except ImportError:
-        rec = {'git_commit': _git_commit(), 'hardware': _hardware(torch.device(device)), 'torch_version': torch.__version__,
+        rec = {'git_commit': git('rev-parse', 'HEAD'), 'hardware': hardware(device), 'torch_version': torch.__version__,
                'python_version': platform.python_version(), 'seed': seed, 'command': command,
                'started_utc': datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}
     try: rec['loadavg_1_5_15'] = [round(v, 2) for v in os.getloadavg()]

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_train.ipynb #b649f301
 from __future__ import annotations
-import copy, hashlib, importlib, json, math, os, platform, random, subprocess, sys, tempfile, time, warnings
+import copy, hashlib, importlib, json, math, os, random, sys, time, warnings
 from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
@@ -15,12 +15,12 @@ from .core import Positions
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll
 from .data import load_parallel, get_tokenizer, collate, TokenBatchSampler, Tokenizer, cache_dir
 from .decode import translate, bleu, chrf
+from .utils import atomic_save, atomic_write, provenance
 
 # %% auto #0
 __all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'XL_PROVIDER_FILE', 'TrainConfig', 'config_from_name', 'inverse_sqrt',
-           'lr_multiplier', 'budget_progress', 'atomic_save', 'load_checkpoint', 'derived_state_keys',
-           'average_checkpoints', 'load_xl_provider', 'BatchStream', 'valid_loss', 'train', 'read_metrics',
-           'plot_curves']
+           'lr_multiplier', 'budget_progress', 'load_checkpoint', 'derived_state_keys', 'average_checkpoints',
+           'load_xl_provider', 'BatchStream', 'valid_loss', 'train', 'read_metrics', 'plot_curves']
 
 # %% ../nbs/05_train.ipynb #18ca48be
 _MODEL_FIELDS = ('d_model', 'n_heads', 'n_enc', 'n_dec', 'd_ff', 'dropout', 'enc_pe', 'dec_pe', 'pe_options', 'dec_pe_options', 'max_len',
@@ -163,28 +163,6 @@ def budget_progress(cfg, step: int, train_time: float) -> float:
     if cfg.max_steps: p = max(p, step / cfg.max_steps)
     if cfg.max_minutes: p = max(p, train_time / (60 * cfg.max_minutes))
     return min(p, 1.0)
-
-# %% ../nbs/05_train.ipynb #ab562372
-def atomic_save(obj, path):
-    "`torch.save(obj)` to a temp file next to `path`, fsync, then atomically rename it to `path`."
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + '.', suffix='.tmp')
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            torch.save(obj, f)
-            f.flush(); os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try: os.unlink(tmp)
-        except FileNotFoundError: pass
-        raise
-
-def _atomic_write_text(text: str, path):
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + '.', suffix='.tmp')
-    with os.fdopen(fd, 'w') as f: f.write(text)
-    os.replace(tmp, path)
 
 # %% ../nbs/05_train.ipynb #9becee1f
 CKPT_FORMAT = 'posenc_nb.train/1'
@@ -348,16 +326,6 @@ def _seed_all(seed):
     random.seed(seed); np.random.seed(seed % 2 ** 32); torch.manual_seed(seed)
 
 # %% ../nbs/05_train.ipynb #b3e157b4
-def _git_commit():
-    try:
-        r = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5)
-        return r.stdout.strip() or None if r.returncode == 0 else None
-    except Exception: return None
-
-def _hardware(device):
-    if device.type == 'cuda': return f"{torch.cuda.get_device_name(device)} x{max(1, dist.get_world_size() if dist.is_initialized() else 1)}"
-    return f"CPU {platform.processor() or platform.machine()} ({os.cpu_count()} cores, {torch.get_num_threads()} threads)"
-
 def _ckpt_paths(out_dir) -> list:
     return sorted(Path(out_dir).glob('ckpt_*.pt'), key=lambda p: int(p.stem.split('_')[1]))
 
@@ -378,9 +346,20 @@ def valid_loss(model, batches, eps, pad, amp_ctx) -> dict:
     model.train(was)
     return {'valid_loss': (tot[0] / tot[2]).item(), 'valid_nll': (tot[1] / tot[2]).item(), 'valid_ppl': math.exp(min(50., (tot[1] / tot[2]).item()))}
 
+def _amp_dtype(device, amp, amp_cpu=False) -> Optional[str]:
+    "The autocast dtype a run on `device` actually uses: 'bf16', 'fp16' or None (full fp32)."
+    return None if amp is None or (device.type == 'cpu' and not amp_cpu) or device.type not in ('cpu', 'cuda') else amp
+
 def _amp(device, amp, amp_cpu=False):
-    if amp is None or (device.type == 'cpu' and not amp_cpu) or device.type not in ('cpu', 'cuda'): return torch.autocast('cpu', enabled=False)
-    return torch.autocast(device.type, dtype=torch.bfloat16 if amp == 'bf16' else torch.float16)
+    dt = _amp_dtype(device, amp, amp_cpu)
+    if dt is None: return torch.autocast('cpu', enabled=False)
+    return torch.autocast(device.type, dtype=torch.bfloat16 if dt == 'bf16' else torch.float16)
+
+def _precision(device, amp, amp_cpu=False) -> str:
+    "How the arithmetic ran, for the provenance record: fp32 (TF32 matmuls on CUDA), or bf16/fp16 autocast (fp16 with a gradient scaler)."
+    dt = _amp_dtype(device, amp, amp_cpu)
+    if dt is None: return 'fp32 (tf32 matmuls)' if device.type == 'cuda' and torch.backends.cuda.matmul.allow_tf32 else 'fp32'
+    return f'{dt} autocast' + (' + grad scaler' if dt == 'fp16' else '')
 
 def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress: Optional[bool] = None,
           on_step: Optional[Callable] = None) -> dict:
@@ -463,7 +442,7 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
         metrics_path = out_dir / 'metrics.jsonl'
         if is_main and metrics_path.exists():   # drop log lines past the checkpoint we resume from
             lines = [l for l in metrics_path.read_text().splitlines() if l.strip() and json.loads(l).get('step', 0) <= step]
-            _atomic_write_text(''.join(l + '\n' for l in lines), metrics_path)
+            atomic_write(metrics_path, ''.join(l + '\n' for l in lines))
         def log(rec):
             if is_main:
                 with open(metrics_path, 'a') as f: f.write(json.dumps(rec) + '\n')
@@ -567,11 +546,11 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
                        test_sents=len(te_src), decode_s=time.time() - t0, averaged=len(ckpts) if cfg.n_avg > 1 else 1,
                        **{k: v for k, v in (last_eval or {}).items() if k != 'step'},
                        train_time_s=train_time, wall_time_s=wall0 + time.time() - t_start, segments=segments, tokens_seen=tokens_seen,
-                       tok_s=tokens_seen / max(train_time, 1e-9), n_params=n_params, seed=cfg.seed, world_size=ws,
-                       git_commit=_git_commit(), hardware=_hardware(device), torch_version=torch.__version__,
+                       tok_s=tokens_seen / max(train_time, 1e-9), n_params=n_params, world_size=ws,
+                       **provenance(cfg.seed, _precision(device, cfg.amp, cfg.amp_cpu), device, ws),
                        device=str(device), config=asdict(cfg))
-            _atomic_write_text(json.dumps(res, indent=1), out_dir / 'results.json')
-            _atomic_write_text(''.join(h + '\n' for h in hyps), out_dir / f'{cfg.test_split}.hyp')
+            atomic_write(out_dir / 'results.json', json.dumps(res, indent=1))
+            atomic_write(out_dir / f'{cfg.test_split}.hyp', ''.join(h + '\n' for h in hyps))
             res['hyps'] = hyps
         res.update(model=model, tokenizer=tok)
         return res
