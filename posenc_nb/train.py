@@ -122,6 +122,13 @@ def config_fields() -> dict:
     own = {f.name: f for f in fields(TrainConfig) if f.name != 'model'}
     return {**own, **{f.name: f for f in fields(ModelConfig) if f.name in _MODEL_FIELDS}}
 
+@patch
+def flat_dict(self: TrainConfig) -> dict:
+    "The config with the model's fields beside the others: the layout of the records committed before the nesting."
+    d = asdict(self); m = d.pop('model'); i = list(fields(TrainConfig)).index(next(f for f in fields(TrainConfig) if f.name == 'model'))
+    items = list(d.items())
+    return dict(items[:i] + [(k, m[k]) for k in _MODEL_FIELDS] + items[i:])
+
 # %% ../nbs/05_train.ipynb #26cc0518
 CONFIGS: dict = {
     'synthetic-tiny': TrainConfig(name='synthetic-tiny', data='synthetic', tokenizer='word', vocab_size=1000,

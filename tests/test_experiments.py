@@ -1,7 +1,6 @@
 "End-to-end checks of the experiment CLI (`python -m posenc_nb.experiments`) in a subprocess: files, provenance, resume, errors."
 import json, os, subprocess, sys
 from pathlib import Path
-from posenc_nb.train import TrainConfig
 
 TINY = ['--steps', '4', '--set', 'd_model=16', 'd_ff=32', 'n_enc=1', 'n_dec=1', 'n_heads=2', 'log_every=2', 'eval_every=2',
         'ckpt_every=2', 'eval_bleu_sents=0', 'beam=1', 'test_max_sents=20']
@@ -22,7 +21,7 @@ def test_run_resume_and_summarize(tmp_path):
         run = json.loads((d / 'run.json').read_text())
         assert run['command'].startswith('python -m posenc_nb.experiments run extrapolation') and '--steps 4' in run['command']
         assert run['seed'] == 0 and run['torch_version'] and run['hardware']
-        assert TrainConfig.from_dict(json.loads((d / 'config.json').read_text())).d_model == 16
+        assert json.loads((d / 'config.json').read_text())['d_model'] == 16
         assert len((d / 'test.hyp').read_text().splitlines()) == 20
     assert not list(work.rglob('*.pt'))                       # checkpoints removed after each finished run
     r2 = _cli('run', 'extrapolation', '--encodings', 'sinusoidal', 'alibi', '--out', str(out), '--work', str(work), *TINY, cwd=tmp_path)

@@ -181,6 +181,7 @@ def test_every_committed_config_loads():
             got = getattr(cfg, k)
             assert (list(got) if isinstance(got, tuple) else got) == v, (p, k)
         assert T.TrainConfig.from_dict(__import__('dataclasses').asdict(cfg)) == cfg, p     # and the nested layout round-trips
+        assert set(d) <= set(cfg.flat_dict()), p                # flat_dict (experiments' config.json) writes the same layout
 
 
 def test_flat_overrides_reach_the_model(tmp_path):
