@@ -14,12 +14,13 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from .core import Positions, list_posencs
 from .model import ModelConfig, Classifier
 from .data import load_glue, get_tokenizer, pad_batch, TokenBatchSampler, GLUE_TASKS, UNK, _atomic_write
-from .train import inverse_sqrt, _git_commit, _hardware
+from .train import inverse_sqrt
+from .utils import git, hardware
 
 # %% auto #0
 __all__ = ['GLUE_METRIC', 'ENCODER_SKIP', 'classification_metrics', 'ClassifyConfig', 'glue_data', 'predict', 'evaluate',
-           'run_record', 'write_result', 'train_classifier', 'order_toy', 'glue_encodings', 'main', 'load_results',
-           'glue_summary']
+           'run_record', 'write_result', 'ClassifyTask', 'train_classifier', 'order_toy', 'glue_encodings', 'main',
+           'load_results', 'glue_summary']
 
 # %% ../nbs/23_glue.ipynb #2c2011eb
 def classification_metrics(y_true, y_pred) -> dict:
@@ -115,7 +116,7 @@ def run_record(seed=None, command=None, device='cpu') -> dict:
         from posenc_nb.experiments import run_record as _rr
         rec = _rr(seed, command, device)
     except ImportError:
-        rec = {'git_commit': _git_commit(), 'hardware': _hardware(torch.device(device)), 'torch_version': torch.__version__,
+        rec = {'git_commit': git('rev-parse', 'HEAD'), 'hardware': hardware(device), 'torch_version': torch.__version__,
                'python_version': platform.python_version(), 'seed': seed, 'command': command,
                'started_utc': datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}
     try: rec['loadavg_1_5_15'] = [round(v, 2) for v in os.getloadavg()]
@@ -128,6 +129,32 @@ def write_result(record: dict, path) -> Path:
     _atomic_write(path, json.dumps(record, indent=1, sort_keys=False) + '\n')
     return path
 
+# %% ../nbs/23_glue.ipynb #17a061f7
+from .train import BatchStream, Budget, Evaluator, KeepBest, Learner, Task, fit
+
+# %% ../nbs/23_glue.ipynb #98ab110c
+class ClassifyTask(Task):
+    "Classification of (ids, label) pairs: length-bucketed batches over epochs, cross-entropy, the task metric on validation."
+    def __init__(self, data: dict, cfg: ClassifyConfig, metric: str, pad_id: int, device):
+        self.data, self.cfg, self.metric, self.pad_id, self.device, self.seen = data, cfg, metric, pad_id, device, 0
+        self.stream = BatchStream([len(x) for x, _ in data['train']], cfg.max_tokens, seed=cfg.seed)
+        self.batches = map(self._tensors, self.stream)
+    def _tensors(self, idx):
+        self.seen += len(idx); return _tensors(self.data['train'], idx, self.pad_id, self.device)
+    def loss(self, model, b): return F.cross_entropy(model(b[0], b[1]), b[2], label_smoothing=self.cfg.label_smoothing)
+    def tokens(self, b) -> int: return int(b[1].mask.sum())
+    def evaluate(self, model) -> dict: return {'valid_' + self.metric: evaluate(model, self.data['validation'], device=self.device)[self.metric]}
+
+# %% ../nbs/23_glue.ipynb #ddc7972d
+def _classify_data(task: str, cfg: ClassifyConfig, data: Optional[dict], vocab: Optional[int]):
+    "The (ids, label) splits (GLUE `task`'s, or `data` truncated to `max_len`) and the vocabulary size."
+    if data is None:
+        data, tok = glue_data(task, cfg.vocab_size, cfg.max_len); return data, tok.vocab_size
+    if vocab is None: raise ValueError("with `data`, also pass `vocab` (number of token ids)")
+    missing = {'train', 'validation', 'test'} - set(data)
+    if missing: raise ValueError(f"data lacks split(s) {sorted(missing)}; give train, validation and test")
+    return {k: [(list(x)[:cfg.max_len], int(y)) for x, y in v] for k, v in data.items()}, vocab
+
 # %% ../nbs/23_glue.ipynb #323314b8
 def train_classifier(task: str = 'cola', encoding: str = 'sinusoidal', seed: int = 0, minutes: Optional[float] = None,
                      steps: Optional[int] = None, out=None, data: Optional[dict] = None, vocab: Optional[int] = None,
@@ -136,56 +163,25 @@ def train_classifier(task: str = 'cola', encoding: str = 'sinusoidal', seed: int
     for `minutes` of training time and/or `steps` updates; returns metrics (and writes them as JSON to `out` when given)."""
     cfg = ClassifyConfig(task=task, encoding=encoding, seed=seed, max_minutes=minutes, max_steps=steps, **overrides)
     if encoding not in list_posencs(): raise ValueError(f"unknown encoding {encoding!r}; choose one of {list_posencs()}")
-    device = torch.device(device)
+    device, t_start = torch.device(device), time.time()
     random.seed(seed); np.random.seed(seed); torch.manual_seed(seed)
-    t_start = time.time()
-    if data is None:
-        data, tok = glue_data(task, cfg.vocab_size, cfg.max_len); vocab = tok.vocab_size
-    else:
-        if vocab is None: raise ValueError("with `data`, also pass `vocab` (number of token ids)")
-        missing = {'train', 'validation', 'test'} - set(data)
-        if missing: raise ValueError(f"data lacks split(s) {sorted(missing)}; give train, validation and test")
-        data = {k: [(list(x)[:cfg.max_len], int(y)) for x, y in v] for k, v in data.items()}
+    data, vocab = _classify_data(task, cfg, data, vocab)
     metric = GLUE_METRIC.get(task, 'accuracy')
     model = Classifier(cfg.model_config(vocab)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt(s + 1, cfg.warmup))
-    train = data['train']
-    budget = cfg.max_minutes * 60 if cfg.max_minutes is not None else math.inf
-    step, epoch, train_time, tokens, seen, curve = 0, 0, 0.0, 0, 0, []
-    best = (-math.inf, None, None)           # (valid score, step, state)
-    def check(step):
-        nonlocal best
-        v = evaluate(model, data['validation'], device=device)
-        curve.append({'step': step, 'train_time_s': round(train_time, 2), 'valid_' + metric: v[metric]})
-        if verbose: print(curve[-1], flush=True)
-        if v[metric] > best[0]: best = (v[metric], step, copy.deepcopy(model.state_dict()))
-    model.train()
-    done = False
-    while not done:
-        for idx in _batches(train, cfg.max_tokens, True, seed, epoch):
-            t0 = time.time()
-            x, p, y = _tensors(train, idx, model.cfg.pad_id, device)
-            loss = F.cross_entropy(model(x, p), y, label_smoothing=cfg.label_smoothing)
-            opt.zero_grad(set_to_none=True); loss.backward()
-            if cfg.grad_clip: nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step(); sched.step()
-            step += 1; tokens += int(p.mask.sum()); seen += len(idx); train_time += time.time() - t0
-            done = step >= (cfg.max_steps or math.inf) or train_time >= budget
-            if step % cfg.eval_every == 0 or done: check(step)
-            if done: break
-        epoch += 1
-    model.load_state_dict(best[2])
+    ev = Evaluator(cfg.eval_every); kb = KeepBest(ev, 'valid_' + metric, verbose=verbose)
+    L = Learner(model, opt, ClassifyTask(data, cfg, metric, model.cfg.pad_id, device), Budget(cfg.max_steps, cfg.max_minutes), [ev, kb],
+                sched=torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt(s + 1, cfg.warmup)), grad_clip=cfg.grad_clip, exclude_pauses=True)
+    st = fit(L); best, best_step = kb.restore_best(L)
     test = evaluate(model, data['test'], device=device)
     res = {'task': task, 'encoding': encoding, 'metric': metric, 'test_' + metric: test[metric], 'test_accuracy': test['accuracy'],
-           'test_mcc': test['mcc'], 'test_confusion': {k: test[k] for k in ('tp', 'tn', 'fp', 'fn')}, 'valid_' + metric: best[0],
-           'best_step': best[1], 'steps': step, 'epochs': round(seen / len(train), 2), 'train_time_s': round(train_time, 2),
-           'wall_time_s': round(time.time() - t_start, 2), 'train_tok_s': round(tokens / max(train_time, 1e-9), 1),
-           'n_params': sum(p.numel() for p in model.parameters()), 'n_train': len(train), 'n_test': len(data['test']),
-           'curve': curve, 'config': asdict(cfg), **run_record(seed, command, device=device)}
+           'test_mcc': test['mcc'], 'test_confusion': {k: test[k] for k in ('tp', 'tn', 'fp', 'fn')}, 'valid_' + metric: best,
+           'best_step': best_step, 'steps': st.step, 'epochs': round(L.task.seen / len(data['train']), 2), 'train_time_s': round(st.train_time, 2),
+           'wall_time_s': round(time.time() - t_start, 2), 'train_tok_s': round(st.tokens_seen / max(st.train_time, 1e-9), 1),
+           'n_params': sum(p.numel() for p in model.parameters()), 'n_train': len(data['train']), 'n_test': len(data['test']),
+           'curve': kb.curve, 'config': asdict(cfg), **run_record(seed, command, device=device)}
     if out is not None: write_result(res, out)
-    res['model'] = model
-    return res
+    return {**res, 'model': model}
 
 # %% ../nbs/23_glue.ipynb #9674bbd2
 def order_toy(n_pairs: int, length: int = 8, vocab: int = 12, seed: int = 0) -> list:

@@ -11,7 +11,7 @@ import torch
 from .core import list_posencs
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
-from .train import CONFIGS, TrainConfig, config_from_name, load_checkpoint, load_xl_provider, read_metrics, train
+from .train import CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_xl_provider, read_metrics, train
 
 # %% auto #0
 __all__ = ['CLIError', 'atomic_write', 'build_parser', 'cmd_list', 'parse_sets', 'make_config', 'main', 'run_cli', 'cmd_train',
@@ -130,7 +130,7 @@ def cmd_list(args) -> int:
     return 0
 
 # %% ../nbs/06_cli.ipynb #c6c630fe
-_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+_FIELDS = config_fields()    # the config's own fields and its model's, flat
 
 def _convert(key: str, raw: str):
     "The value of `--set key=raw` converted to the type of TrainConfig field `key`."
@@ -377,7 +377,7 @@ def _run_one(cfg: TrainConfig, run_dir: Path, device) -> dict:
     if done.is_file():
         try:
             r = json.loads(done.read_text())
-            if r.get('config') == json.loads(json.dumps(dataclasses.asdict(cfg))): res = r        # tuples -> lists, as written
+            if r.get('config') is not None and TrainConfig.from_dict(r['config']) == cfg: res = r   # either layout, tuples read back
         except (ValueError, OSError): pass
     if res is None: res = _train(cfg, run_dir, device=device, progress=False)
     return {'encoding': cfg.enc_pe, 'seed': cfg.seed, 'run_dir': str(run_dir), **{k: res.get(k) for k in _SUMMARY}}

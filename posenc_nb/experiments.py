@@ -191,7 +191,7 @@ def run_one(exp: Experiment, encoding: str, seed: int, out, work=None, minutes=N
     rec.update(finished_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), device=res.get('device'),
                train_hardware=res.get('hardware'))
     rdir.mkdir(parents=True, exist_ok=True)
-    _write_json(asdict(cfg), rdir / 'config.json')
+    _write_json(cfg.flat_dict(), rdir / 'config.json')            # the layout of every committed record
     _write_json(rec, rdir / 'run.json')
     (rdir / 'test.hyp').write_text(''.join(h + '\n' for h in res['hyps']))
     (rdir / 'curve.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in _curve_subset(read_metrics(wdir))))

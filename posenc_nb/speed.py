@@ -15,6 +15,10 @@ from .classify import run_record, write_result
 # %% auto #0
 __all__ = ['METRICS', 'measure_once', 'cpu_peak_mem_mb', 'speed_table', 'format_table', 'main']
 
+# %% ../nbs/24_speed.ipynb #d0f2d55f
+import itertools
+from .train import Budget, Learner, Task, fit
+
 # %% ../nbs/24_speed.ipynb #e823e780
 def _model(enc, vocab, d_model, n_heads, n_layers, d_ff, max_len, seed=0):
     torch.manual_seed(seed)
@@ -31,10 +35,19 @@ def _batch(batch, length, vocab, device, seed=0):
 def _sync(device):
     if device.type == 'cuda': torch.cuda.synchronize(device)
 
-def _train_step(model, opt, b):
-    src, sp, tin, tout, tp = b
-    loss, _, n = label_smoothed_nll(model(src, sp, tin, tp).float(), tout, eps=0.1, ignore_index=0)
-    (loss / n).backward(); opt.step(); opt.zero_grad(set_to_none=True)
+class _FixedBatch(Task):
+    "The same batch every update; label-smoothed loss per target token."
+    def __init__(self, b): self.batches = itertools.repeat(b)
+    def loss(self, model, b):
+        src, sp, tin, tout, tp = b
+        loss, _, n = label_smoothed_nll(model(src, sp, tin, tp).float(), tout, eps=0.1, ignore_index=0)
+        return loss / n
+
+def _train_steps(model, opt, b, n: int = 1):
+    "`n` updates of `model` on batch `b` with the engine's `fit` (no clipping, no schedule)."
+    fit(Learner(model, opt, _FixedBatch(b), Budget(max_steps=n)))
+
+def _train_step(model, opt, b): _train_steps(model, opt, b, 1)
 
 @torch.no_grad()
 def _greedy_fixed(model, src, sp, steps):
@@ -59,7 +72,7 @@ def measure_once(enc: str, batch: int = 16, length: int = 64, dec_steps: int = 3
     if device.type == 'cuda':
         base = torch.cuda.memory_allocated(device); torch.cuda.reset_peak_memory_stats(device)
     t0 = time.perf_counter()
-    for _ in range(train_steps): _train_step(model, opt, b)
+    _train_steps(model, opt, b, train_steps)
     _sync(device); out['train_tok_s'] = train_steps * 2 * batch * length / (time.perf_counter() - t0)
     if device.type == 'cuda': out['peak_mem_mb'] = (torch.cuda.max_memory_allocated(device) - base) / 2 ** 20
     model.eval()

@@ -4,23 +4,26 @@
 
 # %% ../nbs/05_train.ipynb #b649f301
 from __future__ import annotations
-import copy, hashlib, importlib, json, math, os, platform, random, subprocess, sys, tempfile, time, warnings
+import contextlib, copy, hashlib, importlib, json, math, os, random, sys, time, warnings
 from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 import numpy as np
+from fastcore.basics import patch
 import torch, torch.nn as nn
 import torch.distributed as dist
 from .core import Positions
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll
 from .data import load_parallel, get_tokenizer, collate, TokenBatchSampler, Tokenizer, cache_dir
 from .decode import translate, bleu, chrf
+from .utils import atomic_save, atomic_write, provenance
 
 # %% auto #0
-__all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'XL_PROVIDER_FILE', 'TrainConfig', 'config_from_name', 'inverse_sqrt',
-           'lr_multiplier', 'budget_progress', 'atomic_save', 'load_checkpoint', 'derived_state_keys',
-           'average_checkpoints', 'load_xl_provider', 'BatchStream', 'valid_loss', 'train', 'read_metrics',
-           'plot_curves']
+__all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'XL_PROVIDER_FILE', 'TrainConfig', 'config_fields', 'config_from_name',
+           'inverse_sqrt', 'lr_multiplier', 'budget_progress', 'load_checkpoint', 'derived_state_keys',
+           'average_checkpoints', 'load_xl_provider', 'BatchStream', 'RunState', 'Clock', 'Budget', 'Task', 'Callback',
+           'Learner', 'train_step', 'fit', 'TrainLog', 'ProgressBar', 'Evaluator', 'KeepBest', 'Checkpointer',
+           'restore', 'valid_loss', 'TranslationTask', 'OnStep', 'train', 'read_metrics', 'plot_curves']
 
 # %% ../nbs/05_train.ipynb #18ca48be
 _MODEL_FIELDS = ('d_model', 'n_heads', 'n_enc', 'n_dec', 'd_ff', 'dropout', 'enc_pe', 'dec_pe', 'pe_options', 'dec_pe_options', 'max_len',
@@ -44,22 +47,7 @@ class TrainConfig:
     test_split: str = 'test'
     xl: Optional[str] = None                # second source position stream (notebook 14): 'predicted' | 'oracle' | 'random' | 'monotone'
     xl_options: dict = field(default_factory=dict)     # options of the XL provider's fit (e.g. reorderer settings)
-    # model (-> ModelConfig)
-    d_model: int = 256
-    n_heads: int = 4
-    n_enc: int = 3
-    n_dec: int = 3
-    d_ff: int = 1024
-    dropout: float = 0.1
-    enc_pe: str = 'sinusoidal'
-    dec_pe: Optional[str] = None
-    pe_options: dict = field(default_factory=dict)
-    dec_pe_options: Optional[dict] = None   # None: pe_options when dec_pe == enc_pe, else {}
-    max_len: int = 1024
-    prenorm: bool = True
-    tie_embeddings: bool = True
-    activation: str = 'relu'
-    label_smoothing: float = 0.1
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(src_vocab=0, tgt_vocab=0))   # vocabulary sizes: set from the tokenizer
     # optimization
     max_tokens: int = 4096                  # per process: batch size x longest sequence (source or target, padding included)
     lr: float = 7e-4                        # peak learning rate, reached at the end of warmup
@@ -100,15 +88,46 @@ class TrainConfig:
 
     def model_config(self, src_vocab: int, tgt_vocab: int) -> ModelConfig:
         "The `ModelConfig` of this run for the given vocabulary sizes."
-        return ModelConfig(src_vocab=src_vocab, tgt_vocab=tgt_vocab, **{k: copy.deepcopy(getattr(self, k)) for k in _MODEL_FIELDS})
+        return replace(copy.deepcopy(self.model), src_vocab=src_vocab, tgt_vocab=tgt_vocab)
+
+    def __getattr__(self, k):   # the model's fields read flat: cfg.d_model is cfg.model.d_model
+        if k in _MODEL_FIELDS and 'model' in self.__dict__: return getattr(self.model, k)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {k!r}")
+
+    def __setattr__(self, k, v):
+        if k in _MODEL_FIELDS: k, v = 'model', replace(self.model, **{k: v})
+        object.__setattr__(self, k, v)
 
     @classmethod
     def from_dict(cls, d: dict) -> 'TrainConfig':
-        "Rebuild a config saved with `asdict` (checkpoints, results.json)."
-        names = {f.name for f in fields(cls)}
-        bad = sorted(set(d) - names)
+        "Rebuild a config saved with `asdict` (checkpoints, results.json): the nested layout, or the flat one of earlier versions."
+        d = dict(d); m = dict(d.pop('model', None) or {})
+        m.update({k: d.pop(k) for k in list(d) if k in _MODEL_FIELDS})
+        bad = sorted(set(d) - {f.name for f in fields(cls)}) + sorted(set(m) - {f.name for f in fields(ModelConfig)})
         if bad: raise ValueError(f"unknown TrainConfig field(s) {bad}; the file was written by another version of posenc_nb")
-        return cls(**d)
+        return cls(**d, model=ModelConfig(**{'src_vocab': 0, 'tgt_vocab': 0, **m}))
+
+# %% ../nbs/05_train.ipynb #df6a2f2a
+_dc_init = TrainConfig.__init__
+
+@patch
+def __init__(self: TrainConfig, *args, model: Optional[ModelConfig] = None, **kw):
+    "The dataclass constructor, also taking the model's fields flat (`d_model=64`), which go into `model`."
+    flat = {k: kw.pop(k) for k in list(kw) if k in _MODEL_FIELDS}
+    model = copy.deepcopy(model) if model is not None else ModelConfig(src_vocab=0, tgt_vocab=0)
+    _dc_init(self, *args, model=replace(model, **flat) if flat else model, **kw)
+
+def config_fields() -> dict:
+    "Every name a `TrainConfig` takes (its own fields and its model's, flat) -> its dataclass field (type, default)."
+    own = {f.name: f for f in fields(TrainConfig) if f.name != 'model'}
+    return {**own, **{f.name: f for f in fields(ModelConfig) if f.name in _MODEL_FIELDS}}
+
+@patch
+def flat_dict(self: TrainConfig) -> dict:
+    "The config with the model's fields beside the others: the layout of the records committed before the nesting."
+    d = asdict(self); m = d.pop('model'); i = list(fields(TrainConfig)).index(next(f for f in fields(TrainConfig) if f.name == 'model'))
+    items = list(d.items())
+    return dict(items[:i] + [(k, m[k]) for k in _MODEL_FIELDS] + items[i:])
 
 # %% ../nbs/05_train.ipynb #26cc0518
 CONFIGS: dict = {
@@ -140,7 +159,7 @@ def config_from_name(name: str, **overrides) -> TrainConfig:
     if isinstance(name, TrainConfig): base = name
     elif name not in CONFIGS: raise ValueError(f"unknown config {name!r}; choose one of: {', '.join(CONFIGS)}")
     else: base = CONFIGS[name]
-    names = [f.name for f in fields(TrainConfig)]
+    names = [*config_fields(), 'model']
     bad = [k for k in overrides if k not in names]
     if bad: raise ValueError(f"unknown TrainConfig field(s) {bad}; valid fields: {', '.join(names)}")
     return replace(copy.deepcopy(base), **overrides)
@@ -163,28 +182,6 @@ def budget_progress(cfg, step: int, train_time: float) -> float:
     if cfg.max_steps: p = max(p, step / cfg.max_steps)
     if cfg.max_minutes: p = max(p, train_time / (60 * cfg.max_minutes))
     return min(p, 1.0)
-
-# %% ../nbs/05_train.ipynb #ab562372
-def atomic_save(obj, path):
-    "`torch.save(obj)` to a temp file next to `path`, fsync, then atomically rename it to `path`."
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + '.', suffix='.tmp')
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            torch.save(obj, f)
-            f.flush(); os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try: os.unlink(tmp)
-        except FileNotFoundError: pass
-        raise
-
-def _atomic_write_text(text: str, path):
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + '.', suffix='.tmp')
-    with os.fdopen(fd, 'w') as f: f.write(text)
-    os.replace(tmp, path)
 
 # %% ../nbs/05_train.ipynb #9becee1f
 CKPT_FORMAT = 'posenc_nb.train/1'
@@ -347,24 +344,252 @@ def _set_rng_state(s, device):
 def _seed_all(seed):
     random.seed(seed); np.random.seed(seed % 2 ** 32); torch.manual_seed(seed)
 
-# %% ../nbs/05_train.ipynb #b3e157b4
-def _git_commit():
+# %% ../nbs/05_train.ipynb #584a7351
+@dataclass
+class RunState:
+    "The counters of a run: what a checkpoint stores besides the weights, and what callbacks read."
+    step: int = 0               # updates done
+    train_time: float = 0.0     # seconds of training, summed over resumes
+    tokens_seen: int = 0        # training tokens consumed
+    wall_time: float = 0.0      # wall-clock seconds of the earlier processes of this run
+    segments: int = 1           # processes that worked on the run (1 + resumes)
+
+    @classmethod
+    def from_checkpoint(cls, ck: dict) -> 'RunState':
+        "The state a new process continues from: one more segment."
+        return cls(ck['step'], ck['train_time'], ck['tokens_seen'], ck.get('wall_time', ck['train_time']), ck.get('segments', 1) + 1)
+
+# %% ../nbs/05_train.ipynb #f5375d26
+class Clock:
+    "Training seconds: `spent` by earlier processes plus time since `start()`, less the time in `pause()` if `exclude_pauses`."
+    def __init__(self, spent: float = 0.0, exclude_pauses: bool = False):
+        self.spent, self.exclude_pauses, self.paused_s, self.t0 = spent, exclude_pauses, 0.0, time.time()
+    def start(self): self.t0, self.paused_s = time.time(), 0.0
+    def now(self) -> float: return self.spent + time.time() - self.t0 - (self.paused_s if self.exclude_pauses else 0.0)
+    @contextlib.contextmanager
+    def pause(self):
+        "Time spent inside is recorded in `paused_s` (left out of tokens/s; left out of `now()` if `exclude_pauses`)."
+        t = time.time()
+        try: yield
+        finally: self.paused_s += time.time() - t
+
+# %% ../nbs/05_train.ipynb #b8c2ff06
+class Budget:
+    "When a run ends: after `max_steps` updates and/or `max_minutes` of training time, whichever comes first."
+    def __init__(self, max_steps: Optional[int] = None, max_minutes: Optional[float] = None, sync_every: int = 1, device='cpu'):
+        if max_steps is None and max_minutes is None: raise ValueError("set max_steps or max_minutes (or both) so training ends")
+        self.max_steps, self.max_minutes, self.sync_every, self.device = max_steps, max_minutes, sync_every, device
+        self.seconds, self.frac = (max_minutes * 60 if max_minutes is not None else math.inf), 0.0
+    def spent(self, st: RunState) -> bool:
+        "Nothing left before this process's first update (a resumed run that had finished)."
+        return st.train_time > self.seconds or (self.max_steps is not None and st.step >= self.max_steps)
+
+# %% ../nbs/05_train.ipynb #7e383ef2
+@patch
+def update(self: Budget, st: RunState) -> bool:
+    "Record the fraction of the budget spent after `st`; True when the run ends now."
+    self.frac = budget_progress(self, st.step, st.train_time)
+    if _world_size() == 1: time_up = st.train_time > self.seconds
+    elif st.step % self.sync_every: time_up = False
+    else:
+        f = torch.tensor([float(st.train_time > self.seconds)], device=self.device); dist.broadcast(f, 0); time_up = bool(f.item())
+    return time_up or (self.max_steps is not None and st.step >= self.max_steps)
+
+def _world_size() -> int: return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+# %% ../nbs/05_train.ipynb #8d4d2011
+class Task:
+    "What differs per task: `batches` (an iterator), `loss(model, batch)` (mean loss, or (loss, stats to log)), tokens, evaluation."
+    batches = None
+    def loss(self, model, batch): raise NotImplementedError
+    def tokens(self, batch) -> int: return 0                  # training tokens in `batch`, for tokens/s
+    def evaluate(self, model) -> dict: return {}            # validation metrics
+    def state_dict(self) -> dict: return {}                 # the data position, for exact resume
+    def load_state_dict(self, s: dict): pass
+
+class Callback:
+    "A hook into `fit`: override `before_fit`, `after_step` and/or `after_fit` (also called when training fails); lower `order` runs first."
+    order = 0
+    def before_fit(self, L): pass
+    def after_step(self, L): pass
+    def after_fit(self, L): pass
+
+# %% ../nbs/05_train.ipynb #451719d8
+class Learner:
+    "A model, its optimizer, a `Task`, a `Budget` and `Callback`s: everything `fit` uses and callbacks read."
+    def __init__(self, model, opt, task: Task, budget: Budget, cbs=(), sched=None, scaler=None, grad_clip: Optional[float] = None,
+                 net=None, state: Optional[RunState] = None, exclude_pauses: bool = False, started: Optional[float] = None):
+        self.model, self.opt, self.task, self.budget, self.sched, self.grad_clip = model, opt, task, budget, sched, grad_clip
+        self.net, self.state, self.cbs = net if net is not None else model, state or RunState(), sorted(cbs, key=lambda c: c.order)
+        self.scaler = scaler if scaler is not None else torch.amp.GradScaler('cuda', enabled=False)
+        self.clock, self.exclude_pauses, self.started = Clock(), exclude_pauses, started or time.time()
+        self.done, self.loss, self.stats, self.batch, self.n_tok = False, None, None, None, 0
+    def __call__(self, event: str):
+        for cb in self.cbs: getattr(cb, event)(self)
+    def pause(self): return self.clock.pause()
+
+# %% ../nbs/05_train.ipynb #6a7b3c8b
+def train_step(L: Learner, batch):
+    "One update of `L.model` on `batch`: loss, backward, gradient clipping, optimizer step."
+    out = L.task.loss(L.net, batch)
+    L.loss, L.stats = out if isinstance(out, tuple) else (out, None)
+    L.scaler.scale(L.loss).backward()
+    if L.grad_clip:
+        L.scaler.unscale_(L.opt); nn.utils.clip_grad_norm_(L.model.parameters(), L.grad_clip)
+    L.scaler.step(L.opt); L.scaler.update(); L.opt.zero_grad(set_to_none=True)
+
+# %% ../nbs/05_train.ipynb #80f4f90a
+def fit(L: Learner) -> RunState:
+    "Train until the budget is spent: draw a batch, update, count, let the callbacks act."
+    L.done = L.budget.spent(L.state)
+    L.clock = Clock(L.state.train_time, L.exclude_pauses); L.net.train(); L('before_fit')
     try:
-        r = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5)
-        return r.stdout.strip() or None if r.returncode == 0 else None
-    except Exception: return None
+        while not L.done:
+            L.batch = next(L.task.batches)
+            train_step(L, L.batch)
+            L.n_tok = L.task.tokens(L.batch)
+            L.state.step += 1; L.state.train_time = L.clock.now(); L.state.tokens_seen += L.n_tok
+            L.done = L.budget.update(L.state)
+            if L.sched is not None: L.sched.step()
+            L('after_step')
+    finally: L('after_fit')
+    return L.state
 
-def _hardware(device):
-    if device.type == 'cuda': return f"{torch.cuda.get_device_name(device)} x{max(1, dist.get_world_size() if dist.is_initialized() else 1)}"
-    return f"CPU {platform.processor() or platform.machine()} ({os.cpu_count()} cores, {torch.get_num_threads()} threads)"
+# %% ../nbs/05_train.ipynb #e7d21d4a
+class TrainLog(Callback):
+    "Every `every` updates: mean loss/NLL per token since the last record, lr, tokens/s (pauses left out), time, epoch, to `log`."
+    order = 0
+    def __init__(self, every: int, log: Callable, world_size: int = 1): self.every, self.log, self.ws, self.rec = every, log, world_size, None
+    def before_fit(self, L): self.acc, self.tok, self.t0, self.p0 = None, 0, time.time(), 0.0
+    def after_step(self, L):
+        if L.stats is not None: self.acc = L.stats if self.acc is None else self.acc + L.stats
+        self.tok += L.n_tok
+        if L.state.step % self.every: return
+        (l, nl, nt), now, p = (self.acc.tolist() if self.acc is not None else (math.nan, math.nan, 1)), time.time(), L.clock.paused_s
+        self.rec = {'step': L.state.step, 'loss': l / max(nt, 1), 'nll': nl / max(nt, 1), 'lr': L.opt.param_groups[0]['lr'],
+                    'tok_s': self.tok * self.ws / max(now - self.t0 - (p - self.p0), 1e-9), 'wall': L.state.train_time,
+                    'epoch': getattr(L.task, 'epoch', None)}
+        self.acc, self.tok, self.t0, self.p0 = None, 0, now, p
+        self.log(self.rec)
 
+# %% ../nbs/05_train.ipynb #9b7d4923
+class ProgressBar(Callback):
+    "A tqdm bar over the updates when `show`, with the latest `TrainLog` loss and tokens/s."
+    order = 1
+    def __init__(self, show: bool, desc: str = '', log: Optional[TrainLog] = None): self.show, self.desc, self.logcb, self.bar = show, desc, log, None
+    def before_fit(self, L):
+        from tqdm.auto import tqdm
+        self.bar = tqdm(total=L.budget.max_steps, initial=L.state.step, disable=not self.show, desc=self.desc, dynamic_ncols=True)
+    def after_step(self, L):
+        r = self.logcb.rec if self.logcb is not None else None
+        if r is not None and r['step'] == L.state.step: self.bar.set_postfix(loss=f"{r['loss']:.3f}", tok_s=f"{r['tok_s']:.0f}")
+        self.bar.update(1)
+    def after_fit(self, L):
+        if self.bar is not None: self.bar.close()
+
+# %% ../nbs/05_train.ipynb #bac912fc
+class Evaluator(Callback):
+    "Every `every` updates and at the end: `task.evaluate(model)` on rank 0, logged to `log`; the latest record is `last`."
+    order = 10
+    def __init__(self, every: int, log: Optional[Callable] = None, is_main: bool = True):
+        self.every, self.log, self.is_main, self.last = every, log, is_main, None
+    def after_step(self, L):
+        if L.state.step % self.every and not L.done: return
+        with L.pause():
+            rec = {'step': L.state.step}
+            if self.is_main:
+                rec.update(L.task.evaluate(L.model))
+                if self.log is not None: self.log(rec)
+            if _world_size() > 1: dist.barrier()
+        self.last = rec
+
+# %% ../nbs/05_train.ipynb #175422bf
+class KeepBest(Callback):
+    "After each evaluation of `ev`: append (step, time, score) to `curve`; keep the weights with the best `key` (`higher`: larger is better)."
+    order = 11
+    def __init__(self, ev: Evaluator, key: str, higher: bool = True, verbose: bool = False):
+        self.ev, self.key, self.sign, self.verbose, self.curve, self.best = ev, key, 1 if higher else -1, verbose, [], (-math.inf, None, None)
+    def after_step(self, L):
+        r = self.ev.last
+        if r is None or r['step'] != L.state.step: return
+        self.curve.append({'step': r['step'], 'train_time_s': round(L.state.train_time, 2), self.key: r[self.key]})
+        if self.verbose: print(self.curve[-1], flush=True)
+        if self.sign * r[self.key] > self.best[0]: self.best = (self.sign * r[self.key], r['step'], copy.deepcopy(L.model.state_dict()))
+    def restore_best(self, L): L.model.load_state_dict(self.best[2]); return self.sign * self.best[0], self.best[1]
+
+# %% ../nbs/05_train.ipynb #7e1e51e3
 def _ckpt_paths(out_dir) -> list:
     return sorted(Path(out_dir).glob('ckpt_*.pt'), key=lambda p: int(p.stem.split('_')[1]))
 
+def _gather(obj) -> list:
+    "`obj` of every rank, in rank order (a one-element list without torch.distributed)."
+    if _world_size() == 1: return [obj]
+    out = [None] * _world_size(); dist.all_gather_object(out, obj); return out
+
+# %% ../nbs/05_train.ipynb #4260e402
+class Checkpointer(Callback):
+    "Atomic checkpoints `ckpt_NNNNNNN.pt` in `folder` every `every` updates and at the end, keeping the newest `keep`."
+    order = 20
+    def __init__(self, folder, every: int, keep: int, extra: Callable = dict, is_main: bool = True, device='cpu'):
+        self.folder, self.every, self.keep, self.extra, self.is_main, self.device = Path(folder), every, keep, extra, is_main, torch.device(device)
+    def after_step(self, L):
+        if L.state.step % self.every == 0 or L.done:
+            with L.pause(): self.save(L)
+    def paths(self) -> list: return _ckpt_paths(self.folder)
+
+# %% ../nbs/05_train.ipynb #c2898e98
+@patch
+def save(self: Checkpointer, L: Learner):
+    "Write the checkpoint of `L`'s current state (all ranks call this; rank 0 writes), then drop all but the newest `keep`."
+    rng, data = _gather(_rng_state(self.device)), _gather(L.task.state_dict())
+    if not self.is_main: return
+    st = L.state
+    ck = {'format': CKPT_FORMAT, **self.extra(), 'model': L.model.state_dict(), 'optimizer': L.opt.state_dict(),
+          'scheduler': L.sched.state_dict() if L.sched is not None else None, 'scaler': L.scaler.state_dict() if L.scaler.is_enabled() else None,
+          'rng': rng, 'sampler': data, 'step': st.step, 'train_time': st.train_time, 'tokens_seen': st.tokens_seen,
+          'world_size': len(rng), 'wall_time': st.wall_time + time.time() - L.started, 'segments': st.segments}
+    atomic_save(ck, self.folder / f'ckpt_{st.step:07d}.pt')
+    for old in self.paths()[:-self.keep]: old.unlink()
+
+# %% ../nbs/05_train.ipynb #bf7480ab
+@patch
+def latest(self: Checkpointer) -> Optional[dict]:
+    "The newest readable checkpoint in `folder`, or None."
+    for p in reversed(self.paths()):
+        try: return _read_ckpt(p)
+        except ValueError as e: warnings.warn(f"skipping unreadable checkpoint: {e}")
+
+def restore(L: Learner, ck: dict, rank: int = 0):
+    "Continue `L` from checkpoint `ck`: weights, optimizer, schedule, scaler, counters, data position, this rank's RNG state."
+    L.model.load_state_dict(ck['model']); L.opt.load_state_dict(ck['optimizer'])
+    if L.sched is not None: L.sched.load_state_dict(ck['scheduler'])
+    if ck.get('scaler'): L.scaler.load_state_dict(ck['scaler'])
+    L.state = RunState.from_checkpoint(ck)
+    L.task.load_state_dict(ck['sampler'][rank] if rank < len(ck['sampler']) else ck['sampler'][0])
+    if rank < len(ck['rng']): _set_rng_state(ck['rng'][rank], next(L.model.parameters()).device)
+
+# %% ../nbs/05_train.ipynb #b74a6c7a
 def _config_diff(a: TrainConfig, b: TrainConfig) -> list:
     return [f"{f.name}: {getattr(a, f.name)!r} vs {getattr(b, f.name)!r}" for f in fields(TrainConfig)
             if f.name not in _RESUMABLE_FIELDS and getattr(a, f.name) != getattr(b, f.name)]
 
+def _amp_dtype(device, amp, amp_cpu=False) -> Optional[str]:
+    "The autocast dtype a run on `device` actually uses: 'bf16', 'fp16' or None (full fp32)."
+    return None if amp is None or (device.type == 'cpu' and not amp_cpu) or device.type not in ('cpu', 'cuda') else amp
+
+def _amp(device, amp, amp_cpu=False):
+    dt = _amp_dtype(device, amp, amp_cpu)
+    if dt is None: return torch.autocast('cpu', enabled=False)
+    return torch.autocast(device.type, dtype=torch.bfloat16 if dt == 'bf16' else torch.float16)
+
+# %% ../nbs/05_train.ipynb #8d1beb10
+def _precision(device, amp, amp_cpu=False) -> str:
+    "How the arithmetic ran: fp32 (TF32 matmuls on CUDA), or bf16/fp16 autocast (fp16 with a gradient scaler)."
+    dt = _amp_dtype(device, amp, amp_cpu)
+    if dt is None: return 'fp32 (tf32 matmuls)' if device.type == 'cuda' and torch.backends.cuda.matmul.allow_tf32 else 'fp32'
+    return f'{dt} autocast' + (' + grad scaler' if dt == 'fp16' else '')
+
+# %% ../nbs/05_train.ipynb #09431bac
 @torch.no_grad()
 def valid_loss(model, batches, eps, pad, amp_ctx) -> dict:
     "Token-averaged label-smoothed loss and NLL over pre-built batches."
@@ -378,208 +603,188 @@ def valid_loss(model, batches, eps, pad, amp_ctx) -> dict:
     model.train(was)
     return {'valid_loss': (tot[0] / tot[2]).item(), 'valid_nll': (tot[1] / tot[2]).item(), 'valid_ppl': math.exp(min(50., (tot[1] / tot[2]).item()))}
 
-def _amp(device, amp, amp_cpu=False):
-    if amp is None or (device.type == 'cpu' and not amp_cpu) or device.type not in ('cpu', 'cuda'): return torch.autocast('cpu', enabled=False)
-    return torch.autocast(device.type, dtype=torch.bfloat16 if amp == 'bf16' else torch.float16)
+# %% ../nbs/05_train.ipynb #e9cff408
+class TranslationTask(Task):
+    "Token-id pairs, a resumable batch stream, label-smoothed loss; validation loss and greedy BLEU as the evaluation."
+    def __init__(self, cfg: TrainConfig, tok, pairs, pairs_xl, stream: BatchStream, valid: dict, device, amp_ctx):
+        self.cfg, self.tok, self.pairs, self.pairs_xl, self.stream, self.valid, self.device, self.amp = cfg, tok, pairs, pairs_xl, stream, valid, device, amp_ctx
+        self.ntok = [len(s) + len(t) + 2 for s, t in pairs]          # collate adds EOS to the source, BOS/EOS to the target
+        self.batches = map(self.collate, stream)
+    def collate(self, idx):
+        xl = None if self.pairs_xl is None else [self.pairs_xl[i] for i in idx]
+        return idx, collate([self.pairs[i] for i in idx], pad_id=self.tok.pad_id, xl=xl).to(self.device)
+    def tokens(self, batch) -> int: return sum(self.ntok[i] for i in batch[0])
+    @property
+    def epoch(self) -> int: return self.stream.epoch
+    def state_dict(self): return self.stream.state_dict()
+    def load_state_dict(self, s): self.stream.load_state_dict(s)
+
+# %% ../nbs/05_train.ipynb #115d8537
+@patch
+def loss(self: TranslationTask, model, batch):
+    "Mean label-smoothed loss per target token, and the (loss, NLL, tokens) sums to log."
+    b = batch[1]
+    with self.amp(): logits = model(b.src, b.src_p, b.tgt_in, b.tgt_p)
+    loss_sum, nll_sum, n = label_smoothed_nll(logits.float(), b.tgt_out, eps=self.cfg.label_smoothing, ignore_index=self.tok.pad_id)
+    return loss_sum / n, torch.stack([loss_sum.detach().double(), nll_sum.detach().double(), torch.as_tensor(n, device=self.device).double()])
+
+@patch
+def evaluate(self: TranslationTask, model) -> dict:
+    "Validation loss, and greedy BLEU on the first `eval_bleu_sents` validation sentences."
+    cfg, v = self.cfg, self.valid
+    rec = valid_loss(model, v['batches'], cfg.label_smoothing, self.tok.pad_id, self.amp) if v['batches'] else {}
+    if cfg.eval_bleu_sents and v['src']:
+        n = cfg.eval_bleu_sents
+        with self.amp(): hyps = translate(model, self.tok, v['src'][:n], beam=cfg.eval_beam, batch_tokens=cfg.max_tokens, xl=None if v['xl'] is None else v['xl'][:n])
+        rec['valid_bleu'] = bleu(hyps, v['tgt'][:n])['score']
+    return rec
+
+# %% ../nbs/05_train.ipynb #49b7127d
+def _train_pairs(cfg: TrainConfig, tok, src, tgt, xl):
+    "Tokenized training pairs no longer than the run allows, with their XL streams (or None)."
+    src_ids, tgt_ids = _encode(tok, src), _encode(tok, tgt)
+    lim = cfg.max_tokens - 1 if cfg.max_train_len is None else min(cfg.max_train_len, cfg.max_tokens - 1)
+    keep = [i for i in range(len(src_ids)) if max(len(src_ids[i]), len(tgt_ids[i])) <= lim]
+    if not keep: raise ValueError(f"no training pair is at most {lim} tokens long; raise max_train_len / max_tokens")
+    return [(src_ids[i], tgt_ids[i]) for i in keep], None if xl is None else [xl[i] for i in keep]
+
+def _valid_data(cfg: TrainConfig, tok, xl_of, is_main: bool, device) -> dict:
+    "Validation sentences, references, XL streams and pre-built batches (empty except on rank 0)."
+    src, tgt = _load_data(cfg, cfg.valid_split) if is_main else ([], [])
+    allp, x = list(zip(_encode(tok, src), _encode(tok, tgt))), xl_of(src)
+    keep = [i for i, p in enumerate(allp) if max(map(len, p)) < cfg.max_tokens]
+    pairs, pxl = [allp[i] for i in keep], None if x is None else [x[i] for i in keep]
+    batches = [collate([pairs[i] for i in b], pad_id=tok.pad_id, xl=None if pxl is None else [pxl[i] for i in b]).to(device) for b in
+               TokenBatchSampler([(len(s) + 1, len(t) + 1) for s, t in pairs], cfg.max_tokens, shuffle=False)] if pairs else []
+    return {'src': src, 'tgt': tgt, 'xl': x, 'batches': batches}
+
+# %% ../nbs/05_train.ipynb #4751fa6b
+def _translation_task(cfg: TrainConfig, out_dir, ck, rank: int, ws: int, device):
+    "The `TranslationTask` of run `cfg` (its tokenizer from `ck` when resuming, else trained here and shared by rank 0)."
+    tr_src, tr_tgt = _load_data(cfg, 'train')
+    tok_str = [ck['tokenizer'] if ck is not None else _make_tokenizer(cfg, tr_src + tr_tgt).to_str() if rank == 0 else None]
+    if ck is None and ws > 1: dist.broadcast_object_list(tok_str, 0)   # every rank uses rank 0's tokenizer
+    tok = Tokenizer.from_str(tok_str[0])
+    xl_prov = _xl_provider(cfg, out_dir, tr_src, tr_tgt, rank, ws) if cfg.xl else None
+    xl_of = (lambda texts: xl_prov.streams(texts, tok)) if xl_prov is not None else (lambda texts: None)
+    pairs, pairs_xl = _train_pairs(cfg, tok, tr_src, tr_tgt, xl_of(tr_src))
+    stream = BatchStream([(len(s) + 1, len(t) + 1) for s, t in pairs], cfg.max_tokens, seed=cfg.seed, rank=rank, world_size=ws)
+    task = TranslationTask(cfg, tok, pairs, pairs_xl, stream, _valid_data(cfg, tok, xl_of, rank == 0, device), device, lambda: _amp(device, cfg.amp, cfg.amp_cpu))
+    task.tok_str, task.xl_of = tok_str[0], xl_of
+    return task
+
+# %% ../nbs/05_train.ipynb #e53b91f4
+def _prepare_run_dir(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: bool, ckpter: Checkpointer) -> Optional[dict]:
+    "Clean `out_dir` for the run; the checkpoint to resume from, or None."
+    if is_main:
+        for tmp in out_dir.glob('*.tmp'): tmp.unlink()
+    if resume:
+        ck = ckpter.latest()
+        diff = _config_diff(TrainConfig.from_dict(ck['config']), cfg) if ck is not None else []
+        if diff: raise ValueError(f"{out_dir} holds a run with a different config ({'; '.join(diff)}); use another out_dir or resume=False")
+        return ck
+    if is_main:
+        for p in ckpter.paths() + [out_dir / f for f in ('metrics.jsonl', 'results.json', XL_PROVIDER_FILE)]: p.unlink(missing_ok=True)
+
+# %% ../nbs/05_train.ipynb #3a9426ed
+def _jsonl_log(path: Path, is_main: bool, upto: int) -> Callable:
+    "A function appending records to `path` (rank 0 only), after dropping records past step `upto` (left by a killed run)."
+    if is_main and path.exists():
+        lines = [l for l in path.read_text().splitlines() if l.strip() and json.loads(l).get('step', 0) <= upto]
+        atomic_write(path, ''.join(l + '\n' for l in lines))
+    def log(rec):
+        if is_main:
+            with open(path, 'a') as f: f.write(json.dumps(rec) + '\n')
+    return log
+
+# %% ../nbs/05_train.ipynb #2bfa0b50
+def _translation_learner(cfg: TrainConfig, task: TranslationTask, cbs, device, ws: int, started: float) -> Learner:
+    model = Seq2Seq(cfg.model_config(task.tok.vocab_size, task.tok.vocab_size)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay,
+                            fused=True if device.type == 'cuda' else None)
+    budget = Budget(cfg.max_steps, cfg.max_minutes, sync_every=cfg.log_every, device=device)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier(cfg.lr_schedule, s + 1, cfg.warmup, budget.frac))
+    scaler = torch.amp.GradScaler('cuda', enabled=(device.type == 'cuda' and cfg.amp == 'fp16'))
+    net = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == 'cuda' else None) if ws > 1 else model
+    return Learner(model, opt, task, budget, cbs, sched=sched, scaler=scaler, grad_clip=cfg.grad_clip, net=net, started=started)
+
+# %% ../nbs/05_train.ipynb #f9cd5512
+def _test_model(cfg: TrainConfig, L: Learner, ckpter: Checkpointer, device):
+    "The model to test (the average of the last `n_avg` checkpoints, or the final one) and how many checkpoints it averages."
+    ckpts = ckpter.paths()[-cfg.n_avg:]
+    if cfg.n_avg > 1 and len(ckpts) > 1:
+        return _build_model(average_checkpoints(ckpts, out=ckpter.folder / 'averaged.pt')).to(device).eval(), len(ckpts)
+    return L.model.eval(), 1
+
+# %% ../nbs/05_train.ipynb #f96dc406
+def _final_test(cfg: TrainConfig, L: Learner, ckpter: Checkpointer, last_eval: Optional[dict], device, ws: int) -> dict:
+    "Test BLEU/chrF of the run, its last validation record, counters and provenance; written to results.json and the .hyp file."
+    model, n_avg = _test_model(cfg, L, ckpter, device)
+    src, ref = _load_data(cfg, cfg.test_split)
+    if cfg.test_max_sents: src, ref = src[:cfg.test_max_sents], ref[:cfg.test_max_sents]
+    t0, st, task = time.time(), L.state, L.task
+    with task.amp(): hyps = translate(model, task.tok, src, beam=cfg.beam, len_penalty=cfg.len_penalty, batch_tokens=cfg.max_tokens, xl=task.xl_of(src))
+    b, c = bleu(hyps, ref), chrf(hyps, ref)
+    res = dict(step=st.step, bleu=b['score'], chrf=c['score'], bleu_signature=b['signature'], chrf_signature=c['signature'], test_sents=len(src),
+               decode_s=time.time() - t0, averaged=n_avg, **{k: v for k, v in (last_eval or {}).items() if k != 'step'},
+               train_time_s=st.train_time, wall_time_s=st.wall_time + time.time() - L.started, segments=st.segments, tokens_seen=st.tokens_seen,
+               tok_s=st.tokens_seen / max(st.train_time, 1e-9), n_params=sum(p.numel() for p in L.model.parameters()), world_size=ws,
+               **provenance(cfg.seed, _precision(device, cfg.amp, cfg.amp_cpu), device, ws), device=str(device), config=asdict(cfg))
+    atomic_write(ckpter.folder / 'results.json', json.dumps(res, indent=1))
+    atomic_write(ckpter.folder / f'{cfg.test_split}.hyp', ''.join(h + '\n' for h in hyps))
+    return {**res, 'hyps': hyps}
+
+# %% ../nbs/05_train.ipynb #d9d70a1d
+class OnStep(Callback):
+    "Calls `f(step)` after every update (before logging): the caller's hook, e.g. to stop or inspect a run."
+    order = -10
+    def __init__(self, f: Callable): self.f = f
+    def after_step(self, L): self.f(L.state.step)
+
+# %% ../nbs/05_train.ipynb #f0579d20
+def _run_callbacks(cfg: TrainConfig, out_dir: Path, step: int, is_main: bool, ws: int, progress, on_step, device):
+    "The callbacks of a translation run: caller's hook, training log, progress bar, evaluation, checkpoints."
+    log = _jsonl_log(out_dir / 'metrics.jsonl', is_main, step)
+    tl = TrainLog(cfg.log_every, log, ws)
+    show = (progress if progress is not None else sys.stderr.isatty()) and is_main
+    cbs = [tl, ProgressBar(show, cfg.name, tl), Evaluator(cfg.eval_every, log, is_main)] + ([OnStep(on_step)] if on_step is not None else [])
+    return cbs, log
+
+# %% ../nbs/05_train.ipynb #35259940
+def _logged_eval(out_dir, step: int) -> Optional[dict]:
+    "The validation record of `step` in the run's log (a resumed run whose budget was spent evaluates nothing new)."
+    return next((r for r in reversed(read_metrics(out_dir)) if r.get('step') == step and 'valid_loss' in r), None)
 
 def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress: Optional[bool] = None,
           on_step: Optional[Callable] = None) -> dict:
     """Train `cfg` into `out_dir` (resuming from its latest checkpoint when `resume`), evaluate on the test split
     and return the results (also written to `out_dir/results.json`, plus `model` and `tokenizer` objects)."""
     if isinstance(cfg, str): cfg = config_from_name(cfg)
-    t_start = time.time()
-    out_dir = Path(out_dir)
-    dev0 = torch.device(device) if device is not None else None
-    ws_env = int(os.environ.get('WORLD_SIZE', '1'))
-    device = _pick_device(device, ws_env)
+    started, out_dir = time.time(), Path(out_dir)
+    device = _pick_device(device, int(os.environ.get('WORLD_SIZE', '1')))
     rank, ws, created_pg = _dist_setup(device)
-    bar = None
-    is_main = rank == 0
     if device.type == 'cuda': torch.cuda.set_device(device); torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True
-    if is_main: out_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        # ---------------------------------------------------------------- resume?
-        ck = None
-        if is_main:
-            for tmp in out_dir.glob('*.tmp'): tmp.unlink()
-        if resume:
-            for p in reversed(_ckpt_paths(out_dir)):
-                try: ck = _read_ckpt(p); break
-                except ValueError as e: warnings.warn(f"skipping unreadable checkpoint: {e}")
-            if ck is not None:
-                diff = _config_diff(TrainConfig.from_dict(ck['config']), cfg)
-                if diff: raise ValueError(f"{out_dir} holds a run with a different config ({'; '.join(diff)}); use another out_dir or resume=False")
-        elif is_main:
-            for p in _ckpt_paths(out_dir): p.unlink()
-            for f in ('metrics.jsonl', 'results.json', XL_PROVIDER_FILE):
-                if (out_dir / f).exists(): (out_dir / f).unlink()
-        _seed_all(cfg.seed + rank)
-        # ---------------------------------------------------------------- data
-        tr_src, tr_tgt = _load_data(cfg, 'train')
-        if ck is not None: tok_str = ck['tokenizer']
-        else:
-            tok_str = [_make_tokenizer(cfg, tr_src + tr_tgt).to_str() if is_main else None]
-            if ws > 1: dist.broadcast_object_list(tok_str, 0)   # every rank uses rank 0's tokenizer
-            tok_str = tok_str[0]
-        tok = Tokenizer.from_str(tok_str)
-        pad = tok.pad_id
-        src_ids, tgt_ids = _encode(tok, tr_src), _encode(tok, tr_tgt)
-        xl_prov = _xl_provider(cfg, out_dir, tr_src, tr_tgt, rank, ws) if cfg.xl else None
-        xl_of = (lambda texts: xl_prov.streams(texts, tok)) if xl_prov is not None else (lambda texts: None)
-        tr_xl = xl_of(tr_src)                                              # one XL stream per source sentence, or None
-        lim = cfg.max_tokens - 1 if cfg.max_train_len is None else min(cfg.max_train_len, cfg.max_tokens - 1)
-        keep = [i for i in range(len(src_ids)) if max(len(src_ids[i]), len(tgt_ids[i])) <= lim]
-        pairs = [(src_ids[i], tgt_ids[i]) for i in keep]
-        pairs_xl = None if tr_xl is None else [tr_xl[i] for i in keep]
-        if not pairs: raise ValueError(f"no training pair is at most {lim} tokens long; raise max_train_len / max_tokens")
-        lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]            # collate adds EOS to the source, BOS/EOS to the target
-        ntok = [len(s) + len(t) + 2 for s, t in pairs]
-        stream = BatchStream(lengths, cfg.max_tokens, seed=cfg.seed, rank=rank, world_size=ws)
-        va_src, va_tgt = _load_data(cfg, cfg.valid_split) if is_main else ([], [])
-        va_all, va_x = list(zip(_encode(tok, va_src), _encode(tok, va_tgt))), xl_of(va_src)
-        va_keep = [i for i, p in enumerate(va_all) if max(map(len, p)) < cfg.max_tokens]
-        va_pairs, va_xl = [va_all[i] for i in va_keep], None if va_x is None else [va_x[i] for i in va_keep]
-        va_batches = [collate([va_pairs[i] for i in b], pad_id=pad, xl=None if va_xl is None else [va_xl[i] for i in b]).to(device) for b in
-                      TokenBatchSampler([(len(s) + 1, len(t) + 1) for s, t in va_pairs], cfg.max_tokens, shuffle=False)] if va_pairs else []
-        # ---------------------------------------------------------------- model, optimizer
-        mcfg = cfg.model_config(tok.vocab_size, tok.vocab_size)
-        model = Seq2Seq(mcfg).to(device)
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay,
-                                fused=True if device.type == 'cuda' else None)   # one kernel for the whole update on GPU
-        progress = [0.0]                                                 # budget spent, read by the 'linear' schedule
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier(cfg.lr_schedule, s + 1, cfg.warmup, progress[0]))
-        scaler = torch.amp.GradScaler('cuda', enabled=(device.type == 'cuda' and cfg.amp == 'fp16'))
-        step, train_time, tokens_seen = 0, 0.0, 0
-        wall0, segments = 0.0, 1                                          # wall time and processes before this one
-        if ck is not None:
-            model.load_state_dict(ck['model']); opt.load_state_dict(ck['optimizer']); sched.load_state_dict(ck['scheduler'])
-            if ck.get('scaler'): scaler.load_state_dict(ck['scaler'])
-            step, train_time, tokens_seen = ck['step'], ck['train_time'], ck['tokens_seen']
-            wall0, segments = ck.get('wall_time', train_time), ck.get('segments', 1) + 1
-            stream.load_state_dict(ck['sampler'][rank] if rank < len(ck['sampler']) else ck['sampler'][0])
-            if rank < len(ck['rng']): _set_rng_state(ck['rng'][rank], device)
-        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == 'cuda' else None) if ws > 1 else model
-        amp_ctx = lambda: _amp(device, cfg.amp, cfg.amp_cpu)
-        n_params = sum(p.numel() for p in model.parameters())
-        metrics_path = out_dir / 'metrics.jsonl'
-        if is_main and metrics_path.exists():   # drop log lines past the checkpoint we resume from
-            lines = [l for l in metrics_path.read_text().splitlines() if l.strip() and json.loads(l).get('step', 0) <= step]
-            _atomic_write_text(''.join(l + '\n' for l in lines), metrics_path)
-        def log(rec):
-            if is_main:
-                with open(metrics_path, 'a') as f: f.write(json.dumps(rec) + '\n')
-
-        def save(step):
-            rngs = _rng_state(device); samp = stream.state_dict()
-            if ws > 1:
-                g_rng, g_samp = [None] * ws, [None] * ws
-                dist.all_gather_object(g_rng, rngs); dist.all_gather_object(g_samp, samp)
-            else: g_rng, g_samp = [rngs], [samp]
-            if is_main:
-                atomic_save({'format': CKPT_FORMAT, 'step': step, 'config': asdict(cfg), 'model_config': asdict(mcfg),
-                             'model': model.state_dict(), 'optimizer': opt.state_dict(), 'scheduler': sched.state_dict(),
-                             'scaler': scaler.state_dict() if scaler.is_enabled() else None, 'rng': g_rng, 'sampler': g_samp,
-                             'tokenizer': tok_str, 'train_time': train_time, 'tokens_seen': tokens_seen, 'world_size': ws,
-                             'wall_time': wall0 + time.time() - t_start, 'segments': segments},
-                            out_dir / f'ckpt_{step:07d}.pt')
-                for old in _ckpt_paths(out_dir)[:-cfg.keep_ckpts]: old.unlink()
-
-        def evaluate(step):
-            rec = {'step': step}
-            if is_main:
-                rec.update(valid_loss(model, va_batches, cfg.label_smoothing, pad, amp_ctx) if va_batches else {})
-                if cfg.eval_bleu_sents and va_src:
-                    n = cfg.eval_bleu_sents
-                    with amp_ctx():
-                        hyps = translate(model, tok, va_src[:n], beam=cfg.eval_beam, batch_tokens=cfg.max_tokens,
-                                         xl=None if va_x is None else va_x[:n])
-                    rec['valid_bleu'] = bleu(hyps, va_tgt[:n])['score']
-                log(rec)
-            if ws > 1: dist.barrier()
-            return rec
-
-        # ---------------------------------------------------------------- loop
-        use_bar = progress if progress is not None else sys.stderr.isatty()
-        from tqdm.auto import tqdm
-        bar = tqdm(total=cfg.max_steps, initial=step, disable=not (use_bar and is_main), desc=cfg.name, dynamic_ncols=True)
-        acc = torch.zeros(3, device=device, dtype=torch.float64)       # loss, nll, target tokens since last log
-        win_tok, win_t0 = 0, time.time()
-        budget = cfg.max_minutes * 60 if cfg.max_minutes is not None else math.inf
-        last_eval = None
-        ddp.train()
-        seg_t0 = time.time(); seg_time0 = train_time
-        spent = train_time > budget            # resumed after the budget ran out: no more updates, straight to the final evaluation
-        if spent and is_main: last_eval = next((r for r in reversed(read_metrics(out_dir)) if r.get('step') == step and 'valid_loss' in r), None)
-        while not spent and (cfg.max_steps is None or step < cfg.max_steps):
-            idx = next(stream)
-            b = collate([pairs[i] for i in idx], pad_id=pad, xl=None if pairs_xl is None else [pairs_xl[i] for i in idx]).to(device)
-            with amp_ctx():
-                logits = ddp(b.src, b.src_p, b.tgt_in, b.tgt_p)
-            loss_sum, nll_sum, n = label_smoothed_nll(logits.float(), b.tgt_out, eps=cfg.label_smoothing, ignore_index=pad)
-            loss = loss_sum / n
-            scaler.scale(loss).backward()
-            if cfg.grad_clip:
-                scaler.unscale_(opt)
-                nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            scaler.step(opt); scaler.update(); opt.zero_grad(set_to_none=True)
-            step += 1
-            train_time = seg_time0 + (time.time() - seg_t0)
-            progress[0] = budget_progress(cfg, step, train_time); sched.step()   # sets the lr of the next update
-            acc += torch.stack([loss_sum.detach().double(), nll_sum.detach().double(), torch.as_tensor(n, device=device).double()])
-            k = sum(ntok[i] for i in idx); win_tok += k; tokens_seen += k
-            if on_step is not None: on_step(step)
-            stop = False
-            if ws == 1: stop = train_time > budget                      # one process: checked after every update
-            elif step % cfg.log_every == 0:                              # DDP: rank 0 decides at log intervals (no per-step sync)
-                f = torch.tensor([float(train_time > budget)], device=device); dist.broadcast(f, 0); stop = bool(f.item())
-            if step % cfg.log_every == 0:
-                l, nl, nt = acc.tolist(); acc.zero_()
-                now = time.time()
-                rec = {'step': step, 'loss': l / max(nt, 1), 'nll': nl / max(nt, 1), 'lr': opt.param_groups[0]['lr'],
-                       'tok_s': win_tok * ws / max(now - win_t0, 1e-9), 'wall': train_time, 'epoch': stream.epoch}
-                win_tok, win_t0 = 0, now
-                log(rec); bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tok_s']:.0f}")
-            bar.update(1)
-            done = stop or (cfg.max_steps is not None and step >= cfg.max_steps)
-            if step % cfg.eval_every == 0 or done:
-                t_pause = time.time(); last_eval = evaluate(step); win_t0 += time.time() - t_pause   # tokens/s leaves out evaluation
-            if step % cfg.ckpt_every == 0 or done:
-                t_pause = time.time(); save(step); win_t0 += time.time() - t_pause                  # ... and checkpoint writes
-            if done: break
-        bar.close()
-        if ck is None and step == 0: save(0)     # max_steps=0: still leave a loadable checkpoint
-        if ws > 1: dist.barrier()
-        # ---------------------------------------------------------------- final evaluation
-        res = {'step': step}
-        if is_main:
-            eval_model = model
-            ckpts = _ckpt_paths(out_dir)[-cfg.n_avg:]
-            if cfg.n_avg > 1 and len(ckpts) > 1:
-                eval_model = _build_model(average_checkpoints(ckpts, out=out_dir / 'averaged.pt')).to(device)
-            eval_model.eval()
-            te_src, te_tgt = _load_data(cfg, cfg.test_split)
-            if cfg.test_max_sents: te_src, te_tgt = te_src[:cfg.test_max_sents], te_tgt[:cfg.test_max_sents]
-            t0 = time.time()
-            with amp_ctx():
-                hyps = translate(eval_model, tok, te_src, beam=cfg.beam, len_penalty=cfg.len_penalty, batch_tokens=cfg.max_tokens,
-                                 xl=xl_of(te_src))
-            b_, c_ = bleu(hyps, te_tgt), chrf(hyps, te_tgt)
-            res.update(bleu=b_['score'], chrf=c_['score'], bleu_signature=b_['signature'], chrf_signature=c_['signature'],
-                       test_sents=len(te_src), decode_s=time.time() - t0, averaged=len(ckpts) if cfg.n_avg > 1 else 1,
-                       **{k: v for k, v in (last_eval or {}).items() if k != 'step'},
-                       train_time_s=train_time, wall_time_s=wall0 + time.time() - t_start, segments=segments, tokens_seen=tokens_seen,
-                       tok_s=tokens_seen / max(train_time, 1e-9), n_params=n_params, seed=cfg.seed, world_size=ws,
-                       git_commit=_git_commit(), hardware=_hardware(device), torch_version=torch.__version__,
-                       device=str(device), config=asdict(cfg))
-            _atomic_write_text(json.dumps(res, indent=1), out_dir / 'results.json')
-            _atomic_write_text(''.join(h + '\n' for h in hyps), out_dir / f'{cfg.test_split}.hyp')
-            res['hyps'] = hyps
-        res.update(model=model, tokenizer=tok)
-        return res
+    if rank == 0: out_dir.mkdir(parents=True, exist_ok=True)
+    try: return _train(cfg, out_dir, resume, device, progress, on_step, rank, ws, started)
     finally:
-        if bar is not None: bar.close()      # an interrupted run's bar is drawn before the caller's error message
-        if created_pg and dist.is_initialized():
-            dist.destroy_process_group()
+        if created_pg and dist.is_initialized(): dist.destroy_process_group()
+
+# %% ../nbs/05_train.ipynb #f3f23325
+def _train(cfg, out_dir, resume, device, progress, on_step, rank, ws, started) -> dict:
+    ckpter = Checkpointer(out_dir, cfg.ckpt_every, cfg.keep_ckpts, is_main=rank == 0, device=device)
+    ck = _prepare_run_dir(cfg, out_dir, resume, rank == 0, ckpter)
+    _seed_all(cfg.seed + rank)
+    task = _translation_task(cfg, out_dir, ck, rank, ws, device)
+    cbs, log = _run_callbacks(cfg, out_dir, ck['step'] if ck is not None else 0, rank == 0, ws, progress, on_step, device)
+    L = _translation_learner(cfg, task, cbs + [ckpter], device, ws, started)
+    ckpter.extra = lambda: {'config': asdict(cfg), 'model_config': asdict(L.model.cfg), 'tokenizer': task.tok_str}
+    if ck is not None: restore(L, ck, rank)
+    step0 = L.state.step; fit(L)
+    if ck is None and L.state.step == 0: ckpter.save(L)     # max_steps=0: still leave a loadable checkpoint
+    if ws > 1: dist.barrier()
+    ev = next(c for c in cbs if isinstance(c, Evaluator)).last if L.state.step > step0 else (_logged_eval(out_dir, L.state.step) if rank == 0 else None)
+    res = _final_test(cfg, L, ckpter, ev, device, ws) if rank == 0 else {'step': L.state.step}
+    return {**res, 'model': L.model, 'tokenizer': task.tok}
 
 # %% ../nbs/05_train.ipynb #99e8a2e8
 def read_metrics(out_dir) -> list:

@@ -20,7 +20,7 @@ from .data import collate
 # %% auto #0
 __all__ = ['ORDER_MODES', 'is_permutation', 'xl_positions', 'xl_for_subwords', 'xl_stream', 'XLInputPosEnc', 'xl_head_positions',
            'XLHeadPosEnc', 'XLRopePosEnc', 'random_order', 'aligned_orders', 'XLPositionProvider', 'xl_streams_for',
-           'train_xl', 'eval_xl']
+           'eval_xl', 'XLPairs', 'train_xl']
 
 # %% ../nbs/14_xlpe.ipynb #5b5046f4
 def _as_long(x, what: str) -> Tensor:
@@ -266,6 +266,38 @@ def xl_streams_for(pairs, tok, provider: Optional[XLPositionProvider], golds=Non
 def _batches(ids, xls, bs):
     for s in range(0, len(ids), bs): yield collate(ids[s:s + bs], xl=None if xls is None else xls[s:s + bs])
 
+@torch.no_grad()
+def eval_xl(model: Seq2Seq, ids, xls, tok=None, refs=None, batch_size: int = 100, max_len: int = 100) -> dict:
+    "Validation NLL per target token (no smoothing); with `tok` and `refs` also greedy-decoding BLEU."
+    from posenc_nb.decode import greedy_decode, bleu
+    model.eval(); dev = next(model.parameters()).device
+    tot = n_tok = 0; hyps = []
+    for b in _batches(ids, xls, batch_size):
+        b = b.to(dev)
+        _, nll, n = label_smoothed_nll(model(b.src, b.src_p, b.tgt_in, b.tgt_p), b.tgt_out, eps=0.)
+        tot += float(nll); n_tok += int(n)
+        if refs is not None: hyps += [tok.decode(h) for h in greedy_decode(model, b.src, b.src_p, max_len=max_len)]
+    out = dict(nll=tot / n_tok)
+    if refs is not None: out['bleu'] = bleu(hyps, refs)['score']
+    return out
+
+# %% ../nbs/14_xlpe.ipynb #bba2aa15
+from .train import Budget, Learner, Task, fit
+
+# %% ../nbs/14_xlpe.ipynb #2da8409c
+class XLPairs(Task):
+    "Batches of `batch_size` token-id pairs drawn at random (seeded), with their XL streams; label-smoothed loss per target token."
+    def __init__(self, ids, xls, batch_size: int = 32, seed: int = 0, device='cpu'):
+        self.ids, self.xls, self.bs, self.device, self.rng = ids, xls, batch_size, device, random.Random(seed)
+        self.batches = iter(self._draw, None)
+    def _draw(self):
+        idx = self.rng.sample(range(len(self.ids)), min(self.bs, len(self.ids)))
+        return collate([self.ids[i] for i in idx], xl=None if self.xls is None else [self.xls[i] for i in idx]).to(self.device)
+    def loss(self, model, b):
+        loss, _, n = label_smoothed_nll(model(b.src, b.src_p, b.tgt_in, b.tgt_p), b.tgt_out)
+        return loss / n
+
+# %% ../nbs/14_xlpe.ipynb #5ba1023a
 def train_xl(train_ids, train_xl, vocab_size: int, enc_pe: str = 'xl-input', dec_pe: str = 'sinusoidal', steps: int = 250,
              batch_size: int = 32, lr: float = 3e-3, warmup: int = 50, seed: int = 0, d_model: int = 64, n_heads: int = 4,
              n_layers: int = 2, d_ff: Optional[int] = None, dropout: float = 0.0, inverse_sqrt: bool = False, device='cpu',
@@ -281,28 +313,6 @@ def train_xl(train_ids, train_xl, vocab_size: int, enc_pe: str = 'xl-input', dec
     model.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warmup, math.sqrt(warmup / (s + 1)) if inverse_sqrt else 1.))
-    rng = random.Random(seed)
-    model.train()
     with torch.enable_grad():
-        for _ in range(steps):
-            idx = rng.sample(range(len(train_ids)), min(batch_size, len(train_ids)))
-            b = collate([train_ids[i] for i in idx], xl=None if train_xl is None else [train_xl[i] for i in idx]).to(device)
-            loss, _, n = label_smoothed_nll(model(b.src, b.src_p, b.tgt_in, b.tgt_p), b.tgt_out)
-            opt.zero_grad(); (loss / n).backward()
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0); opt.step(); sched.step()
+        fit(Learner(model, opt, XLPairs(train_ids, train_xl, batch_size, seed, device), Budget(max_steps=steps), sched=sched, grad_clip=1.0))
     return model.eval()
-
-@torch.no_grad()
-def eval_xl(model: Seq2Seq, ids, xls, tok=None, refs=None, batch_size: int = 100, max_len: int = 100) -> dict:
-    "Validation NLL per target token (no smoothing); with `tok` and `refs` also greedy-decoding BLEU."
-    from posenc_nb.decode import greedy_decode, bleu
-    model.eval(); dev = next(model.parameters()).device
-    tot = n_tok = 0; hyps = []
-    for b in _batches(ids, xls, batch_size):
-        b = b.to(dev)
-        _, nll, n = label_smoothed_nll(model(b.src, b.src_p, b.tgt_in, b.tgt_p), b.tgt_out, eps=0.)
-        tot += float(nll); n_tok += int(n)
-        if refs is not None: hyps += [tok.decode(h) for h in greedy_decode(model, b.src, b.src_p, max_len=max_len)]
-    out = dict(nll=tot / n_tok)
-    if refs is not None: out['bleu'] = bleu(hyps, refs)['score']
-    return out

@@ -128,3 +128,88 @@ def test_wall_clock_budget(tmp_path):
     assert again['step'] == 1 and again['train_time_s'] == pytest.approx(res['train_time_s'], abs=0.5)
     assert again['bleu'] == pytest.approx(res['bleu']) and again['valid_loss'] == pytest.approx(res['valid_loss'])
     assert [p.name for p in T._ckpt_paths(tmp_path / 'b')] == ['ckpt_0000001.pt']
+
+
+def test_progress_flag_controls_the_bar(tmp_path, capsys):
+    "`progress=False` draws no tqdm bar (it used to be overwritten inside `train`); `progress=True` draws one on stderr."
+    torch.set_num_threads(1)
+    cfg = _cfg(max_steps=2, eval_every=2, ckpt_every=2, eval_bleu_sents=0)
+    T.train(cfg, tmp_path / 'quiet', resume=False, progress=False)
+    assert '2/2' not in capsys.readouterr().err
+    T.train(cfg, tmp_path / 'loud', resume=False, progress=True)
+    assert '2/2' in capsys.readouterr().err
+
+
+# Reference of the training loop before it was split into the engine (issue 13), produced at commit 0f82c83 with
+#   cd /tmp && PYTHONPATH=/work/main /work/main/.venv/bin/python -m posenc_nb.cli train --config synthetic-tiny \
+#       --max-steps 50 --out X --threads 1 --fresh --json
+# (metrics.jsonl of that run: train loss 6.420913267671392 at step 25 and 5.448477155808407 at step 50).
+OLD_LOOP_VALID_LOSS_50 = 5.291858883848919
+OLD_LOOP_TRAIN_LOSSES_50 = [(25, 6.420913267671392), (50, 5.448477155808407)]
+
+
+def test_engine_reproduces_old_loop(tmp_path, capsys):
+    "`posenc train --config synthetic-tiny --max-steps 50` gives the old loop's validation loss and losses, and draws no bar."
+    import json
+    from posenc_nb.cli import main
+    assert main(['train', '--config', 'synthetic-tiny', '--max-steps', '50', '--out', str(tmp_path / 'r'), '--threads', '1',
+                 '--fresh', '--json']) == 0
+    out, err = capsys.readouterr()
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res['valid_loss'] == pytest.approx(OLD_LOOP_VALID_LOSS_50, rel=1e-6, abs=0)
+    losses = [(r['step'], r['loss']) for r in T.read_metrics(tmp_path / 'r') if 'loss' in r]
+    assert [s for s, _ in losses] == [s for s, _ in OLD_LOOP_TRAIN_LOSSES_50]
+    assert [l for _, l in losses] == pytest.approx([l for _, l in OLD_LOOP_TRAIN_LOSSES_50], rel=1e-6, abs=0)
+    assert '50/50' not in err and 'it/s' not in err
+
+
+def _committed_configs():
+    root = Path(__file__).resolve().parents[1] / 'results'
+    return sorted(root.glob('**/config.json')) + [p for p in sorted(root.glob('**/results.json'))]
+
+
+def test_every_committed_config_loads():
+    "Every TrainConfig record committed under results/ (flat layout of earlier versions) loads, field for field."
+    import json
+    paths = _committed_configs()
+    assert len(paths) > 50, paths      # the experiment folders hold one config.json per run
+    for p in paths:
+        d = json.loads(p.read_text())
+        d = d.get('config', d) if p.name == 'results.json' else d
+        cfg = T.TrainConfig.from_dict(d)
+        for k, v in d.items():
+            got = getattr(cfg, k)
+            assert (list(got) if isinstance(got, tuple) else got) == v, (p, k)
+        assert T.TrainConfig.from_dict(__import__('dataclasses').asdict(cfg)) == cfg, p     # and the nested layout round-trips
+        assert set(d) <= set(cfg.flat_dict()), p                # flat_dict (experiments' config.json) writes the same layout
+
+
+def test_flat_overrides_reach_the_model(tmp_path):
+    "`config_from_name(name, d_model=...)`, `posenc train --set d_model=...` and checkpoints all see the nested model."
+    from posenc_nb.cli import make_config
+    c = T.config_from_name('synthetic-tiny', d_model=32, n_heads=2)
+    assert (c.model.d_model, c.model.n_heads, T.CONFIGS['synthetic-tiny'].d_model) == (32, 2, 64)
+    c2 = make_config('synthetic-tiny', ['d_model=66', 'n_heads=6', 'dropout=0.2'])
+    assert (c2.model.d_model, c2.model.n_heads, c2.model.dropout) == (66, 6, 0.2)
+    torch.set_num_threads(1)
+    cfg = _cfg(max_steps=1, eval_every=1, ckpt_every=1, eval_bleu_sents=0, d_model=32, n_heads=2)
+    T.train(cfg, tmp_path / 'r', resume=False, progress=False)
+    m, _, c3 = T.load_checkpoint(T._ckpt_paths(tmp_path / 'r')[-1])
+    assert c3 == cfg and m.cfg.d_model == 32 and _state(T._ckpt_paths(tmp_path / 'r')[-1])['config']['model']['d_model'] == 32
+
+
+def test_checkpoint_with_flat_config_loads(tmp_path):
+    "A checkpoint written before TrainConfig nested ModelConfig (flat `config` dict) still loads and resumes."
+    import dataclasses
+    torch.set_num_threads(1)
+    cfg = _cfg(max_steps=2, eval_every=2, ckpt_every=1, keep_ckpts=2, eval_bleu_sents=0)
+    T.train(cfg, tmp_path / 'r', resume=False, progress=False)
+    for p in T._ckpt_paths(tmp_path / 'r'):
+        ck = _state(p); d = ck['config']; m = d.pop('model')
+        ck['config'] = {**d, **{k: m[k] for k in T._MODEL_FIELDS}}         # the old flat layout
+        assert 'model' not in ck['config'] and 'd_model' in ck['config']
+        T.atomic_save(ck, p)
+    _, _, c = T.load_checkpoint(T._ckpt_paths(tmp_path / 'r')[-1])
+    assert c == cfg
+    res = T.train(dataclasses.replace(cfg, max_steps=3), tmp_path / 'r', resume=True, progress=False)
+    assert res['step'] == 3 and res['segments'] == 2
