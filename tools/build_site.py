@@ -207,12 +207,13 @@ def make_xref(syms, stems, local_labels, prefix=''):
         if bare in local_labels: return f'[`{name}`](#{local_labels[bare]})'
         if bare in syms.short: return f'{{py:obj}}`{name} <{syms.short[bare]}>`'
         if bare in stems: return f'[`{name}`]({prefix}{bare}.ipynb)'
+        if bare in syms.mods and bare.count('.') == 1: return f'[`{name}`]({prefix}api/{bare.split(".")[1]}.md)'
         return m.group(0)
     def xref(text):
         out, fenced = [], False
         for line in text.split('\n'):
             if re.match(r'\s*(```|~~~)', line): fenced = not fenced; out.append(line); continue
-            out.append(line if fenced else re.sub(r'(?<![`\w])`([A-Za-z_][\w.]*(?:\(\))?)`(?!`)', one, line))
+            out.append(line if fenced else re.sub(r'(?<![`\w])`([A-Za-z0-9_][\w.]*(?:\(\))?)`(?!`)', one, line))
         return '\n'.join(out)
     return xref
 
