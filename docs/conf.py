@@ -11,7 +11,7 @@ copyright = '2026 onwards, posenc_nb developers'
 
 extensions = ['myst_nb', 'sphinx.ext.mathjax', 'sphinx_copybutton']
 root_doc = 'index'
-exclude_patterns = ['_build', '**.ipynb_checkpoints', '_pages.json']
+exclude_patterns = ['_build', '**.ipynb_checkpoints', '_pages.json', '_extra', '_files']
 
 # notebooks: committed outputs only, markdown outputs parsed as MyST (tables, math)
 nb_execution_mode = 'off'
@@ -31,6 +31,8 @@ html_theme = 'furo'
 html_title = 'posenc_nb'
 html_favicon = 'favicon.svg'
 html_static_path = [str(Path(__file__).resolve().parents[1] / '_site' / 'src' / '_static')]  # written by the build
+_extra = Path(__file__).resolve().parents[1] / '_site' / 'src' / '_extra'      # files raw HTML in notebooks points to
+html_extra_path = [str(_extra)] if _extra.is_dir() else []
 html_css_files = ['styles.css', 'site.css']
 html_copy_source = False
 html_show_sourcelink = False

@@ -19,6 +19,7 @@ Usage: python tools/build_site.py [--check]   (--check then runs tools/check_sit
 """
 import argparse, ast, importlib, inspect, json, re, shutil, subprocess, sys, time
 from pathlib import Path
+from urllib.parse import unquote
 
 root = Path(__file__).resolve().parents[1]
 out_root = root/'_site'
@@ -235,6 +236,23 @@ def _defined_names(source):
         else: names.append(o.name)
     return names
 
+_re_local = re.compile(r'(\]\(|<img [^>]*src=")(?!https?:|mailto:|#|data:)([^)"\s#]+)')
+
+def local_files(md, base):
+    "Images and files a markdown cell points to (outside nbs/ too): copied under the site's `_files/`, links rewritten."
+    def one(m):
+        ref = m.group(2)
+        if ref.endswith('.ipynb') or ref.endswith('.md'): return m.group(0)
+        f = (base/unquote(ref)).resolve()
+        try: rel = f.relative_to(root)
+        except ValueError: return m.group(0)
+        if not f.is_file(): return m.group(0)
+        for d in (src_dir/'_files', src_dir/'_extra'/'_files'):    # Sphinx copies the first; raw <img> needs the second
+            (d/rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, d/rel)
+        return m.group(1) + f'_files/{rel.as_posix()}'
+    return _re_local.sub(one, md)
+
 def md_cell(source, **meta):
     import nbformat
     c = nbformat.v4.new_markdown_cell(source)
@@ -259,24 +277,25 @@ def process_notebook(path, syms, stems, pages):
         if c.cell_type != 'code': continue
         d, body = split_directives(c.source)
         if ({'export', 'exports'} & d.keys()) and 'hide' not in d and modname:
-            documented += [n for n in _defined_names(body) if syms.resolve(modname, n) is not None]
+            documented += [n for n in _defined_names(body) if syms.resolve(modname, n) is not None and n not in documented]
     labels = {n: f'sd-{module}-{n}'.replace('.', '-').replace('_', '-').lower() for n in documented}
     xref = make_xref(syms, stems, labels)
-    cells = []
+    cells, shown = [], set()
     for i, c in enumerate(nb.cells):
         if c.cell_type == 'raw': continue                       # front matter and raw cells are not shown
         if c.cell_type == 'markdown':
             src = c.source
             if i == ti and summary:                             # the summary line becomes the page description
                 src = re.sub(r'^>\s*' + re.escape(summary) + r'\s*$', '{.description}\n' + summary.replace('\\', '\\\\'), src, count=1, flags=re.M)
-            cells.append(md_cell(xref(src), **({'attachments': c.attachments} if 'attachments' in c else {})))
+            cells.append(md_cell(xref(local_files(src, path.parent)), **({'attachments': c.attachments} if 'attachments' in c else {})))
             continue
         d, body = split_directives(c.source)
         if d.get('include') == 'false': continue
         if {'export', 'exports', 'exporti'} & d.keys() and 'hide' not in d and modname:
             for n in _defined_names(body):
                 o = syms.resolve(modname, n)
-                if o is None: continue
+                if o is None or n in shown: continue           # a redefinition is documented once, where it first appears
+                shown.add(n)
                 full = f'{modname}.{n}'
                 link = f'<small>API reference: {{py:obj}}`{n} <{full}>`</small>' if full in syms.objs else None
                 cells.append(md_cell(api_block(o, n, modname, xref, indexed=False, label=labels[n], source_link=link)))
