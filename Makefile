@@ -7,12 +7,13 @@ STAMP := $(VENV)/.installed
 NB_WORKERS ?= 2
 export POSENC_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: help install demo test test-nbs test-py test-slow export sync-check docs site lab bench clean-nbs
+.PHONY: help install demo test test-nbs test-py test-slow export sync-check docs site chromium lab bench clean-nbs
 
 help:
 	@echo "make demo   - set up and compare every position encoding on the synthetic task (a few minutes on CPU)"
 	@echo "make test   - set up and run the notebook tests and tests/"
-	@echo "make docs   - build the documentation site (Quarto via nbdev_docs if installed, else static HTML in _site/)"
+	@echo "make docs   - build the documentation site (Quarto via nbdev_docs if installed, else Sphinx into _site/html/)"
+	@echo "make site   - build the Sphinx site into _site/html/ and check every page in headless Chromium"
 	@echo "make lab    - JupyterLab on nbs/ with the package importable"
 	@echo "make bench  - throughput benchmark against torch.nn.Transformer"
 	@echo "make gpu-check - on a CUDA machine: gpu notebook cells, contract tests, fp16/bf16 training with exact resume, benchmarks; records in results/gpu/"
@@ -52,15 +53,26 @@ sync-check: install
 	git diff --exit-code -- nbs || (echo "notebooks are not clean: run nbdev_clean and commit" && exit 1)
 	$(BIN)/python tools/make_readme.py --check
 
+# The site: Quarto through nbdev_docs where it is installed; otherwise Sphinx + MyST-NB (tools/build_site.py; the
+# doc packages are pinned dev requirements) into _site/html/. `make site` always builds the Sphinx site and checks it
+# in headless Chromium (tools/check_site.py; Debian's chromium is installed when missing and we are root).
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null \
+		|| { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		     else echo "no Chromium: install it (Debian: sudo apt-get install chromium) to run the browser check" && exit 1; fi; }
+
 docs: install
-	@if command -v quarto >/dev/null; then $(BIN)/nbdev_docs; else echo "quarto not found: building the static HTML site instead"; $(BIN)/python tools/build_site.py; fi
+	@if command -v quarto >/dev/null; then $(BIN)/nbdev_docs; else echo "quarto not found: building the Sphinx site in _site/html/ instead"; \
+		$(BIN)/python tools/build_site.py; fi
 
-site: install
-	$(BIN)/python tools/build_site.py
+site: install chromium
+	$(BIN)/python tools/build_site.py --check
 
+# JupyterLab pinned in constraints.txt; tools/jupyter_lab_config.py keeps a notebook unmodified on opening (and
+# nbdev-clean on saving); --allow-root only when run as root (containers, CI machines).
 lab: install
-	$(BIN)/pip install -q jupyterlab
-	$(BIN)/jupyter lab nbs
+	$(BIN)/pip install -q -c constraints.txt jupyterlab
+	$(BIN)/jupyter lab --config=tools/jupyter_lab_config.py $(if $(filter 0,$(shell id -u)),--allow-root) nbs
 
 bench: install
 	$(BIN)/python benchmarks/throughput.py
