@@ -13,14 +13,14 @@ import numpy as np
 import torch, torch.nn as nn, torch.nn.functional as F
 from .core import Positions, list_posencs
 from .model import ModelConfig, Classifier
-from .data import load_glue, get_tokenizer, pad_batch, TokenBatchSampler, GLUE_TASKS, UNK, _atomic_write
+from .data import load_glue, get_tokenizer, pad_batch, TokenBatchSampler, GLUE_TASKS, UNK
 from .train import inverse_sqrt
-from .utils import git, hardware
+from .utils import atomic_write, provenance
 
 # %% auto #0
 __all__ = ['GLUE_METRIC', 'ENCODER_SKIP', 'classification_metrics', 'ClassifyConfig', 'glue_data', 'predict', 'evaluate',
-           'run_record', 'write_result', 'ClassifyTask', 'train_classifier', 'order_toy', 'glue_encodings', 'main',
-           'load_results', 'glue_summary']
+           'write_result', 'ClassifyTask', 'train_classifier', 'order_toy', 'glue_encodings', 'main', 'load_results',
+           'glue_summary']
 
 # %% ../nbs/23_glue.ipynb #2c2011eb
 def classification_metrics(y_true, y_pred) -> dict:
@@ -108,25 +108,10 @@ def evaluate(model: Classifier, pairs, max_tokens: int = 4096, device='cpu') -> 
     return classification_metrics([y for _, y in pairs], predict(model, pairs, max_tokens, device))
 
 # %% ../nbs/23_glue.ipynb #3d810f12
-def run_record(seed=None, command=None, device='cpu') -> dict:
-    """Provenance of a result: `posenc_nb.experiments.run_record` (git commit and dirtiness, hardware, versions, seed, command, UTC time)
-    plus the load average, which matters on a shared machine. Falls back to a minimal local record if that module cannot be imported."""
-    command = command if command is not None else ' '.join(shlex.quote(a) for a in sys.argv)
-    try:
-        from posenc_nb.experiments import run_record as _rr
-        rec = _rr(seed, command, device)
-    except ImportError:
-        rec = {'git_commit': git('rev-parse', 'HEAD'), 'hardware': hardware(device), 'torch_version': torch.__version__,
-               'python_version': platform.python_version(), 'seed': seed, 'command': command,
-               'started_utc': datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}
-    try: rec['loadavg_1_5_15'] = [round(v, 2) for v in os.getloadavg()]
-    except OSError: rec['loadavg_1_5_15'] = None
-    return rec
-
 def write_result(record: dict, path) -> Path:
     "Write a result record as indented JSON, atomically (readers never see half a file)."
     path = Path(path)
-    _atomic_write(path, json.dumps(record, indent=1, sort_keys=False) + '\n')
+    atomic_write(path, json.dumps(record, indent=1, sort_keys=False) + '\n')
     return path
 
 # %% ../nbs/23_glue.ipynb #17a061f7
@@ -179,7 +164,7 @@ def train_classifier(task: str = 'cola', encoding: str = 'sinusoidal', seed: int
            'best_step': best_step, 'steps': st.step, 'epochs': round(L.task.seen / len(data['train']), 2), 'train_time_s': round(st.train_time, 2),
            'wall_time_s': round(time.time() - t_start, 2), 'train_tok_s': round(st.tokens_seen / max(st.train_time, 1e-9), 1),
            'n_params': sum(p.numel() for p in model.parameters()), 'n_train': len(data['train']), 'n_test': len(data['test']),
-           'curve': kb.curve, 'config': asdict(cfg), **run_record(seed, command, device=device)}
+           'curve': kb.curve, 'config': asdict(cfg), **provenance(seed, device=device, command=command)}
     if out is not None: write_result(res, out)
     return {**res, 'model': model}
 

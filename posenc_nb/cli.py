@@ -9,38 +9,20 @@ from pathlib import Path
 from typing import Optional, Sequence
 import torch
 from .core import list_posencs
+from .utils import atomic_write, mean_sd
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
 from .train import CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_xl_provider, read_metrics, train
 
 # %% auto #0
-__all__ = ['CLIError', 'atomic_write', 'build_parser', 'cmd_list', 'parse_sets', 'make_config', 'main', 'run_cli', 'cmd_train',
-           'find_checkpoint', 'cmd_translate', 'cmd_evaluate', 'summarize', 'format_table', 'plot_compare',
-           'cmd_compare']
+__all__ = ['CLIError', 'build_parser', 'cmd_list', 'parse_sets', 'make_config', 'main', 'run_cli', 'cmd_train', 'find_checkpoint',
+           'cmd_translate', 'cmd_evaluate', 'summarize', 'format_table', 'plot_compare', 'cmd_compare']
 
 # %% ../nbs/06_cli.ipynb #9d5373ff
 class CLIError(Exception):
     "Bad command-line input: the message names the problem and the fix; `main` prints it on one line and returns 2."
 
 def _one_line(msg) -> str: return ' '.join(str(msg).split())
-
-def atomic_write(path, data) -> Path:
-    "Write `data` (str or bytes) to `path` via a temp file in the same folder and `os.replace`: readers never see half a file."
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            f.write(data.encode('utf-8') if isinstance(data, str) else data)
-            f.flush(); os.fsync(f.fileno())
-        umask = os.umask(0); os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)                 # mkstemp makes 0600; give the file the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        try: os.unlink(tmp)
-        except FileNotFoundError: pass
-        raise
-    return path
 
 def _read_text(path, what: str) -> str:
     "Text of `path` ('-' = stdin), or a CLIError naming the file and what it should be."
@@ -313,11 +295,6 @@ def cmd_evaluate(args) -> int:
     return 0
 
 # %% ../nbs/06_cli.ipynb #83d7bf8e
-def _mean_sd(xs):
-    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
-    if not xs: return None, None
-    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else None)
-
 def summarize(runs: list) -> list:
     "One row per encoding (in first-seen order): mean and sd over its seeds of every metric; failures counted."
     order = list(dict.fromkeys(r['encoding'] for r in runs))
@@ -326,7 +303,7 @@ def summarize(runs: list) -> list:
         ok = [r for r in runs if r['encoding'] == e and 'error' not in r]
         row = {'encoding': e, 'seeds': len(ok), 'failed': sum(1 for r in runs if r['encoding'] == e and 'error' in r)}
         for k in ('bleu', 'chrf', 'valid_loss', 'train_time_s', 'step'):
-            row[k], row[k + '_sd'] = _mean_sd([r.get(k) for r in ok])
+            row[k], row[k + '_sd'] = mean_sd([r.get(k) for r in ok])
         row['n_params'] = ok[0]['n_params'] if ok else None
         if not ok: row['error'] = next(r['error'] for r in runs if r['encoding'] == e)
         rows.append(row)

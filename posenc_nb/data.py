@@ -11,6 +11,7 @@ from typing import Callable, Optional
 import numpy as np, torch
 from torch import Tensor
 from .core import Positions, provider_modules
+from .utils import atomic_write
 # `datasets` (slow to import) and `tokenizers` are imported inside the functions that need them.
 
 # %% auto #0
@@ -299,18 +300,6 @@ def load_glue(task: str, # a GLUE task of the registry: 'sst2' or 'cola'
 SPECIALS = ('<pad>', '<s>', '</s>', '<unk>')   # ids 0, 1, 2, 3
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 
-# %% ../nbs/03_data.ipynb #95497572
-def _atomic_write(path: Path, text: str):
-    "Write `text` to `path` through a temporary file in the same folder and os.replace, so readers never see half a file."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + '.', suffix='.tmp')
-    try:
-        with os.fdopen(fd, 'w', encoding='utf-8') as f: f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp): os.unlink(tmp)
-        raise
-
 # %% ../nbs/03_data.ipynb #a6f16e95
 class Tokenizer:
     "A shared source+target tokenizer (HF `tokenizers` inside): byte-level BPE, or word-level for the synthetic corpus."
@@ -358,7 +347,7 @@ class Tokenizer:
         return cls(hf, 'word' if json.loads(s)['model']['type'] == 'WordLevel' else 'bpe')
     def save(self, path):
         "Save as one JSON file (atomically)."
-        _atomic_write(Path(path), self.to_str())
+        atomic_write(Path(path), self.to_str())
     @classmethod
     def load(cls, path) -> 'Tokenizer':
         return cls.from_str(Path(path).read_text(encoding='utf-8'))

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json, math
 from pathlib import Path
 from typing import Optional, Sequence
-from .experiments import EXPERIMENTS, load_results, significance, _mean_std, _fmt
+from .experiments import EXPERIMENTS, load_results, significance
+from .utils import mean_sd, fmt_mean_sd
 
 # %% auto #0
 __all__ = ['xl_summary', 'format_xl_summary', 'seed_significance', 'format_seed_significance', 'plot_xl']
@@ -21,9 +22,9 @@ def xl_summary(rows: list, reference: str = 'sinusoidal', keys=('bleu', 'chrf', 
     out = []
     for enc, seeds in by.items():
         s = {'variant': enc, 'n': len(seeds)}
-        for k in keys: s[k], s[f'{k}_sd'] = _mean_std([r.get(k) for r in seeds.values()])
+        for k in keys: s[k], s[f'{k}_sd'] = mean_sd([r.get(k) for r in seeds.values()])
         d = [seeds[k]['bleu'] - ref[k]['bleu'] for k in seeds if k in ref]
-        s['delta'], s['delta_sd'] = _mean_std(d) if enc != reference else (None, None)
+        s['delta'], s['delta_sd'] = mean_sd(d) if enc != reference else (None, None)
         s['delta_n'] = len(d) if enc != reference else 0
         out.append(s)
     return out
@@ -32,8 +33,8 @@ def format_xl_summary(summary: list, reference: str = 'sinusoidal') -> str:
     "Markdown table of `xl_summary`."
     lines = [f'| variant | seeds | BLEU | chrF | valid loss | BLEU − {reference} (per seed) |', '|---|---|---|---|---|---|']
     for s in summary:
-        lines.append(f"| {s['variant']} | {s['n']} | {_fmt(s['bleu'], s['bleu_sd'])} | {_fmt(s['chrf'], s['chrf_sd'])} | "
-                     f"{_fmt(s['valid_loss'], s['valid_loss_sd'], 3)} | {_fmt(s['delta'], s['delta_sd']) if s['delta_n'] else '-'} |")
+        lines.append(f"| {s['variant']} | {s['n']} | {fmt_mean_sd(s['bleu'], s['bleu_sd'])} | {fmt_mean_sd(s['chrf'], s['chrf_sd'])} | "
+                     f"{fmt_mean_sd(s['valid_loss'], s['valid_loss_sd'], 3)} | {fmt_mean_sd(s['delta'], s['delta_sd']) if s['delta_n'] else '-'} |")
     return '\n'.join(lines)
 
 # %% ../nbs/25_xl_translation.ipynb #f6769479

@@ -10,14 +10,15 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 import torch
 from .core import list_posencs
+from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd
 from .data import load_parallel, cache_dir
 from .decode import translate, bleu, chrf
 from .train import TrainConfig, CONFIGS, config_from_name, train, read_metrics
 
 # %% auto #0
 __all__ = ['ENCODINGS', 'XL_VARIANTS', 'LENGTH_BINS', 'EVAL_FNS', 'EXPERIMENTS', 'Experiment', 'length_bins', 'eval_length_bins',
-           'hardware_string', 'run_record', 'run_one', 'run_experiment', 'load_results', 'summarize', 'format_table',
-           'paired_bootstrap', 'test_references', 'significance', 'format_significance', 'main']
+           'run_record', 'run_one', 'run_experiment', 'load_results', 'summarize', 'format_table', 'paired_bootstrap',
+           'test_references', 'significance', 'format_significance', 'main']
 
 # %% ../nbs/20_experiments.ipynb #06ee6ad2
 ENCODINGS = ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'rope', 'floater', 'floater-input')
@@ -132,35 +133,15 @@ EXPERIMENTS: dict = {e.name: e for e in [
 ]}
 
 # %% ../nbs/20_experiments.ipynb #7dacec5a
-def _git(*args, cwd=None) -> Optional[str]:
-    try:
-        r = subprocess.run(['git', *args], capture_output=True, text=True, timeout=10, cwd=cwd)
-        return r.stdout.strip() if r.returncode == 0 else None
-    except Exception: return None
-
-def hardware_string(device=None) -> str:
-    "GPU name (and count) when running on CUDA, else CPU model, cores and torch threads."
-    dev = torch.device(device) if device is not None else torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    if dev.type == 'cuda': return f"{torch.cuda.get_device_name(dev)} (x{torch.cuda.device_count()} visible)"
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path('/proc/cpuinfo').read_text().splitlines():
-            if line.startswith('model name'): model = line.split(':', 1)[1].strip(); break
-    except OSError: pass
-    return f"CPU {model} ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
-
-def run_record(seed: int, command: str, device=None, cwd=None) -> dict:
-    "Provenance of one run: git commit and dirtiness, seed, hardware, versions, command line, UTC time."
-    status = _git('status', '--porcelain', '--untracked-files=no', cwd=cwd)
-    return dict(git_commit=_git('rev-parse', 'HEAD', cwd=cwd), git_dirty=bool(status) if status is not None else None,
-                seed=seed, hardware=hardware_string(device), torch_version=torch.__version__,
-                python_version=platform.python_version(), platform=platform.platform(), command=command,
-                started_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()))
+def run_record(seed: int, # the run's seed
+               command: str, # the exact command that reproduces the run
+               device=None, # where it runs
+              ) -> dict:
+    "Provenance of one experiment run: `posenc_nb.utils.provenance` (commit and dirtiness, hardware, versions, load, command, UTC time)."
+    return provenance(seed=seed, device=device, command=command)
 
 # %% ../nbs/20_experiments.ipynb #908ecb99
-def _write_json(obj, path):
-    path = Path(path); tmp = path.with_name(path.name + '.tmp')
-    tmp.write_text(json.dumps(obj, indent=1, default=str) + '\n'); os.replace(tmp, path)
+def _write_json(obj, path): atomic_write(path, json.dumps(obj, indent=1, default=str) + '\n')
 
 def _curve_subset(recs: list, max_lines: int = 200) -> list:
     "All evaluation records plus evenly spaced training-log records, at most ~max_lines in all."
@@ -240,11 +221,6 @@ def load_results(experiment, root='results') -> list:
     order = {e: i for i, e in enumerate(ENCODINGS)}
     return sorted(rows, key=lambda m: (order.get(m['encoding'], len(order)), m['encoding'], m['seed']))
 
-def _mean_std(xs):
-    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
-    if not xs: return None, None
-    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else None)
-
 def summarize(rows: list, keys=('bleu', 'chrf', 'valid_loss', 'steps', 'tok_s')) -> list:
     "One row per encoding: n seeds and `key_mean`/`key_std` for each key (std None with one seed)."
     by = {}
@@ -252,20 +228,16 @@ def summarize(rows: list, keys=('bleu', 'chrf', 'valid_loss', 'steps', 'tok_s'))
     out = []
     for enc, rs in by.items():
         s = {'encoding': enc, 'n': len(rs), 'seeds': [r['seed'] for r in rs]}
-        for k in keys: s[f'{k}_mean'], s[f'{k}_std'] = _mean_std([r.get(k) for r in rs])
+        for k in keys: s[f'{k}_mean'], s[f'{k}_std'] = mean_sd([r.get(k) for r in rs])
         out.append(s)
     return out
-
-def _fmt(m, s, nd=2):
-    if m is None: return '-'
-    return f'{m:.{nd}f}' + (f' ± {s:.{nd}f}' if s is not None else '')
 
 def format_table(summary: list, keys=('bleu', 'chrf', 'valid_loss', 'steps', 'tok_s')) -> str:
     "A markdown table of `summarize` output."
     nd = {'steps': 0, 'tok_s': 0, 'valid_loss': 3}
     lines = ['| encoding | n | ' + ' | '.join(keys) + ' |', '|---|---|' + '---|' * len(keys)]
     for s in summary:
-        lines.append(f"| {s['encoding']} | {s['n']} | " + ' | '.join(_fmt(s[f'{k}_mean'], s[f'{k}_std'], nd.get(k, 2)) for k in keys) + ' |')
+        lines.append(f"| {s['encoding']} | {s['n']} | " + ' | '.join(fmt_mean_sd(s[f'{k}_mean'], s[f'{k}_std'], nd.get(k, 2)) for k in keys) + ' |')
     return '\n'.join(lines)
 
 # %% ../nbs/20_experiments.ipynb #a677a4d4

@@ -10,7 +10,8 @@ from typing import Optional, Sequence
 import torch, torch.nn.functional as F
 from .core import Positions, list_posencs
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll
-from .classify import run_record, write_result
+from .classify import write_result
+from .utils import provenance
 
 # %% auto #0
 __all__ = ['METRICS', 'measure_once', 'cpu_peak_mem_mb', 'speed_table', 'format_table', 'main']
@@ -187,7 +188,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     argv = sys.argv[1:] if argv is None else list(argv)
-    rec = run_record(None, ' '.join(['python -m posenc_nb.speed'] + [shlex.quote(v) for v in argv]), a.device)   # taken at the start
+    rec = provenance(None, device=a.device, command=' '.join(['python -m posenc_nb.speed'] + [shlex.quote(v) for v in argv]))   # taken at the start
     res = speed_table(a.encodings.split(',') if a.encodings else None, a.d_model, a.n_heads, a.n_layers, a.d_ff, a.batch, a.length,
                       a.dec_steps, reps=a.reps, train_steps=a.train_steps, memory=not a.no_memory, device=a.device, verbose=True)
     res.update(rec)

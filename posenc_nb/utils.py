@@ -62,6 +62,11 @@ def hardware(device=None, # torch device (default: CUDA when available)
     return f"CPU {model} ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
 
 # %% ../nbs/00_utils.ipynb #c24dc736
+def _loadavg():
+    "1, 5 and 15 minute load averages (None where the OS has none): on a shared machine they explain slow runs."
+    try: return [round(v, 2) for v in os.getloadavg()]
+    except (OSError, AttributeError): return None
+
 def provenance(seed=None, # the run's seed
                precision: Optional[str] = None, # the arithmetic actually used, e.g. 'fp32', 'bf16 autocast'
                device=None, # where the run ran
@@ -73,7 +78,7 @@ def provenance(seed=None, # the run's seed
     return dict(git_commit=git('rev-parse', 'HEAD'), git_dirty=None if status is None else bool(status),
                 hardware=hardware(device, world_size), torch_version=torch.__version__, python_version=platform.python_version(),
                 precision=precision, seed=seed, command=command if command is not None else shlex.join(sys.argv),
-                started_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()))
+                platform=platform.platform(), loadavg_1_5_15=_loadavg(), started_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()))
 
 # %% ../nbs/00_utils.ipynb #d72c35ad
 def mean_sd(xs: Sequence, # numbers; None and NaN are skipped
