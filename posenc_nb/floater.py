@@ -15,8 +15,9 @@ from .baselines import sinusoidal_table
 from .model import ModelConfig, Seq2Seq
 
 # %% auto #0
-__all__ = ['SOLVERS', 'FloaterDynamics', 'FloaterDivergence', 'solve_trajectory', 'sinusoidal_dynamics', 'FloaterPE',
-           'FloaterBlocksPE', 'FloaterInputPE', 'floater_from_sinusoidal']
+__all__ = ['SOLVERS', 'FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FLOATER_OFFICIAL', 'FloaterDynamics', 'FloaterDivergence',
+           'solve_trajectory', 'sinusoidal_dynamics', 'sinusoidal_floater_dynamics', 'FloaterPE', 'FloaterBlocksPE',
+           'FloaterInputPE', 'floater_from_sinusoidal']
 
 # %% ../nbs/11_floater.ipynb #ed28f059
 class FloaterDynamics(nn.Module):
@@ -43,6 +44,59 @@ class FloaterDynamics(nn.Module):
         self.l2.weight.zero_(); self.l2.bias.zero_()
         return self
 
+# %% ../nbs/11_floater.ipynb #55073907
+def _rk4_loop(y: Tensor, W1: Tensor, W2: Tensor, B1: Tensor, B2: Tensor, dt: float, substeps: int, n: int, store: bool):
+    "Classical rk4 on h(x) = relu(x W1 + B1[k]) W2 + B2[k], without autograd; with `store`, the stage inputs and activations too."
+    xs, acts, out = [], [], []
+    def f(k, x):
+        a = torch.relu(torch.addmm(B1[k], x, W1))
+        if store: xs.append(x); acts.append(a)
+        return torch.addmm(B2[k], a, W2)
+    for s in range(substeps * n):
+        k = 2 * s                                                          # the same operations as the autograd loop
+        k1 = f(k, y); k2 = f(k + 1, torch.add(y, k1, alpha=dt / 2))
+        k3 = f(k + 1, torch.add(y, k2, alpha=dt / 2)); k4 = f(k + 2, torch.add(y, k3, alpha=dt))
+        y = torch.add(y, k1 + 2 * (k2 + k3) + k4, alpha=dt / 6)
+        if (s + 1) % substeps == 0: out.append(y)
+    return torch.stack(out), xs, acts
+
+# %% ../nbs/11_floater.ipynb #8bdc13a7
+class _RK4Solve(torch.autograd.Function):
+    "The rk4 loop as one autograd node: a hand-written backward replaces hundreds of tiny autograd nodes per solve."
+    @staticmethod
+    def forward(ctx, y, W1, W2, B1, B2, dt, substeps, n):
+        out, xs, acts = _rk4_loop(y, W1, W2, B1, B2, dt, substeps, n, store=True)
+        ctx.save_for_backward(W1, W2, torch.stack(xs), torch.stack(acts))
+        ctx.dt, ctx.substeps, ctx.b_shapes = dt, substeps, (B1.shape, B2.shape)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_out):
+        W1, W2, X, A = ctx.saved_tensors
+        dt, sub = ctx.dt, ctx.substeps
+        W1t, W2t = W1.t(), W2.t()
+        GO, GZ = [None] * X.shape[0], [None] * X.shape[0]               # per evaluation: d out, d pre-activation
+        def vjp(e, go):                                                  # evaluation e of h, given d h: d x
+            GO[e] = go
+            GZ[e] = gz = torch.ops.aten.threshold_backward(torch.mm(go, W2t), A[e], 0)
+            return torch.mm(gz, W1t)
+        g = torch.zeros_like(g_out[0])
+        for s in reversed(range(sub * g_out.shape[0])):
+            if (s + 1) % sub == 0: g = g + g_out[s // sub]
+            gsum = g * (dt / 6); g23 = 2 * gsum; e = 4 * s
+            gx = vjp(e + 3, gsum); gy = g + gx
+            gx = vjp(e + 2, torch.add(g23, gx, alpha=dt)); gy = gy + gx
+            gx = vjp(e + 1, torch.add(g23, gx, alpha=dt / 2)); gy = gy + gx
+            g = gy + vjp(e, torch.add(gsum, gx, alpha=dt / 2))
+        GO, GZ = torch.stack(GO), torch.stack(GZ)                       # (E, N, d) and (E, N, h) for E evaluations
+        flat = lambda t: t.flatten(0, 1)
+        gW1 = flat(X).t() @ flat(GZ); gW2 = flat(A).t() @ flat(GO)       # weight gradients: one product each
+        kidx = (2 * torch.arange(X.shape[0] // 4, device=X.device)[:, None] + torch.tensor([0, 1, 1, 2], device=X.device)).flatten()
+        gB1 = GZ.new_zeros(ctx.b_shapes[0]).index_add_(0, kidx, GZ.sum(1))
+        gB2 = GO.new_zeros(ctx.b_shapes[1]).index_add_(0, kidx, GO.sum(1))
+        return g, gW1, gW2, gB1, gB2, None, None, None
+
 # %% ../nbs/11_floater.ipynb #8fd4a902
 SOLVERS = ('rk4', 'midpoint', 'dopri5')
 
@@ -64,18 +118,17 @@ def _fixed_step(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: float,
     k0 = 2 * substeps * start                                            # time index in half steps
     ts = (torch.arange(2 * substeps * n + 1, dtype=torch.float64, device=y.device) + k0) * (dt / 2)
     B1, B2 = h.time_biases(ts.to(y.dtype))
-    B1, B2 = B1.unbind(0), B2.unbind(0)
     W1, W2 = h.l1.weight[:, :-1].t(), h.l2.weight[:, :-1].t()
+    if method == 'rk4':                                                  # classical Runge-Kutta 4 (_rk4_loop)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (y, W1, W2, B1, B2)):
+            return _RK4Solve.apply(y, W1, W2, B1, B2, dt, substeps, n)
+        return _rk4_loop(y, W1, W2, B1, B2, dt, substeps, n, store=False)[0]
+    B1, B2 = B1.unbind(0), B2.unbind(0)
     f = lambda k, x: torch.addmm(B2[k], torch.relu(torch.addmm(B1[k], x, W1)), W2)
     out = []
-    for s in range(substeps * n):
+    for s in range(substeps * n):                                        # explicit midpoint, under autograd
         k = 2 * s
-        if method == 'rk4':                                              # classical Runge-Kutta 4
-            k1 = f(k, y); k2 = f(k + 1, torch.add(y, k1, alpha=dt / 2))
-            k3 = f(k + 1, torch.add(y, k2, alpha=dt / 2)); k4 = f(k + 2, torch.add(y, k3, alpha=dt))
-            y = torch.add(y, k1 + 2 * (k2 + k3) + k4, alpha=dt / 6)
-        else:                                                            # explicit midpoint
-            y = torch.add(y, f(k + 1, torch.add(y, f(k, y), alpha=dt / 2)), alpha=dt)
+        y = torch.add(y, f(k + 1, torch.add(y, f(k, y), alpha=dt / 2)), alpha=dt)
         if (s + 1) % substeps == 0: out.append(y)
     return torch.stack(out)
 
@@ -113,12 +166,34 @@ def solve_trajectory(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: f
     return torch.cat(outs)
 
 # %% ../nbs/11_floater.ipynb #b4573aee
-def sinusoidal_dynamics(t: Tensor, d_model: int, delta: float = 0.01, base: float = 10000.) -> Tensor:
-    "Time derivative dS/dt of the sinusoidal table S at time t (position t/delta): a time-only FLOATER dynamics."
+def sinusoidal_dynamics(t: Tensor, # time (position t/delta), any shape
+                        d_model: int, delta: float = 0.01, base: float = 10000.) -> Tensor:
+    "Time derivative dS/dt of the sinusoidal table S at time t: a reference for the table, not a `FloaterDynamics` (it is time-only)."
     inv = torch.pow(torch.tensor(float(base), dtype=torch.float64), -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     inv = inv.to(t.dtype if t.is_floating_point() else torch.float64)
     ang = (t / delta) * inv
     return (torch.stack((ang.cos(), -ang.sin()), -1) * (inv / delta)[:, None]).flatten(-2)[..., :d_model]
+
+# %% ../nbs/11_floater.ipynb #6120713e
+def sinusoidal_floater_dynamics(d_model: int,           # even width of the encoding
+                                delta: float = 0.01,    # time between consecutive positions
+                                base: float = 10000.,   # the sinusoidal table's base
+                                shift: float = 2.,      # c: h(t, p) = Omega p wherever every coordinate of p exceeds -c
+                                ) -> FloaterDynamics:
+    "A float64 `FloaterDynamics` (hidden = d) equal to dp/dt = Omega p, whose solution from S(0) is the sinusoidal table."
+    if d_model % 2: raise ValueError(f"sinusoidal_floater_dynamics needs an even d_model (sin/cos pairs), got {d_model}")
+    w = torch.pow(torch.tensor(float(base), dtype=torch.float64), -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model) / delta
+    omega = torch.zeros(d_model, d_model, dtype=torch.float64)
+    omega[0::2, 1::2], omega[1::2, 0::2] = torch.diag(w), -torch.diag(w)   # d/dt (sin, cos) = w (cos, -sin)
+    h = FloaterDynamics(d_model).double()
+    with torch.no_grad():
+        h.l1.weight.zero_(); h.l1.weight[:, :d_model] = torch.eye(d_model, dtype=torch.float64); h.l1.bias.fill_(shift)
+        h.l2.weight.zero_(); h.l2.weight[:, :d_model] = omega; h.l2.bias.copy_(-shift * omega.sum(1))
+    return h
+
+# %% ../nbs/11_floater.ipynb #0c716204
+FLOATER_INITS = ('default', 'xavier')       # 'default': PyTorch's Linear init for h, N(0, init_std^2) for p(0); 'xavier': the official code's
+FLOATER_REFRESH_MODES = ('shift', 'detach') # between refreshes: the cache shifted by the change of p(0), or the official constant cache
 
 # %% ../nbs/11_floater.ipynb #32018b7b
 class FloaterPE(PosEnc):
@@ -127,7 +202,8 @@ class FloaterPE(PosEnc):
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None, causal: bool = False,
                  inject: str = 'blocks', kinds: Optional[Sequence[str]] = None, delta: float = 0.01, solver: str = 'rk4',
                  substeps: int = 1, adjoint: bool = False, rtol: float = 1e-5, atol: float = 1e-6, hidden: Optional[int] = None,
-                 refresh_every: int = 1, prior: Optional[str] = None, base: float = 10000., init_std: float = 0.02, chunk: int = 16):
+                 refresh_every: int = 1, prior: Optional[str] = None, base: float = 10000., init_std: float = 0.02, chunk: int = 16,
+                 init: str = 'default', cross_kv_flow: bool = False, refresh_mode: str = 'shift'):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not math.isfinite(delta) or delta <= 0:
             raise ValueError(f"FLOATER delta (time between consecutive positions) must be a positive finite number, got {delta!r}; the default is 0.01")
@@ -137,6 +213,9 @@ class FloaterPE(PosEnc):
         for name, v in (('substeps', substeps), ('refresh_every', refresh_every), ('chunk', chunk), ('n_layers', n_layers)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"FLOATER {name} must be a positive integer, got {v!r}")
         if not (rtol > 0 and atol > 0): raise ValueError(f"FLOATER rtol and atol must be positive, got rtol={rtol}, atol={atol}")
+        if init not in FLOATER_INITS: raise ValueError(f"FLOATER init must be one of {FLOATER_INITS}, got {init!r}")
+        if refresh_mode not in FLOATER_REFRESH_MODES:
+            raise ValueError(f"FLOATER refresh_mode must be one of {FLOATER_REFRESH_MODES}, got {refresh_mode!r}")
         self.inject, self.delta, self.solver, self.substeps, self.adjoint = inject, float(delta), solver, substeps, bool(adjoint)
         self.rtol, self.atol, self.refresh_every, self.prior, self.base, self.chunk = rtol, atol, refresh_every, prior, base, chunk
         if inject == 'input': self.kinds, n_init = (), 1
@@ -148,21 +227,57 @@ class FloaterPE(PosEnc):
         self.sites = self.kinds                                              # the attention sites where hooks 2-5 act
         self.p0 = nn.Parameter(torch.randn(n_init, d_model) * init_std)     # one initial value per (kind, layer, q/k/v)
         self.dynamics = FloaterDynamics(d_model, hidden)
+        self.init, self.refresh_mode, self.cross_kv_flow = init, refresh_mode, bool(cross_kv_flow)
+        self.dynamics_kv, self._groups = self._kv_flow(d_model, hidden) if cross_kv_flow and 'cross' in self.kinds else (None, None)
+        if init == 'xavier': self._xavier_init_()
         self.register_buffer('traj_cache', torch.zeros(0, n_init, d_model), persistent=True)
         self._traj, self._live_key, self._has_graph, self._exact, self._consumed = None, None, False, False, False
         self._steps, self._refreshed_at, self._ref, self._loaded = 0, 0, None, False
         self._zero_key, self._kv_memo, self.n_solves = None, {}, 0     # n_solves: trajectory computations (tests, benchmarks)
+        self._q_memo, self._n_memo, self._fwd = None, ([], []), None     # inference: biases gathered per positions tensor
         self.register_load_state_dict_post_hook(FloaterPE._after_load)
 
+    def _kv_flow(self, d_model, hidden):
+        "The official decoder's second flow, for cross-attention keys/values: its dynamics and the row split (main, kv, inverse)."
+        c = self.kinds.index('cross')
+        kv = [3 * (c * self.n_layers + l) + j for l in range(self.n_layers) for j in (1, 2)]
+        main = [r for r in range(self.p0.shape[0]) if r not in kv]
+        inv = sorted(range(len(main) + len(kv)), key=(main + kv).__getitem__)
+        return FloaterDynamics(d_model, hidden), (main, kv, inv)
+
+    @torch.no_grad()
+    def _xavier_init_(self):
+        "The official initialisation: Xavier-normal dynamics weights, zero dynamics biases, Xavier-uniform initial values."
+        for h in (self.dynamics, self.dynamics_kv):
+            if h is None: continue
+            for lin in (h.l1, h.l2): nn.init.xavier_normal_(lin.weight); nn.init.zeros_(lin.bias)
+        rows = [list(range(self.p0.shape[0]))] if self._groups is None else list(self._groups[:2])
+        for r in rows:    # per flow, as the official (rows, layers, d) tensors: bound sqrt(6 / ((rows/layers + layers) d))
+            L = 1 if self.inject == 'input' else self.n_layers
+            bound = math.sqrt(6 / ((len(r) // L + L) * self.d_model))
+            self.p0[r] = torch.empty(len(r), self.d_model).uniform_(-bound, bound).to(self.p0)
+
     # ---- trajectory and cache
+    def _params(self):
+        "The parameters by attribute (cheaper than `parameters()`, which walks the submodules)."
+        ps = [self.p0]
+        for h in (self.dynamics, self.dynamics_kv):
+            if h is not None: ps += [h.l1.weight, h.l1.bias, h.l2.weight, h.l2.bias]
+        return ps
+
     def _param_key(self):
-        return tuple((p.data_ptr(), p._version) for p in self.parameters())
+        return tuple((p.data_ptr(), p._version) for p in self._params())
 
     def _solve(self, y, start, n):
         self.n_solves += 1
         with torch.autocast(y.device.type, enabled=False):          # the ODE is solved in the parameters' precision
-            return solve_trajectory(self.dynamics, y, start, n, self.delta, self.solver, self.substeps, self.adjoint,
-                                    self.rtol, self.atol, self.chunk)
+            if self.dynamics_kv is None: return self._solve_flow(self.dynamics, y, start, n)
+            main, kv, inv = self._groups                              # two flows: solve each, put the rows back in order
+            return torch.cat([self._solve_flow(self.dynamics, y[main], start, n),
+                              self._solve_flow(self.dynamics_kv, y[kv], start, n)], 1)[:, inv]
+
+    def _solve_flow(self, h, y, start, n):
+        return solve_trajectory(h, y, start, n, self.delta, self.solver, self.substeps, self.adjoint, self.rtol, self.atol, self.chunk)
 
     def _round(self, n): return -(-max(n - 1, 1) // self.chunk) * self.chunk + 1   # lengths are k*chunk + 1
 
@@ -195,11 +310,9 @@ class FloaterPE(PosEnc):
             if live and cur.shape[0] >= n: return cur                       # same forward pass: shared by all blocks
             if live and self._exact: self._extend(n, key, True); return self._traj
             if not live: self._steps += 1                                  # a new training step (after backward / update)
-            if (not live and self.refresh_every > 1 and self._ref is not None and self._ref[0].shape[0] >= n
-                    and self._steps - self._refreshed_at < self.refresh_every):
-                traj_ref, p0_ref = self._ref                              # between refreshes: first-order in p(0) only
-                self._set(traj_ref + (self.p0 - p0_ref)[None], key, True, False)
-                return self._traj
+            if not live and self.refresh_every > 1 and self._ref is not None and self._steps - self._refreshed_at < self.refresh_every:
+                cached = self._between_refreshes(n)
+                if cached is not None: self._set(cached, key, True, False); return self._traj
             self._refreshed_at = self._steps
             self._fresh(n, key, True)
             if self.refresh_every > 1: self._ref = (self._traj.detach(), self.p0.detach().clone())
@@ -209,6 +322,17 @@ class FloaterPE(PosEnc):
                 self._fresh(max(n, 0 if cur is None else cur.shape[0]), key, False)
             elif cur.shape[0] < n: self._extend(n, key, False)
         return self._traj.detach() if self._has_graph else self._traj
+
+    def _between_refreshes(self, n):
+        "The training trajectory between two refreshes, or None when a refresh is needed now."
+        traj_ref, p0_ref = self._ref
+        if self.refresh_mode == 'shift':                               # first-order in p(0): p(0) trains every step
+            return traj_ref + (self.p0 - p0_ref)[None] if traj_ref.shape[0] >= n else None
+        if traj_ref.shape[0] < n:                                      # 'detach': extend the constant cache, no gradient
+            with torch.no_grad(): traj_ref = torch.cat([traj_ref, self._solve(traj_ref[-1], traj_ref.shape[0] - 1, self._round(n) - traj_ref.shape[0])])
+            self._ref = (traj_ref, p0_ref)
+        zero = sum(h(torch.zeros((), dtype=self.p0.dtype, device=self.p0.device), self.p0) for h in (self.dynamics, self.dynamics_kv) if h is not None)
+        return traj_ref + 0.0 * zero[None]                             # as the official code: zero (not None) gradients
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         if self._traj is not None and not (self._exact and self._live_key == self._param_key()):
@@ -224,7 +348,8 @@ class FloaterPE(PosEnc):
     def __getstate__(self):
         "Pickling / deepcopy: drop the live trajectory (it may carry an autograd graph); the buffer keeps the values."
         state = self.__dict__.copy()
-        state.update(_traj=None, _live_key=None, _has_graph=False, _exact=False, _consumed=False, _ref=None, _kv_memo={})
+        state.update(_traj=None, _live_key=None, _has_graph=False, _exact=False, _consumed=False, _ref=None, _kv_memo={},
+                     _q_memo=None, _n_memo=([], []), _fwd=None)
         return state
 
     @staticmethod
@@ -238,6 +363,7 @@ class FloaterPE(PosEnc):
     def zero_dynamics_(self) -> 'FloaterPE':
         "h = 0 and all initial values 0: every block bias (and the residual on a prior) is exactly zero."
         self.dynamics.zero_(); self.p0.zero_()
+        if self.dynamics_kv is not None: self.dynamics_kv.zero_()
         self._zero_key = self._param_key()
         return self
 
@@ -253,6 +379,8 @@ class FloaterPE(PosEnc):
         return F.embedding(pos, self._prior_table)
 
     def embed(self, x: Tensor, p: Positions) -> Tensor:
+        if not (self.training and torch.is_grad_enabled()):     # inference: check the parameters once per forward pass
+            self._fwd = (p.pos, self._param_key())
         if self.prior == 'sinusoidal': x = x + self._prior(p.pos).to(x.dtype)   # as the sinusoidal encoding does it
         if self.inject != 'input': return x
         traj = self.trajectory(p.max() + 1)
@@ -266,26 +394,54 @@ class FloaterPE(PosEnc):
             raise ValueError(f"FLOATER was built with n_layers={self.n_layers} but layer {site.layer} asked; pass n_layers")
         return 3 * (self.kinds.index(site.kind) * self.n_layers + site.layer)
 
+    def _need(self, p: Positions) -> int:
+        "Trajectory length covering `p` (p.max() + 1), memoised per positions tensor: one host sync per new tensor."
+        ts, ns = self._n_memo
+        for j, t in enumerate(ts):
+            if t[0] is p.pos and t[1] == p.pos._version: return ns[j]
+        n = p.max() + 1
+        ts.insert(0, (p.pos, p.pos._version)); ns.insert(0, n); del ts[2:], ns[2:]    # q and kv positions of a forward
+        return n
+
     def qkv_bias(self, q_p: Positions, kv_p: Positions, site: Site):
         if self.inject == 'input': return None
         i = self._slot(site)
-        if self._is_zero(): return None                            # exactly zero: skip the adds (keeps fused projections)
-        traj = self.trajectory(max(q_p.max(), kv_p.max()) + 1)
+        if not (self.training and torch.is_grad_enabled()): return self._infer_bias(q_p, kv_p, site, i)
+        traj = self.trajectory(max(self._need(q_p), self._need(kv_p)))
         T = traj.shape[0]
         if site.is_self and q_p is kv_p:                           # one gather for q, k and v
             b = F.embedding(q_p.pos, traj[:, i:i + 3].reshape(T, 3 * self.d_model))
             return b.chunk(3, -1)
         bq = F.embedding(q_p.pos, traj[:, i])
-        memo = self._kv_memo.get(i)                               # decoding: the same source at every step
-        if memo is not None and memo[0] is kv_p.pos and memo[1] == kv_p.pos._version and not traj.requires_grad:
-            return bq, memo[2], memo[3]
         bk, bv = F.embedding(kv_p.pos, traj[:, i + 1:i + 3].reshape(T, 2 * self.d_model)).chunk(2, -1)
-        if not traj.requires_grad: self._kv_memo[i] = (kv_p.pos, kv_p.pos._version, bk, bv)   # holds pos: no id reuse
+        return bq, bk, bv
+
+    def _infer_bias(self, q_p: Positions, kv_p: Positions, site: Site, i: int):
+        "Inference: one gather of every slot at the query positions per positions tensor, shared by all blocks of a forward."
+        f, m, d = self._fwd, self._q_memo, self.d_model
+        key = f[1] if f is not None and f[0] is q_p.pos else self._param_key()   # the key `embed` took, within its forward
+        if m is None or m[0] != key or m[1] is not q_p.pos or m[2] != q_p.pos._version:
+            if self._is_zero(): g = None                           # exactly zero: skip the adds (keeps fused projections)
+            else:
+                traj = self.trajectory(self._need(q_p))
+                g = F.embedding(q_p.pos, traj.reshape(traj.shape[0], -1))
+            self._q_memo = m = (key, q_p.pos, q_p.pos._version, g)
+        g = m[3]
+        if g is None: return None
+        if site.is_self and q_p is kv_p: return g[..., i * d:(i + 1) * d], g[..., (i + 1) * d:(i + 2) * d], g[..., (i + 2) * d:(i + 3) * d]
+        bq = g[..., i * d:(i + 1) * d]
+        memo = self._kv_memo.get(i)                               # decoding: the same source at every step
+        if memo is not None and memo[0] is kv_p.pos and memo[1] == kv_p.pos._version and memo[2] == key:
+            return bq, memo[3], memo[4]
+        traj = self.trajectory(self._need(kv_p))
+        bk, bv = F.embedding(kv_p.pos, traj[:, i + 1:i + 3].reshape(traj.shape[0], 2 * d)).chunk(2, -1)
+        self._kv_memo[i] = (kv_p.pos, kv_p.pos._version, key, bk, bv)   # holds pos: no id reuse
         return bq, bk, bv
 
     def extra_repr(self):
         return (super().extra_repr() + f", inject={self.inject}, kinds={self.kinds}, delta={self.delta}, solver={self.solver}, "
-                f"substeps={self.substeps}, adjoint={self.adjoint}, prior={self.prior}")
+                f"substeps={self.substeps}, adjoint={self.adjoint}, prior={self.prior}, init={self.init}, "
+                f"cross_kv_flow={self.cross_kv_flow}, refresh_every={self.refresh_every}, refresh_mode={self.refresh_mode}")
 
 @register_posenc('floater')
 class FloaterBlocksPE(FloaterPE):
@@ -318,3 +474,12 @@ def floater_from_sinusoidal(model: Seq2Seq, variant: str = 'floater', **pe_optio
         raise ValueError(f"cannot warm start: parameters differ beyond the position encoding (missing {missing}, unexpected {res.unexpected_keys})")
     for pe in (new.enc_pe, new.dec_pe): pe.zero_dynamics_()
     return new.train(model.training)
+
+# %% ../nbs/11_floater.ipynb #ee413ce3
+FLOATER_OFFICIAL = dict(
+    prior='sinusoidal',      # the token-level sinusoidal input encoding is kept; FLOATER's block biases come on top
+    init='xavier',           # Xavier-normal weights and zero biases in h, Xavier-uniform initial values
+    cross_kv_flow=True,      # the decoder's cross-attention keys/values follow their own flow (no effect without 'cross' sites)
+    refresh_every=400,       # re-solve every 400 training forward passes ...
+    refresh_mode='detach',   # ... and in between use the cached trajectory as a constant (zero gradient to h and p(0))
+    substeps=5, adjoint=True)  # rk4 with step delta/5 through torchdiffeq's adjoint (delta = 0.01 is the default already)

@@ -105,8 +105,8 @@ def main(argv=None) -> int:
          precision='bf16')
     rope = [py, 'benchmarks/rope_bench.py', '--reps', '1' if a.smoke else '5']
     save('rope_bench', run_cmd(rope + (['--compile'] if device.type == 'cuda' else []), timeout=600))
-    fl = [py, 'benchmarks/floater_bench.py'] + (['--d', '32', '--layers', '1', '--vocab', '200', '--batch', '4', '--len', '8', '--reps', '1', '--lengths', '8']
-                                                if a.smoke else ['--reps', '5'])
+    fl = [py, 'benchmarks/floater_bench.py', *dev] + (['--d', '32', '--layers', '1', '--vocab', '200', '--batch', '4', '--lens', '8', '--reps', '1', '--decode-steps', '2']
+                                                      if a.smoke else ['--reps', '5', '--out', str(out / 'floater-cuda.json')])
     save('floater_bench', run_cmd(fl, timeout=600))
     print(f"gpu_check: {'all checks passed' if not failed else 'FAILED: ' + ', '.join(failed)}")
     return 1 if failed else 0
