@@ -12,7 +12,7 @@ from .core import list_posencs
 from .utils import atomic_write, mean_sd
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
-from .train import CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_xl_provider, read_metrics, train
+from .train import RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_xl_provider, read_metrics, train
 
 # %% auto #0
 __all__ = ['CLIError', 'build_parser', 'cmd_list', 'parse_sets', 'make_config', 'main', 'run_cli', 'cmd_train', 'find_checkpoint',
@@ -218,10 +218,8 @@ def _train(cfg: TrainConfig, out: Path, resume: bool = True, device=None, progre
     if out.exists() and not out.is_dir(): raise CLIError(f"--out {out} is a file; pass a folder for the run")
     existed = out.exists()
     try: return train(cfg, out, resume=resume, device=device, progress=progress)
-    except ValueError as e:
-        msg = str(e)
-        if 'different config' in msg: raise CLIError(msg.replace('use another out_dir or resume=False', 'pass another --out, or --fresh to start over')) from None
-        raise
+    except RunFolderConflict as e:
+        raise CLIError(RunFolderConflict(e.out_dir, e.diff, hint='pass another --out, or --fresh to start over')) from None
     finally:   # a run that failed before writing anything leaves no empty folder behind
         if not existed and out.is_dir() and not any(out.iterdir()): out.rmdir()
 

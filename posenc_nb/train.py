@@ -23,7 +23,8 @@ __all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'XL_PROVIDER_FILE', 'TrainC
            'inverse_sqrt', 'lr_multiplier', 'budget_progress', 'load_checkpoint', 'derived_state_keys',
            'average_checkpoints', 'load_xl_provider', 'BatchStream', 'RunState', 'Clock', 'Budget', 'Task', 'Callback',
            'Learner', 'train_step', 'fit', 'TrainLog', 'ProgressBar', 'Evaluator', 'KeepBest', 'Checkpointer',
-           'restore', 'valid_loss', 'TranslationTask', 'OnStep', 'train', 'read_metrics', 'plot_curves']
+           'restore', 'cpu_bf16_supported', 'valid_loss', 'TranslationTask', 'RunFolderConflict', 'OnStep', 'train',
+           'read_metrics', 'plot_curves']
 
 # %% ../nbs/05_train.ipynb #18ca48be
 _MODEL_FIELDS = ('d_model', 'n_heads', 'n_enc', 'n_dec', 'd_ff', 'dropout', 'enc_pe', 'dec_pe', 'pe_options', 'dec_pe_options', 'max_len',
@@ -568,6 +569,12 @@ def restore(L: Learner, ck: dict, rank: int = 0):
     L.task.load_state_dict(ck['sampler'][rank] if rank < len(ck['sampler']) else ck['sampler'][0])
     if rank < len(ck['rng']): _set_rng_state(ck['rng'][rank], next(L.model.parameters()).device)
 
+# %% ../nbs/05_train.ipynb #78340aef
+def cpu_bf16_supported() -> bool:
+    "Whether this CPU computes bf16 natively (AVX512-BF16 or AMX); without it a bf16 matmul is many times slower than fp32."
+    try: return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError): return False
+
 # %% ../nbs/05_train.ipynb #b74a6c7a
 def _config_diff(a: TrainConfig, b: TrainConfig) -> list:
     return [f"{f.name}: {getattr(a, f.name)!r} vs {getattr(b, f.name)!r}" for f in fields(TrainConfig)
@@ -575,7 +582,9 @@ def _config_diff(a: TrainConfig, b: TrainConfig) -> list:
 
 def _amp_dtype(device, amp, amp_cpu=False) -> Optional[str]:
     "The autocast dtype a run on `device` actually uses: 'bf16', 'fp16' or None (full fp32)."
-    return None if amp is None or (device.type == 'cpu' and not amp_cpu) or device.type not in ('cpu', 'cuda') else amp
+    if amp is None or device.type not in ('cpu', 'cuda'): return None
+    if device.type == 'cpu' and not (amp_cpu and amp == 'bf16' and cpu_bf16_supported()): return None   # no native bf16: fp32
+    return amp
 
 def _amp(device, amp, amp_cpu=False):
     dt = _amp_dtype(device, amp, amp_cpu)
@@ -673,6 +682,13 @@ def _translation_task(cfg: TrainConfig, out_dir, ck, rank: int, ws: int, device)
     task.tok_str, task.xl_of = tok_str[0], xl_of
     return task
 
+# %% ../nbs/05_train.ipynb #73389713
+class RunFolderConflict(ValueError):
+    "`out_dir` holds a run of a different config: resuming it would mix two runs. `diff` lists the differing fields."
+    def __init__(self, out_dir, diff: list, hint: str = 'use another out_dir or resume=False'):
+        self.out_dir, self.diff = Path(out_dir), list(diff)
+        super().__init__(f"{out_dir} holds a run with a different config ({'; '.join(diff)}); {hint}")
+
 # %% ../nbs/05_train.ipynb #e53b91f4
 def _prepare_run_dir(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: bool, ckpter: Checkpointer) -> Optional[dict]:
     "Clean `out_dir` for the run; the checkpoint to resume from, or None."
@@ -681,7 +697,7 @@ def _prepare_run_dir(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: boo
     if resume:
         ck = ckpter.latest()
         diff = _config_diff(TrainConfig.from_dict(ck['config']), cfg) if ck is not None else []
-        if diff: raise ValueError(f"{out_dir} holds a run with a different config ({'; '.join(diff)}); use another out_dir or resume=False")
+        if diff: raise RunFolderConflict(out_dir, diff)
         return ck
     if is_main:
         for p in ckpter.paths() + [out_dir / f for f in ('metrics.jsonl', 'results.json', XL_PROVIDER_FILE)]: p.unlink(missing_ok=True)
@@ -765,6 +781,9 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
     rank, ws, created_pg = _dist_setup(device)
     if device.type == 'cuda': torch.cuda.set_device(device); torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True
     if rank == 0: out_dir.mkdir(parents=True, exist_ok=True)
+    if rank == 0 and device.type == 'cpu' and cfg.amp_cpu and not cpu_bf16_supported():
+        warnings.warn("this CPU has no native bf16 (AVX512-BF16/AMX), so amp_cpu is ignored and the run trains in fp32 "
+                      "(recorded as precision 'fp32' in results.json); bf16 here would be many times slower")
     try: return _train(cfg, out_dir, resume, device, progress, on_step, rank, ws, started)
     finally:
         if created_pg and dist.is_initialized(): dist.destroy_process_group()
