@@ -18,8 +18,8 @@ SNIPPET = textwrap.dedent(r'''
     for mod in ('nbdev', 'execnb', 'jupyter_core', 'ipykernel'):
         assert importlib.util.find_spec(mod) is None, f'{mod} is installed in the clean venv'
     class _Block(importlib.abc.MetaPathFinder):      # even if a dependency brought them, posenc_nb may not import them
-        def find_spec(self, name, path=None, target=None):
-            if name.split('.')[0] in ('nbdev', 'fastcore', 'execnb', 'IPython'): raise ImportError(f'blocked: {name}')
+        def find_spec(self, name, path=None, target=None):   # (fastcore is a declared runtime dependency: `patch`)
+            if name.split('.')[0] in ('nbdev', 'execnb', 'IPython'): raise ImportError(f'blocked: {name}')
     sys.meta_path.insert(0, _Block())
     import torch, posenc_nb
     assert sys.prefix in posenc_nb.__file__, posenc_nb.__file__
