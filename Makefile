@@ -40,7 +40,7 @@ test-py: install
 	$(BIN)/python -m pytest tests -q -x --durations=10 || [ $$? -eq 5 ]
 
 test-slow: install
-	cd nbs && ../$(BIN)/nbdev_test --n_workers 1 --timing --flags slow
+	cd nbs && POSENC_SLOW=1 ../$(BIN)/nbdev_test --n_workers 1 --timing --flags slow
 
 export: install
 	$(BIN)/nbdev_export

@@ -10,7 +10,8 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 
 # %% auto #0
-__all__ = ['atomic_write', 'atomic_save', 'git', 'hardware', 'provenance', 'mean_sd', 'fmt_mean_sd', 'format_table']
+__all__ = ['atomic_write', 'atomic_save', 'git', 'hardware', 'provenance', 'slow_cells_enabled', 'mean_sd', 'fmt_mean_sd',
+           'format_table']
 
 # %% ../nbs/00_utils.ipynb #930c3c5d
 def _atomic(path, write: Callable, # called with the open binary temp file; writes the content
@@ -79,6 +80,14 @@ def provenance(seed=None, # the run's seed
                 hardware=hardware(device, world_size), torch_version=torch.__version__, python_version=platform.python_version(),
                 precision=precision, seed=seed, command=command if command is not None else shlex.join(sys.argv),
                 platform=platform.platform(), loadavg_1_5_15=_loadavg(), started_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()))
+
+# %% ../nbs/00_utils.ipynb #10b841cf
+def slow_cells_enabled(what: str, # what the cell does, for the note shown when it is skipped
+                      ) -> bool:
+    "Whether a notebook's long-running cell should run: only with `POSENC_SLOW=1` (`make test-slow`); otherwise print why not."
+    if os.environ.get('POSENC_SLOW') == '1': return True
+    print(f"Skipped: this cell {what}. Run it with POSENC_SLOW=1 (make test-slow runs every slow cell).")
+    return False
 
 # %% ../nbs/00_utils.ipynb #d72c35ad
 def mean_sd(xs: Sequence, # numbers; None and NaN are skipped
