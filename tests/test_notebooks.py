@@ -46,3 +46,11 @@ def test_no_cell_mixes_imports_and_code(p):
         if not any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(tree)): continue
         assert all(isinstance(n, (ast.Import, ast.ImportFrom)) or _is_import_fallback(n) for n in tree.body), \
             f'{p.name}: a cell mixes imports with other code; move the imports to their own cell:\n{s[:200]}'
+
+
+@pytest.mark.parametrize('p', NUMBERED, ids=lambda p: p.stem)
+def test_gpu_cells_skip_without_cuda(p):
+    "A reader's Run All on a CPU-only machine must not stop at a `#| gpu` cell: each one checks for CUDA and says it skipped."
+    for t, s in cells(p):
+        if t == 'code' and re.match(r'#\|\s*gpu', s.strip()):
+            assert 'torch.cuda.is_available()' in s and 'Skipped' in s, f'{p.name}: a #| gpu cell runs without checking for CUDA:\n{s[:200]}'
