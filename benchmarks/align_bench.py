@@ -1,6 +1,6 @@
 """Aligner benchmark: time and AER of posenc_nb.align (vectorized fast_align) against eflomal.
 
-    POSENC_DATA=/work/shared/data python benchmarks/align_bench.py --n 50000 --n-synth 10000
+    POSENC_DATA=../shared/data python benchmarks/align_bench.py --n 50000 --n-synth 10000
 
 Times the full pipeline (both directions, Viterbi, grow-diag-final-and) on the first --n pairs of
 small_parallel_enja (en-ja), and AER against gold links on --n-synth pairs of the synthetic corpus.

@@ -1,6 +1,6 @@
 """BTG reorderer benchmark: oracle extraction, training time and Kendall's tau / FRS on en-ja dev, CKY decoding time.
 
-    POSENC_DATA=/work/shared/data python benchmarks/btg_bench.py --n 50000 --epochs 4
+    POSENC_DATA=../shared/data python benchmarks/btg_bench.py --n 50000 --epochs 4
 
 1. aligns the first --n training pairs plus the 500 dev pairs of small_parallel_enja (both directions, --sym links),
 2. turns links into oracle permutations for English in Japanese order and Japanese in English order,

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_train.ipynb #b649f301
 from __future__ import annotations
-import contextlib, copy, hashlib, importlib, json, math, os, random, sys, time, warnings
+import contextlib, copy, functools, hashlib, importlib, json, math, os, random, sys, time, warnings
 from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
@@ -570,6 +570,7 @@ def restore(L: Learner, ck: dict, rank: int = 0):
     if rank < len(ck['rng']): _set_rng_state(ck['rng'][rank], next(L.model.parameters()).device)
 
 # %% ../nbs/05_train.ipynb #78340aef
+@functools.lru_cache(maxsize=None)   # asked on every autocast context: probe the CPU once
 def cpu_bf16_supported() -> bool:
     "Whether this CPU computes bf16 natively (AVX512-BF16 or AMX); without it a bf16 matmul is many times slower than fp32."
     try: return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())

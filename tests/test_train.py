@@ -141,7 +141,7 @@ def test_progress_flag_controls_the_bar(tmp_path, capsys):
 
 
 # Reference of the training loop before it was split into the engine (issue 13), produced at commit 0f82c83 with
-#   cd /tmp && PYTHONPATH=/work/main /work/main/.venv/bin/python -m posenc_nb.cli train --config synthetic-tiny \
+#   git worktree add ../old 0f82c83 && cd ../old && python -m posenc_nb.cli train --config synthetic-tiny \
 #       --max-steps 50 --out X --threads 1 --fresh --json
 # (metrics.jsonl of that run: train loss 6.420913267671392 at step 25 and 5.448477155808407 at step 50).
 OLD_LOOP_VALID_LOSS_50 = 5.291858883848919

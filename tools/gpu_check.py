@@ -11,28 +11,12 @@ FLOATER benchmarks. Each step's outcome (pass/fail, its figures or output tail, 
 record with the commit, hardware, torch version and precision, so a GPU session commits what it measured. A failing
 step does not stop the others; the exit status is 1 when any step failed.
 """
-import argparse, json, os, platform, shlex, subprocess, sys, tempfile, time
+import argparse, json, os, shlex, subprocess, sys, tempfile, time
 from pathlib import Path
 import torch
+from posenc_nb.utils import atomic_write, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def provenance(device: torch.device, precision: str) -> dict:
-    "Commit, hardware, torch version and precision of a record."
-    try: commit = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip() or None
-    except Exception: commit = None
-    hw = torch.cuda.get_device_name(device) if device.type == 'cuda' else f"CPU {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
-    return dict(commit=commit, hardware=hw, torch_version=torch.__version__, cuda=torch.version.cuda, precision=precision,
-                date=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()))
-
-
-def write_record(out: Path, name: str, rec: dict) -> Path:
-    "Write one check's record atomically as `out/name.json`."
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f'.{name}.json.tmp'
-    tmp.write_text(json.dumps(rec, indent=1, default=str)); tmp.replace(out / f'{name}.json')
-    return out / f'{name}.json'
 
 
 def run_cmd(cmd: list, timeout: int, env=None) -> dict:
@@ -81,8 +65,9 @@ def main(argv=None) -> int:
     device = torch.device('cuda' if cuda and not a.smoke else 'cpu')
     out, py, failed = Path(a.out), sys.executable, []
     def save(name, rec, precision='fp32'):
-        rec.update(provenance(device, precision), check=name, smoke=a.smoke)
-        print(f"{name}: {'ok' if rec['ok'] else 'FAILED'}  -> {write_record(out, name, rec)}", flush=True)
+        rec.update(provenance(precision=precision, device=device), cuda=torch.version.cuda, check=name, smoke=a.smoke)
+        path = atomic_write(out / f'{name}.json', json.dumps(rec, indent=1, default=str))
+        print(f"{name}: {'ok' if rec['ok'] else 'FAILED'}  -> {path}", flush=True)
         if not rec['ok']: failed.append(name)
 
     if device.type == 'cuda':
