@@ -4,28 +4,40 @@
 
 # %% ../nbs/06_cli.ipynb #0e5e715c
 from __future__ import annotations
-import argparse, contextlib, dataclasses, io, json, math, os, statistics, sys, tempfile, time, warnings
+import argparse, contextlib, contextvars, dataclasses, difflib, functools, inspect, io, json, os, shlex, shutil, sys, tempfile, time, typing, warnings
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 import torch
+from fastcore.docments import docments
+from fastcore.script import Param
+from . import __version__
 from .core import list_posencs
-from .utils import atomic_write, mean_sd
+from .utils import atomic_write, mean_sd, fmt_mean_sd, provenance, format_table as text_table
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
 from .train import RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_xl_provider, read_metrics, train
 
 # %% auto #0
-__all__ = ['CLIError', 'build_parser', 'cmd_list', 'parse_sets', 'make_config', 'main', 'run_cli', 'cmd_train', 'find_checkpoint',
-           'cmd_translate', 'cmd_evaluate', 'summarize', 'format_table', 'plot_compare', 'cmd_compare']
+__all__ = ['COMMANDS', 'INPUT_ERRORS', 'RECORD_KEYS', 'SUMMARY_KEYS', 'COLUMNS', 'COMPARE_KEYS', 'CLIError', 'add_command',
+           'command', 'build_parser', 'parse_sets', 'make_config', 'check_device', 'exit_status', 'command_line',
+           'main', 'run_cli', 'cmd_list', 'default_run_dir', 'cmd_train', 'find_checkpoint', 'cmd_translate',
+           'cmd_evaluate', 'finished_record', 'write_record', 'record_run', 'load_records', 'summarize', 'format_table',
+           'compare_runs', 'plot_compare', 'cmd_compare']
 
 # %% ../nbs/06_cli.ipynb #9d5373ff
-class CLIError(Exception):
+class CLIError(ValueError):
     "Bad command-line input: the message names the problem and the fix; `main` prints it on one line and returns 2."
 
+# %% ../nbs/06_cli.ipynb #3d77dba1
 def _one_line(msg) -> str: return ' '.join(str(msg).split())
 
-def _read_text(path, what: str) -> str:
-    "Text of `path` ('-' = stdin), or a CLIError naming the file and what it should be."
+def _err(msg, prog: str = 'posenc'): print(f"{prog}: error: {_one_line(msg)}", file=sys.stderr, flush=True)
+
+# %% ../nbs/06_cli.ipynb #2c428aea
+def _read_text(path, # a text file, or '-' for stdin
+               what: str, # what the file holds, for the error message
+              ) -> str:
+    "Text of `path`, or a CLIError naming the file and what it should be."
     if str(path) == '-':
         if not hasattr(sys.stdin, 'buffer'): return sys.stdin.read()      # already text (e.g. replaced in tests)
         try: return sys.stdin.buffer.read().decode('utf-8')
@@ -36,112 +48,139 @@ def _read_text(path, what: str) -> str:
     try: return p.read_text(encoding='utf-8')
     except UnicodeDecodeError as e: raise CLIError(f"{what} file {p} is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8") from None
 
+# %% ../nbs/06_cli.ipynb #ed440f26
 def _lines(text: str) -> list:
     "One entry per line; a final newline does not start an extra (empty) line, blank lines inside are kept."
     return text.split('\n')[:-1] if text.endswith('\n') else (text.split('\n') if text else [])
 
-# %% ../nbs/06_cli.ipynb #2793ce57
+# %% ../nbs/06_cli.ipynb #b47add9f
+def _option(name: str) -> str:
+    "The option for parameter `name`: `max_steps` -> `--max-steps`, `json_` -> `--json`."
+    return '--' + name.rstrip('_').replace('_', '-')
+
+# %% ../nbs/06_cli.ipynb #5b2b10f7
+def _base_type(anno):
+    "`Optional[int]` -> `int` (argparse then says 'invalid int value'); other annotations as they are."
+    if typing.get_origin(anno) is typing.Union: return next(a for a in typing.get_args(anno) if a is not type(None))
+    return anno
+
+# %% ../nbs/06_cli.ipynb #1894b562
+def _arg_kwargs(p: inspect.Parameter, # the parameter
+                d, # its `docments` entry (anno, default, docment)
+               ) -> dict:
+    "argparse keywords for one parameter: help from its docment, type from its annotation, a `Param`'s settings as given."
+    prm = d.anno if isinstance(d.anno, Param) else Param(d.docment, _base_type(d.anno))
+    kw = {k: getattr(prm, k) for k in ('type', 'action', 'nargs', 'choices') if getattr(prm, k) is not None}
+    kw['help'] = prm.help or d.docment or ''
+    if getattr(prm, 'metavar', None): kw['metavar'] = prm.metavar
+    if p.default is inspect.Parameter.empty:
+        if p.kind is p.KEYWORD_ONLY: kw['required'] = True
+    elif kw.get('type') is bool: kw.pop('type'); kw.update(action='store_true', default=False)
+    else: kw['default'] = None if kw.get('action') == 'append' else p.default
+    if p.default not in (None, False, inspect.Parameter.empty, ()): kw['help'] += f' (default: {p.default})'
+    return kw
+
+# %% ../nbs/06_cli.ipynb #d591f4df
+def _unknown_args(extra: list, # the arguments argparse did not recognize
+                  parser: argparse.ArgumentParser, # the (sub)command's parser
+                 ) -> str:
+    "The error for unrecognized arguments, naming the option that was probably meant (`--max-step` -> `--max-steps`)."
+    opt = next((a.split('=')[0] for a in extra if a.startswith('-')), None)
+    near = difflib.get_close_matches(opt, list(parser._option_string_actions), n=1, cutoff=0.6) if opt else []
+    return f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {near[0]}?)" if near else '')
+
+# %% ../nbs/06_cli.ipynb #7dbb823d
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise CLIError(f"{message}; see `{self.prog} --help`")
+    "An ArgumentParser that raises a one-line `CLIError` instead of exiting, and accepts no abbreviated options."
+    def __init__(self, *args, **kw):
+        kw.setdefault('allow_abbrev', False); kw.setdefault('formatter_class', argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kw)
+    def error(self, message): raise CLIError(f"{message}; see `{self.prog} --help`")
+    def parse_known_args(self, args=None, namespace=None):
+        ns, extra = super().parse_known_args(args, namespace)
+        if extra: self.error(_unknown_args(extra, self))
+        return ns, extra
 
-def _csv(s: str) -> list: return [x.strip() for x in s.split(',') if x.strip()]
+# %% ../nbs/06_cli.ipynb #9b5fd73f
+def _command_name(func: Callable) -> str: return func.__name__.split('_', 1)[1]   # cmd_train -> train, exp_run -> run
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog='posenc', description='Position encodings for Transformers: train, translate, evaluate, compare.')
+def add_command(sub, # the `add_subparsers()` object
+                func: Callable, # the command function
+                name: str = None, # the subcommand (default: the function's name without its prefix)
+               ) -> argparse.ArgumentParser:
+    "A subparser for `func`: description and examples from its docstring, one option (or argument) per parameter."
+    about, _, examples = inspect.getdoc(func).partition('\n\nExamples:\n')
+    s = sub.add_parser(name or _command_name(func), help=about.split('\n')[0], description=about,
+                       epilog=f'examples:\n{examples}' if examples else None)
+    sig = inspect.signature(func)
+    for name, d in docments(func, full=True, returns=False, eval_str=True).items():
+        p, kw = sig.parameters[name], _arg_kwargs(sig.parameters[name], d)
+        if p.kind is p.KEYWORD_ONLY: s.add_argument(_option(name), dest=name, **kw)
+        else: s.add_argument(name, **kw)
+    s.set_defaults(_func=func)
+    return s
+
+# %% ../nbs/06_cli.ipynb #66f1b935
+COMMANDS: dict = {}    # the `posenc` subcommands: name -> function, in `--help` order
+
+def command(func: Callable = None, # the command function, named `PREFIX_NAME` (e.g. `cmd_train`)
+            registry: dict = None, # where to register it (default: `COMMANDS`)
+           ):
+    "Decorator: register `func` as a subcommand called NAME."
+    if func is None: return functools.partial(command, registry=registry)
+    (COMMANDS if registry is None else registry)[_command_name(func)] = func
+    return func
+
+# %% ../nbs/06_cli.ipynb #f334dfef
+def build_parser(commands: dict = None, # name -> command function (default: `COMMANDS`)
+                 prog: str = 'posenc', # the program name shown in usage and errors
+                ) -> argparse.ArgumentParser:
+    "The parser of `prog`: `--version` and one subcommand per function."
+    p = _Parser(prog=prog, description='Position encodings for Transformers: train, translate, evaluate, compare.',
+                epilog=f'Run `{prog} COMMAND --help` for the options and examples of a command.')
+    p.add_argument('--version', action='version', version=f'posenc_nb {__version__}')
     sub = p.add_subparsers(dest='cmd', metavar='COMMAND', parser_class=_Parser)
-
-    s = sub.add_parser('list', help='registered position encodings and named configs')
-    s.add_argument('--json', action='store_true', help='machine-readable output')
-
-    def threads_arg(s):
-        s.add_argument('--threads', type=int, help='CPU threads for torch (default: torch\'s choice; 1 is often fastest for tiny models or on a busy machine)')
-
-    def budget_args(s):
-        s.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
-                       help='override a TrainConfig field, e.g. --set lr=1e-3 --set pe_options=\'{"base": 500}\' (repeatable)')
-        s.add_argument('--max-steps', type=int, help='training updates (default: the config\'s)')
-        s.add_argument('--max-minutes', type=float, help='wall-clock cap of the training loop, minutes')
-        s.add_argument('--device', help='cpu, cuda, cuda:1 ... (default: cuda when available)')
-        threads_arg(s)
-
-    s = sub.add_parser('train', help='train one named config (rerun the same command to resume)')
-    s.add_argument('--config', required=True, help='a named config (see `posenc list`)')
-    s.add_argument('--out', help='run folder (default: runs/CONFIG-ENCODING)')
-    s.add_argument('--enc-pe', help='encoder position encoding'); s.add_argument('--dec-pe', help='decoder position encoding (default: the encoder\'s)')
-    s.add_argument('--seed', type=int)
-    budget_args(s)
-    s.add_argument('--fresh', action='store_true', help='start over in --out instead of resuming (deletes its checkpoints)')
-    s.add_argument('--json', action='store_true', help='print the results as JSON')
-
-    s = sub.add_parser('translate', help='translate lines from stdin or a file with a checkpoint')
-    s.add_argument('--ckpt', required=True, help='a checkpoint file, or a run folder (its averaged or latest checkpoint)')
-    s.add_argument('--input', default='-', help='text file, one sentence a line (default: - = stdin)')
-    s.add_argument('--output', help='write here (atomically) instead of stdout')
-    s.add_argument('--beam', type=int, default=4); s.add_argument('--len-penalty', type=float, default=0.6)
-    s.add_argument('--batch-tokens', type=int, default=4096); s.add_argument('--device')
-    threads_arg(s)
-
-    s = sub.add_parser('evaluate', help='sacreBLEU and chrF of hypotheses against references')
-    s.add_argument('--hyp', required=True, help='hypotheses, one a line (- = stdin)')
-    s.add_argument('--ref', required=True, nargs='+', help='reference file(s), one line per hypothesis')
-    s.add_argument('--json', action='store_true')
-
-    s = sub.add_parser('compare', help='train several encodings on one task with the same budget')
-    s.add_argument('--config', required=True, help='a named config (see `posenc list`)')
-    s.add_argument('--encodings', type=_csv, help='comma list (default: every registered encoding)')
-    s.add_argument('--seeds', type=int, nargs='+', default=[0], help='one run per encoding and seed (default: 0)')
-    s.add_argument('--out', help='folder for runs, results.json and compare.png (default: runs/compare-CONFIG)')
-    budget_args(s)
-    s.add_argument('--no-plot', action='store_true')
-    s.add_argument('--json', action='store_true', help='print the results as JSON instead of a table')
+    for name, f in (COMMANDS if commands is None else commands).items(): add_command(sub, f, name)
     return p
-
-# %% ../nbs/06_cli.ipynb #3d0d85f1
-def _describe(c: TrainConfig) -> str:
-    budget = ', '.join(x for x in (f'{c.max_steps} steps' if c.max_steps else '', f'{c.max_minutes:g} min' if c.max_minutes else '') if x)
-    return f"{c.data}, d={c.d_model} {c.n_enc}+{c.n_dec} layers, {budget}"
-
-def cmd_list(args) -> int:
-    encs = list_posencs()
-    if args.json:
-        print(json.dumps({'encodings': encs, 'configs': {k: dataclasses.asdict(c) for k, c in CONFIGS.items()}}, indent=1))
-        return 0
-    print('encodings:'); print('\n'.join(f'  {e}' for e in encs))
-    print('configs:'); print('\n'.join(f'  {k:16s} {_describe(c)}' for k, c in CONFIGS.items()))
-    return 0
 
 # %% ../nbs/06_cli.ipynb #c6c630fe
 _FIELDS = config_fields()    # the config's own fields and its model's, flat
+_EXAMPLE = {'bool': 'true', 'int': '10', 'float': '0.001', 'dict': '\'{"k": 1}\'', 'tuple': '[0.9,0.98]'}
 
+def _field_type(key: str) -> tuple:
+    "(base type name, optional?) of TrainConfig field `key`, from its annotation."
+    ann = str(_FIELDS[key].type).replace(' ', '')
+    return (ann[len('Optional['):-1] if ann.startswith('Optional[') else ann), (ann.startswith('Optional[') or 'None' in ann)
+
+# %% ../nbs/06_cli.ipynb #e7e298d4
+def _parse_value(base: str, raw: str):
+    "`raw` as a value of type `base` (bool, int, float, dict, tuple, list, else str); ValueError when it is not one."
+    if base == 'bool':
+        if raw.lower() in ('1', 'true', 'yes', 'on'): return True
+        if raw.lower() in ('0', 'false', 'no', 'off'): return False
+        raise ValueError(raw)
+    if base in ('int', 'float'): return int(raw) if base == 'int' else float(raw)
+    if base not in ('dict', 'tuple', 'list'): return raw
+    v = json.loads(raw)
+    if not isinstance(v, dict if base == 'dict' else list): raise ValueError(raw)
+    return tuple(v) if base == 'tuple' else v
+
+# %% ../nbs/06_cli.ipynb #6ebf0c53
 def _convert(key: str, raw: str):
     "The value of `--set key=raw` converted to the type of TrainConfig field `key`."
-    ann = str(_FIELDS[key].type).replace(' ', '')
-    optional = ann.startswith('Optional[') or 'None' in ann
-    base = ann[len('Optional['):-1] if ann.startswith('Optional[') else ann
+    base, optional = _field_type(key)
     if optional and raw.lower() in ('none', 'null'): return None
-    try:
-        if base == 'bool':
-            if raw.lower() in ('1', 'true', 'yes', 'on'): return True
-            if raw.lower() in ('0', 'false', 'no', 'off'): return False
-            raise ValueError
-        if base == 'int': return int(raw)
-        if base == 'float': return float(raw)
-        if base in ('dict', 'tuple', 'list'):
-            v = json.loads(raw)
-            want = dict if base == 'dict' else list
-            if not isinstance(v, want): raise ValueError
-            return tuple(v) if base == 'tuple' else v
-        return raw
+    try: return _parse_value(base, raw)
     except ValueError:
-        example = {'bool': 'true', 'int': '10', 'float': '0.001', 'dict': '\'{"k": 1}\'', 'tuple': '[0.9,0.98]'}.get(base, 'x')
         raise CLIError(f"--set {key}={raw}: {key} expects {'an' if base == 'int' else 'a'} {base}"
-                       f"{' (or none)' if optional else ''}, e.g. --set {key}={example}") from None
+                       f"{' (or none)' if optional else ''}, e.g. --set {key}={_EXAMPLE.get(base, 'x')}") from None
 
-def parse_sets(items: Sequence[str]) -> dict:
+# %% ../nbs/06_cli.ipynb #6df460ab
+def parse_sets(items: Sequence[str], # `KEY=VALUE` strings
+              ) -> dict:
     "`['key=value', ...]` to a dict of typed TrainConfig overrides."
     out = {}
-    for it in items:
+    for it in items or ():
         if '=' not in it: raise CLIError(f"--set {it!r} is not KEY=VALUE; write e.g. --set lr=0.001")
         k, v = it.split('=', 1)
         k = k.strip().replace('-', '_')
@@ -149,70 +188,135 @@ def parse_sets(items: Sequence[str]) -> dict:
         out[k] = _convert(k, v.strip())
     return out
 
+# %% ../nbs/06_cli.ipynb #aadf8d44
 def _check_encoding(name: str, flag: str):
     if name is not None and name not in list_posencs():
         raise CLIError(f"unknown encoding {name!r} for {flag}; choose one of: {', '.join(list_posencs())} (see `posenc list`)")
 
-def make_config(name: str, sets: Sequence[str] = (), **flags) -> TrainConfig:
-    "The named config with `--set` items and flag values (None = not given) applied; every encoding name checked."
+def _check_budget(over: dict):
+    if over.get('max_steps') is not None and over['max_steps'] < 1: raise CLIError(f"max_steps={over['max_steps']}: give at least 1 update")
+    if over.get('max_minutes') is not None and not over['max_minutes'] > 0: raise CLIError(f"max_minutes={over['max_minutes']}: give a positive number of minutes")
+
+# %% ../nbs/06_cli.ipynb #1fd13740
+def make_config(name: str, # a named config (`posenc_nb.train.CONFIGS`)
+                sets: Sequence[str] = (), # `--set KEY=VALUE` items
+                **flags, # field values from options; None = not given
+               ) -> TrainConfig:
+    "The named config with `--set` items and flag values applied; every encoding name checked."
     if name not in CONFIGS: raise CLIError(f"unknown config {name!r}; choose one of: {', '.join(CONFIGS)} (see `posenc list`)")
     over = parse_sets(sets)
     over.update({k: v for k, v in flags.items() if v is not None})
-    if over.get('max_steps') is not None and over['max_steps'] < 1: raise CLIError(f"max_steps={over['max_steps']}: give at least 1 update")
-    if over.get('max_minutes') is not None and not over['max_minutes'] > 0: raise CLIError(f"max_minutes={over['max_minutes']}: give a positive number of minutes")
+    _check_budget(over)
     cfg = config_from_name(name, **over)
     _check_encoding(cfg.enc_pe, '--enc-pe' if flags.get('enc_pe') else '--set enc_pe')
     _check_encoding(cfg.dec_pe, '--dec-pe' if flags.get('dec_pe') else '--set dec_pe')
     return cfg
 
+# %% ../nbs/06_cli.ipynb #e5423b9a
+def check_device(device: Optional[str], # a torch device name, or None for the default
+                ) -> Optional[str]:
+    "`device` if this machine has it; else a CLIError saying what to pass instead."
+    if device is None: return None
+    if device.strip().lower() in ('gpu', 'gpus'): raise CLIError(f"--device {device}: PyTorch calls a GPU 'cuda'; pass --device cuda (or cuda:N), or cpu")
+    try: d = torch.device(device)
+    except RuntimeError: raise CLIError(f"--device {device}: not a device name; pass cpu, cuda or cuda:N") from None
+    n = torch.cuda.device_count() if d.type == 'cuda' else 0
+    if d.type == 'cuda' and (n == 0 or (d.index or 0) >= n):
+        raise CLIError(f"--device {device}: this machine has {n or 'no'} CUDA GPU{'' if n == 1 else 's'}"
+                       f"{'' if torch.version.cuda else ' (this torch is a CPU-only build)'}; pass --device cpu or leave --device out")
+    return device
+
+# %% ../nbs/06_cli.ipynb #3577dd8e
+def _use_threads(threads: Optional[int]):
+    "Set torch's CPU threads (None: leave torch's choice)."
+    if threads is None: return
+    if threads < 1: raise CLIError(f"--threads {threads}: give 1 or more")
+    torch.set_num_threads(threads)
+
 # %% ../nbs/06_cli.ipynb #f12dff2d
-_INPUT_ERRORS = (CLIError, ValueError, TypeError, DataUnavailable, FileNotFoundError, IsADirectoryError, NotADirectoryError,
-                 PermissionError, UnicodeError)
+INPUT_ERRORS = (ValueError, TypeError, DataUnavailable, FileNotFoundError, IsADirectoryError, NotADirectoryError,
+                PermissionError, UnicodeError)    # bad input: status 2
 
-def _err(msg): print(f"posenc: error: {_one_line(msg)}", file=sys.stderr, flush=True)
+def exit_status(e: BaseException, # what a command raised
+                prog: str = 'posenc', # the program name for the message
+               ) -> int:
+    "The exit status for `e`, after printing its one-line message (POSENC_DEBUG=1 re-raises instead)."
+    if isinstance(e, SystemExit): return e.code if isinstance(e.code, int) else 0          # --help, --version
+    if isinstance(e, BrokenPipeError):                                                     # e.g. `... | head -1`
+        with contextlib.suppress(OSError): sys.stdout = open(os.devnull, 'w')
+        return 0
+    if os.environ.get('POSENC_DEBUG') == '1': raise e
+    if isinstance(e, KeyboardInterrupt):
+        _err("interrupted; files written so far are intact (all writes are atomic); rerun the same command to resume", prog); return 130
+    if isinstance(e, INPUT_ERRORS): _err(e, prog); return 2
+    _err(f"internal error ({type(e).__name__}: {e}); rerun with POSENC_DEBUG=1 for the traceback and please report it", prog); return 1
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    "Entry point of the `posenc` console script; returns the exit status (0 ok, 1 internal error, 2 bad input, 130 interrupted)."
-    debug = os.environ.get('POSENC_DEBUG') == '1'
-    parser = build_parser()
+# %% ../nbs/06_cli.ipynb #00b6f4b4
+_ARGV = contextvars.ContextVar('posenc_argv', default=('posenc', ()))
+
+def command_line() -> str:
+    "The command being run, as one shell line (recorded in each run's `run.json`)."
+    prog, argv = _ARGV.get()
+    return ' '.join([prog, *map(shlex.quote, argv)])
+
+# %% ../nbs/06_cli.ipynb #5516c327
+def _dispatch(parser: argparse.ArgumentParser, argv: list) -> int:
+    args = vars(parser.parse_args(argv))
+    func = args.pop('_func', None); args.pop('cmd', None)
+    if func is None: parser.print_help(sys.stderr); return 2
+    return int(func(**args) or 0)
+
+# %% ../nbs/06_cli.ipynb #2603c4bb
+def main(argv: Optional[Sequence[str]] = None, # the arguments (default: `sys.argv[1:]`)
+         commands: dict = None, # name -> command function (default: `COMMANDS`)
+         prog: str = 'posenc', # the program name for usage, errors and `command_line()`
+        ) -> int:
+    "Entry point of the `posenc` console script; returns the exit status (0 ok, 1 failed run or internal error, 2 bad input, 130 interrupted)."
+    argv = list(sys.argv[1:] if argv is None else argv)
+    token = _ARGV.set((prog, tuple(argv)))
     with warnings.catch_warnings():
-        warnings.showwarning = lambda m, c, *a, **k: print(f"posenc: warning: {_one_line(m)}", file=sys.stderr)
-        try:
-            args = parser.parse_args(None if argv is None else list(argv))
-            if args.cmd is None:
-                parser.print_help(sys.stderr); return 2
-            if getattr(args, 'threads', None) is not None:
-                if args.threads < 1: raise CLIError(f"--threads {args.threads}: give 1 or more")
-                torch.set_num_threads(args.threads)
-            return int(globals()[f'cmd_{args.cmd}'](args) or 0)
-        except SystemExit as e:                      # --help, --version
-            return e.code if isinstance(e.code, int) else 0
-        except KeyboardInterrupt:
-            if debug: raise
-            _err("interrupted; files written so far are intact (all writes are atomic); rerun the same command to resume")
-            return 130
-        except BrokenPipeError:                       # e.g. `posenc translate ... | head -1`
-            try: sys.stdout = open(os.devnull, 'w')
-            except OSError: pass
-            return 0
-        except _INPUT_ERRORS as e:
-            if debug: raise
-            _err(e); return 2
-        except Exception as e:
-            if debug: raise
-            _err(f"internal error ({type(e).__name__}: {e}); rerun with POSENC_DEBUG=1 for the traceback and please report it")
-            return 1
+        warnings.showwarning = lambda m, c, *a, **k: print(f"{prog}: warning: {_one_line(m)}", file=sys.stderr)
+        try: return _dispatch(build_parser(commands, prog), argv)
+        except BaseException as e: return exit_status(e, prog)
+        finally: _ARGV.reset(token)
 
+# %% ../nbs/06_cli.ipynb #99d0f5dc
 def run_cli(*argv):
     "Run `main(argv)` in-process: (status, stdout, stderr)."
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err): rc = main(argv)
     return rc, out.getvalue(), err.getvalue()
 
+# %% ../nbs/06_cli.ipynb #3d0d85f1
+def _describe(c: TrainConfig) -> str:
+    budget = ', '.join(x for x in (f'{c.max_steps} steps' if c.max_steps else '', f'{c.max_minutes:g} min' if c.max_minutes else '') if x)
+    return f"{c.data}, d={c.d_model} {c.n_enc}+{c.n_dec} layers, {budget}"
+
+# %% ../nbs/06_cli.ipynb #55c68776
+@command
+def cmd_list(*, json_: bool = False, # print JSON (encodings, and every config's fields) instead of text
+            ) -> int:
+    """List the registered position encodings and the named training configs.
+
+    Examples:
+      posenc list
+      posenc list --json"""
+    encs = list_posencs()
+    if json_: print(json.dumps({'encodings': encs, 'configs': {k: dataclasses.asdict(c) for k, c in CONFIGS.items()}}, indent=1))
+    else:
+        print('encodings:'); print('\n'.join(f'  {e}' for e in encs))
+        print('configs:'); print('\n'.join(f'  {k:16s} {_describe(c)}' for k, c in CONFIGS.items()))
+    return 0
+
 # %% ../nbs/06_cli.ipynb #6866fc0b
 def _run_name(cfg: TrainConfig) -> str:
     return cfg.enc_pe if cfg.dec_pe in (None, cfg.enc_pe) else f'{cfg.enc_pe}-{cfg.dec_pe}'
 
+def default_run_dir(cfg: TrainConfig) -> Path:
+    "`runs/CONFIG-ENCODING-sSEED`: the run folder of `posenc train` without `--out`."
+    return Path("runs") / f"{cfg.name}-{_run_name(cfg)}-s{cfg.seed}"
+
+# %% ../nbs/06_cli.ipynb #5b76b419
 def _train(cfg: TrainConfig, out: Path, resume: bool = True, device=None, progress=None) -> dict:
     "`train` with its out-dir error phrased for the command line."
     if out.exists() and not out.is_dir(): raise CLIError(f"--out {out} is a file; pass a folder for the run")
@@ -223,20 +327,43 @@ def _train(cfg: TrainConfig, out: Path, resume: bool = True, device=None, progre
     finally:   # a run that failed before writing anything leaves no empty folder behind
         if not existed and out.is_dir() and not any(out.iterdir()): out.rmdir()
 
+# %% ../nbs/06_cli.ipynb #99f8b7f3
 _SUMMARY = ('step', 'bleu', 'chrf', 'valid_loss', 'valid_bleu', 'train_time_s', 'wall_time_s', 'n_params')
 
-def cmd_train(args) -> int:
-    cfg = make_config(args.config, args.set, enc_pe=args.enc_pe, dec_pe=args.dec_pe, max_steps=args.max_steps,
-                      max_minutes=args.max_minutes, seed=args.seed)
-    out = Path(args.out) if args.out else Path('runs') / f'{cfg.name}-{_run_name(cfg)}'
-    res = _train(cfg, out, resume=not args.fresh, device=args.device)
-    summary = {k: res.get(k) for k in _SUMMARY}
-    summary['run_dir'] = str(out)
-    if args.json: print(json.dumps(summary))
-    else:
-        print(f"{cfg.name} [{_run_name(cfg)}, seed {cfg.seed}]: {res['step']} steps in {res['train_time_s']:.1f}s; "
-              f"test BLEU {res['bleu']:.2f}, chrF {res['chrf']:.2f}, valid loss {res.get('valid_loss', float('nan')):.3f}")
-        print(f"run folder: {out} (results.json, metrics.jsonl, checkpoints)")
+def _report_train(cfg: TrainConfig, res: dict, out: Path, as_json: bool):
+    if as_json: print(json.dumps({**{k: res.get(k) for k in _SUMMARY}, 'run_dir': str(out)})); return
+    print(f"{cfg.name} [{_run_name(cfg)}, seed {cfg.seed}]: {res['step']} steps in {res['train_time_s']:.1f}s; "
+          f"test BLEU {res['bleu']:.2f}, chrF {res['chrf']:.2f}, valid loss {res.get('valid_loss', float('nan')):.3f}")
+    print(f"run folder: {out} (results.json, metrics.jsonl, checkpoints)")
+
+# %% ../nbs/06_cli.ipynb #4ddef5b0
+_SET = Param('', str, action='append')        # --set KEY=VALUE, repeatable
+_SET.metavar = 'KEY=VALUE'
+
+@command
+def cmd_train(*, config: str, # a named config (see `posenc list`)
+              out: str = None, # run folder (default: runs/CONFIG-ENCODING-sSEED)
+              enc_pe: str = None, # encoder position encoding (default: the config's)
+              dec_pe: str = None, # decoder position encoding (default: the encoder's)
+              seed: int = None, # random seed (default: the config's)
+              set_: _SET = None, # override a TrainConfig field, e.g. --set lr=1e-3 --set pe_options='{"base": 500}' (repeatable)
+              max_steps: int = None, # training updates (default: the config's)
+              max_minutes: float = None, # wall-clock cap of the training loop, minutes
+              device: str = None, # cpu, cuda, cuda:1 ... (default: cuda when available)
+              threads: int = None, # CPU threads for torch (default: torch's choice; 1 is often fastest for tiny models or on a busy machine)
+              fresh: bool = False, # start over in --out instead of resuming (deletes its checkpoints)
+              json_: bool = False, # print the results as JSON
+             ) -> int:
+    """Train one named config into a run folder; rerun the same command to resume.
+
+    Examples:
+      posenc train --config synthetic-tiny --max-steps 50
+      posenc train --config synthetic-tiny --enc-pe rope --seed 1 --out runs/rope-s1
+      posenc train --config multi30k-1h --set lr=5e-4 --threads 2 --json"""
+    device = check_device(device); _use_threads(threads)
+    cfg = make_config(config, set_, enc_pe=enc_pe, dec_pe=dec_pe, max_steps=max_steps, max_minutes=max_minutes, seed=seed)
+    run = Path(out) if out else default_run_dir(cfg)
+    _report_train(cfg, _train(cfg, run, resume=not fresh, device=device), run, json_)
     return 0
 
 # %% ../nbs/06_cli.ipynb #e4aaa8d4
@@ -252,152 +379,348 @@ def find_checkpoint(path) -> Path:
     if not p.exists(): raise CLIError(f"checkpoint {p} does not exist; pass a .pt file or the run folder given to `posenc train --out`")
     return p
 
+# %% ../nbs/06_cli.ipynb #ff7cbe05
 def _load(path, device=None):
+    "Model, tokenizer and config of the checkpoint at `path`; a file that is not a usable checkpoint is a CLIError with the fix."
     ck = find_checkpoint(path)
     try: return load_checkpoint(ck, device=device or 'cpu')
-    except ValueError as e:
-        msg = str(e)
-        if 'not a posenc_nb' in msg: msg += '; pass a checkpoint written by `posenc train`'
-        raise CLIError(msg) from None
+    except ValueError as e: raise CLIError(f"{e}; pass a checkpoint written by `posenc train`") from None
 
-def cmd_translate(args) -> int:
-    if args.beam < 1: raise CLIError(f"--beam {args.beam}: use 1 (greedy) or more")
-    if args.batch_tokens < 1: raise CLIError(f"--batch-tokens {args.batch_tokens}: use a positive number")
-    if args.output and Path(args.output).is_dir(): raise CLIError(f"--output {args.output} is a folder; pass a file name")
-    model, tok, cfg = _load(args.ckpt, args.device)          # check the checkpoint before waiting on stdin
-    lines = [l.rstrip('\r') for l in _lines(_read_text(args.input, 'input'))]
-    xl = None
-    if cfg.xl:                                               # a run with cross-lingual positions: rebuild them for this input
-        try: xl = load_xl_provider(find_checkpoint(args.ckpt).parent).streams(lines, tok)
-        except ValueError as e: raise CLIError(str(e)) from None
-    hyps = translate(model, tok, lines, beam=args.beam, len_penalty=args.len_penalty, batch_tokens=args.batch_tokens, xl=xl)
+# %% ../nbs/06_cli.ipynb #20ab828a
+def _isatty(f) -> bool:
+    try: return f.isatty()
+    except (AttributeError, ValueError): return False      # replaced by a StringIO, or closed
+
+def _read_lines(path) -> list:
+    "Source sentences of `path` ('-' = stdin, saying how to end the input when stdin is a terminal), '\\r' stripped."
+    if str(path) == '-' and _isatty(sys.stdin):
+        print("posenc: reading sentences from the terminal, one per line; end with Ctrl-D "
+              "(or give --input FILE, or pipe text in: posenc translate --ckpt RUN < input.txt)", file=sys.stderr, flush=True)
+    return [l.rstrip('\r') for l in _lines(_read_text(path, 'input'))]
+
+# %% ../nbs/06_cli.ipynb #cb50ab3d
+def _xl_streams(cfg: TrainConfig, ckpt, lines: list, tok):
+    "Cross-lingual position streams for `lines` when the checkpoint's run used them (`cfg.xl`), else None."
+    if not cfg.xl: return None                               # a run with cross-lingual positions: rebuild them for this input
+    return load_xl_provider(find_checkpoint(ckpt).parent).streams(lines, tok)
+
+# %% ../nbs/06_cli.ipynb #0cec142a
+def _write_lines(hyps: list, output: Optional[str]):
+    "One line per hypothesis, to `output` (atomically) or to stdout as UTF-8."
     text = ''.join(' '.join(h.split('\n')) + '\n' for h in hyps)
-    if args.output: atomic_write(args.output, text)
+    if output: atomic_write(output, text)
     elif hasattr(sys.stdout, 'buffer'): sys.stdout.flush(); sys.stdout.buffer.write(text.encode('utf-8')); sys.stdout.buffer.flush()
     else: sys.stdout.write(text); sys.stdout.flush()
+
+# %% ../nbs/06_cli.ipynb #d9fcdff2
+def _check_decoding(beam: int, batch_tokens: int, output: Optional[str]):
+    if beam < 1: raise CLIError(f"--beam {beam}: use 1 (greedy) or more")
+    if batch_tokens < 1: raise CLIError(f"--batch-tokens {batch_tokens}: use a positive number")
+    if output and Path(output).is_dir(): raise CLIError(f"--output {output} is a folder; pass a file name")
+
+# %% ../nbs/06_cli.ipynb #e4aaa8e5
+@command
+def cmd_translate(*, ckpt: str, # a checkpoint file, or a run folder (its averaged or latest checkpoint)
+                  input: str = '-', # text file, one sentence a line; - reads stdin
+                  output: str = None, # write the translations here (atomically) instead of stdout
+                  beam: int = 4, # beam size; 1 is greedy decoding
+                  len_penalty: float = 0.6, # length penalty alpha of beam search
+                  batch_tokens: int = 4096, # source tokens per batch
+                  device: str = None, # cpu, cuda, cuda:1 ... (default: cpu)
+                  threads: int = None, # CPU threads for torch (default: torch's choice)
+                 ) -> int:
+    """Translate sentences, one per line, from stdin or a file with a trained checkpoint; progress is shown on a terminal.
+
+    Examples:
+      posenc translate --ckpt runs/synthetic-tiny-sinusoidal-s0 --input src.txt --output hyp.txt
+      echo 'the cat saw the dog' | posenc translate --ckpt run/ckpt_0000100.pt --beam 1"""
+    _check_decoding(beam, batch_tokens, output); _use_threads(threads)
+    model, tok, cfg = _load(ckpt, check_device(device))         # check the checkpoint before waiting on stdin
+    lines = _read_lines(input)
+    hyps = translate(model, tok, lines, beam=beam, len_penalty=len_penalty, batch_tokens=batch_tokens,
+                     xl=_xl_streams(cfg, ckpt, lines, tok), progress=_isatty(sys.stderr))
+    _write_lines(hyps, output)
     return 0
+
+# %% ../nbs/06_cli.ipynb #c51ef221
+def _check_aligned(hyp: str, hyps: list, refs: list):
+    "Hypothesis and reference files (`[(name, lines)]`) must have equally many lines: a dropped line would shift every pair after it."
+    for f, r in refs:
+        if len(r) != len(hyps):
+            raise CLIError(f"{hyp} has {len(hyps)} lines but {f} has {len(r)}; give exactly one reference line per hypothesis line")
+    if not hyps: raise CLIError(f"{hyp} has no lines; nothing to score")
 
 # %% ../nbs/06_cli.ipynb #ef68d0b3
-def cmd_evaluate(args) -> int:
-    hyps = _lines(_read_text(args.hyp, 'hypothesis'))
-    refs = [_lines(_read_text(r, 'reference')) for r in args.ref]
-    for f, r in zip(args.ref, refs):
-        if len(r) != len(hyps):
-            raise CLIError(f"{args.hyp} has {len(hyps)} lines but {f} has {len(r)}; give exactly one reference line per hypothesis line")
-    if not hyps: raise CLIError(f"{args.hyp} has no lines; nothing to score")
-    b, c = bleu(hyps, refs), chrf(hyps, refs)
+@command
+def cmd_evaluate(*, hyp: str, # hypotheses, one a line; - reads stdin
+                 ref: Param('', str, nargs='+'), # reference file(s), one line per hypothesis line
+                 json_: bool = False, # print the scores and signatures as JSON
+                ) -> int:
+    """Score hypotheses against references: sacreBLEU's corpus BLEU and chrF, with their signatures.
+
+    Examples:
+      posenc evaluate --hyp hyp.txt --ref ref.txt
+      posenc translate --ckpt RUN --input src.txt | posenc evaluate --hyp - --ref ref1.txt ref2.txt --json"""
+    hyps = _lines(_read_text(hyp, 'hypothesis'))
+    refs = [(r, _lines(_read_text(r, 'reference'))) for r in ref]
+    _check_aligned(hyp, hyps, refs)
+    b, c = bleu(hyps, [r for _, r in refs]), chrf(hyps, [r for _, r in refs])
     res = {'bleu': b['score'], 'chrf': c['score'], 'n': len(hyps), 'bleu_signature': b['signature'], 'chrf_signature': c['signature'],
            'precisions': b['precisions'], 'bp': b['bp']}
-    if args.json: print(json.dumps(res))
-    else: print(f"BLEU {res['bleu']:.2f}  chrF {res['chrf']:.2f}  ({res['n']} sentences)\n{b['signature']}\n{c['signature']}")
+    print(json.dumps(res) if json_ else f"BLEU {res['bleu']:.2f}  chrF {res['chrf']:.2f}  ({res['n']} sentences)\n{b['signature']}\n{c['signature']}")
     return 0
 
-# %% ../nbs/06_cli.ipynb #83d7bf8e
-def summarize(runs: list) -> list:
-    "One row per encoding (in first-seen order): mean and sd over its seeds of every metric; failures counted."
-    order = list(dict.fromkeys(r['encoding'] for r in runs))
+# %% ../nbs/06_cli.ipynb #9fdeb708
+RECORD_KEYS = ('bleu', 'chrf', 'valid_loss', 'valid_nll', 'valid_ppl', 'valid_bleu', 'step', 'tokens_seen', 'tok_s', 'train_time_s',
+               'wall_time_s', 'segments', 'decode_s', 'test_sents', 'n_params', 'bleu_signature', 'chrf_signature')   # kept from the results
+
+def _write_json(obj, path): atomic_write(path, json.dumps(obj, indent=1, default=str) + '\n')
+
+# %% ../nbs/06_cli.ipynb #7bbb55a7
+def _curve_subset(recs: list, max_lines: int = 200) -> list:
+    "All evaluation records plus evenly spaced training-log records, at most ~max_lines in all."
+    ev = [r for r in recs if 'valid_loss' in r or 'valid_bleu' in r]
+    tr = [r for r in recs if 'loss' in r]
+    k = max(1, -(-len(tr) // max(1, max_lines - len(ev))))
+    keep = tr[::k] + ([tr[-1]] if tr and (len(tr) - 1) % k else []) + ev
+    return sorted(keep, key=lambda r: (r['step'], 'valid_loss' in r))
+
+# %% ../nbs/06_cli.ipynb #58c15799
+def finished_record(rdir, # a run's record folder
+                    cfg: TrainConfig = None, # if given: only a run of this config counts
+                   ) -> Optional[dict]:
+    "The metrics of the finished run in `rdir`, or None (not finished, or another config)."
+    rdir = Path(rdir)
+    if not (rdir / 'metrics.json').is_file(): return None
+    if cfg is not None:
+        try: same = TrainConfig.from_dict(json.loads((rdir / 'config.json').read_text())) == cfg
+        except (ValueError, TypeError, OSError): same = False
+        if not same: return None
+    return json.loads((rdir / 'metrics.json').read_text())
+
+# %% ../nbs/06_cli.ipynb #cfebe676
+def _metrics(cfg: TrainConfig, res: dict, label: str, evaluate: Optional[Callable], extra: dict) -> dict:
+    "The `metrics.json` of a run: the kept results, the encoding, seed, steps and budget, `extra`, and `evaluate`'s numbers."
+    m = {k: res[k] for k in RECORD_KEYS if k in res}
+    m.update(encoding=label or cfg.enc_pe, seed=cfg.seed, steps=res['step'],
+             budget=dict(minutes=cfg.max_minutes, steps=cfg.max_steps, kind='wall-clock' if cfg.max_minutes else 'updates'), **extra)
+    if evaluate is not None: m.update(evaluate(res, cfg))
+    return m
+
+# %% ../nbs/06_cli.ipynb #d4d6fe4a
+def write_record(rdir, cfg: TrainConfig, metrics: dict, run: dict, hyps: list, log: list):
+    "Write a run's record files into `rdir`; `metrics.json` last, so that it marks the run as finished."
+    rdir = Path(rdir); rdir.mkdir(parents=True, exist_ok=True)
+    _write_json(cfg.flat_dict(), rdir / 'config.json')
+    _write_json(run, rdir / 'run.json')
+    atomic_write(rdir / 'test.hyp', ''.join(h + '\n' for h in hyps))
+    atomic_write(rdir / 'curve.jsonl', ''.join(json.dumps(r) + '\n' for r in _curve_subset(log)))
+    _write_json(metrics, rdir / 'metrics.json')
+
+# %% ../nbs/06_cli.ipynb #3a77f46c
+def record_run(cfg: TrainConfig, # the run's config
+               rdir, # its record folder
+               work=None, # where it trains (checkpoints, log); default `rdir`, and then the checkpoints are kept
+               label: str = None, # the record's `encoding` (default: `cfg.enc_pe`)
+               command: str = '', # the command that reproduces the run, for `run.json`
+               device=None, # torch device (default: CUDA when available)
+               evaluate: Callable = None, # extra evaluation, `(train results, cfg) -> dict`, merged into the metrics
+               keep_checkpoints: bool = False, # keep a separate `work` folder after the run
+               progress: bool = False, # show a progress bar while training
+               **extra, # more fields for `metrics.json`
+              ) -> dict:
+    "Train `cfg` (resuming in `work`) and write its record into `rdir`; returns the metrics. A finished run of `cfg` is not retrained."
+    rdir = Path(rdir); work = rdir if work is None else Path(work)
+    if (m := finished_record(rdir, cfg)) is not None: return m
+    run = provenance(seed=cfg.seed, device=device, command=command)
+    res = train(cfg, work, resume=True, device=device, progress=progress)
+    if int(os.environ.get('RANK', '0')) != 0: return {}          # torchrun: rank 0 writes the record
+    m = _metrics(cfg, res, label, evaluate, extra)
+    run.update(finished_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), device=res.get('device'), train_hardware=res.get('hardware'))
+    write_record(rdir, cfg, m, run, res['hyps'], read_metrics(work))
+    if work != rdir and not keep_checkpoints: shutil.rmtree(work, ignore_errors=True)
+    return m
+
+# %% ../nbs/06_cli.ipynb #7574383a
+def load_records(folder, # a folder of run records (`*/metrics.json`)
+                ) -> list:
+    "The finished runs under `folder`: each run's metrics, with `dir` (its folder) and `run` (its `run.json`, when there is one)."
     rows = []
-    for e in order:
-        ok = [r for r in runs if r['encoding'] == e and 'error' not in r]
-        row = {'encoding': e, 'seeds': len(ok), 'failed': sum(1 for r in runs if r['encoding'] == e and 'error' in r)}
-        for k in ('bleu', 'chrf', 'valid_loss', 'train_time_s', 'step'):
-            row[k], row[k + '_sd'] = mean_sd([r.get(k) for r in ok])
-        row['n_params'] = ok[0]['n_params'] if ok else None
-        if not ok: row['error'] = next(r['error'] for r in runs if r['encoding'] == e)
-        rows.append(row)
+    for f in sorted(Path(folder).glob('*/metrics.json')):
+        m = json.loads(f.read_text()); m['dir'] = str(f.parent)
+        if (f.parent / 'run.json').exists(): m['run'] = json.loads((f.parent / 'run.json').read_text())
+        rows.append(m)
     return rows
 
-def format_table(rows: list) -> str:
-    "Plain-text results table, best BLEU first."
-    def f(v, sd, fmt):
-        if v is None: return '-'
-        return format(v, fmt) + (f' ±{format(sd, fmt)}' if sd is not None else '')
-    head = ('encoding', 'BLEU', 'chrF', 'valid loss', 'train time', 'params', 'steps')
-    body = []
-    for r in sorted(rows, key=lambda r: -(r['bleu'] if r['bleu'] is not None else -1)):
-        if r['seeds'] == 0: body.append((r['encoding'], 'failed: ' + _one_line(r['error'])[:60], '', '', '', '', '')); continue
-        body.append((r['encoding'], f(r['bleu'], r['bleu_sd'], '.2f'), f(r['chrf'], r['chrf_sd'], '.2f'), f(r['valid_loss'], r['valid_loss_sd'], '.3f'),
-                     f(r['train_time_s'], None, '.1f') + 's', f"{r['n_params'] / 1e6:.2f}M", f(r['step'], None, '.0f')))
-    w = [max(len(str(x[i])) for x in [head] + body) for i in range(len(head))]
-    line = lambda x: '  '.join(str(v).ljust(w[i]) if i == 0 else str(v).rjust(w[i]) for i, v in enumerate(x)).rstrip()
-    return '\n'.join([line(head), line(['-' * n for n in w])] + [line(x) for x in body])
+# %% ../nbs/06_cli.ipynb #6a4a6def
+SUMMARY_KEYS = ('bleu', 'chrf', 'valid_loss', 'steps', 'tok_s')
+
+def _summary_row(enc: str, rs: list, keys: Sequence) -> dict:
+    ok = [r for r in rs if 'error' not in r]
+    s = {'encoding': enc, 'n': len(ok), 'seeds': [r['seed'] for r in ok]}
+    for k in keys: s[f'{k}_mean'], s[f'{k}_std'] = mean_sd([r.get(k) for r in ok])
+    if len(ok) < len(rs): s.update(failed=len(rs) - len(ok), error=next(r['error'] for r in rs if 'error' in r))
+    return s
+
+# %% ../nbs/06_cli.ipynb #64e6f924
+def summarize(rows: list, # run records; a failed run is `{'encoding', 'seed', 'error'}`
+              keys: Sequence = SUMMARY_KEYS, # the metrics to average
+             ) -> list:
+    "One row per encoding (first-seen order): `n` finished seeds, `seeds`, and `KEY_mean`/`KEY_std` (std None with one seed); failures counted."
+    by = {}
+    for r in rows: by.setdefault(r['encoding'], []).append(r)
+    return [_summary_row(e, rs, keys) for e, rs in by.items()]
+
+# %% ../nbs/06_cli.ipynb #0a8fa7c9
+COLUMNS = {'bleu': ('BLEU', 2), 'chrf': ('chrF', 2), 'valid_loss': ('valid loss', 3), 'steps': ('steps', 0), 'tok_s': ('tok/s', 0),
+           'train_time_s': ('train time', 1), 'n_params': ('params', 2)}    # key: (plain-text header, decimals)
+
+def _cell(s: dict, k: str) -> str:
+    m, sd = s[f'{k}_mean'], s[f'{k}_std']
+    if k == 'n_params': return '-' if m is None else f'{m / 1e6:.2f}M'
+    return fmt_mean_sd(m, sd, COLUMNS.get(k, ('', 2))[1]) + ('s' if k == 'train_time_s' and m is not None else '')
+
+# %% ../nbs/06_cli.ipynb #6e85be0b
+def format_table(summary: list, # `summarize` rows
+                 keys: Sequence = SUMMARY_KEYS, # the columns
+                 markdown: bool = True, # a markdown table (keys as headers) or aligned plain text (readable headers)
+                ) -> str:
+    "Mean ± sd per encoding and key; a failed encoding's row says so."
+    if markdown: return text_table(['encoding', 'n', *keys], [[s['encoding'], s['n'], *(_cell(s, k) for k in keys)] for s in summary], markdown=True)
+    body = [[s['encoding'], *(_cell(s, k) for k in keys), s['n']] if s['n'] else
+            [s['encoding'], 'failed: ' + _one_line(s['error'])[:60], *[''] * len(keys)] for s in summary]
+    return text_table(['encoding', *(COLUMNS.get(k, (k,))[0] for k in keys), 'seeds'], body)
+
+# %% ../nbs/06_cli.ipynb #74e00e9b
+COMPARE_KEYS = ('bleu', 'chrf', 'valid_loss', 'train_time_s', 'n_params', 'steps')    # the columns of `posenc compare`
+
+def _compare_one(cfg: TrainConfig, out: Path, device, command: str) -> dict:
+    "One run of a comparison: its record, or `{'encoding', 'seed', 'error'}` when it failed (the others still run)."
+    try: return {**record_run(cfg, out / f'{cfg.enc_pe}-s{cfg.seed}', command=command, device=device), 'dir': str(out / f'{cfg.enc_pe}-s{cfg.seed}')}
+    except (KeyboardInterrupt, DataUnavailable): raise
+    except CLIError as err: return {'encoding': cfg.enc_pe, 'seed': cfg.seed, 'error': str(err)}
+    except Exception as err: return {'encoding': cfg.enc_pe, 'seed': cfg.seed, 'error': f'{type(err).__name__}: {err}'}
+
+# %% ../nbs/06_cli.ipynb #7ad43ac9
+def _progress_line(i: int, n: int, r: dict, seconds: float) -> str:
+    msg = (f"failed: {_one_line(r['error'])[:200]}" if 'error' in r else f"BLEU {r['bleu']:.2f} chrF {r['chrf']:.2f} after {r['step']} steps")
+    return f"[{i + 1}/{n}] {r['encoding']} seed {r['seed']}: {msg} ({seconds:.0f}s)"
+
+def _check_failures(runs: list):
+    "Every run failing the same way is one problem with the command (e.g. missing data), not a result: a one-line error."
+    failed = [r for r in runs if 'error' in r]
+    if failed and len(failed) == len(runs) and len({r['error'] for r in failed}) == 1: raise CLIError(f"every run failed: {failed[0]['error']}")
+
+# %% ../nbs/06_cli.ipynb #00b687b1
+def compare_runs(base: TrainConfig, # the config every run shares
+                 encodings: Sequence[str], # one run per encoding ...
+                 seeds: Sequence[int], # ... and seed
+                 out: Path, # the comparison folder
+                 device=None, command: str = '', # torch device; the command for the run records
+                 save: Callable = None, # called with the runs so far after each run
+                ) -> list:
+    "Run (or reuse) every (encoding, seed) into `out/ENCODING-sSEED`; returns their records, failed ones as `{'error'}` entries."
+    runs = []
+    for e, s in (jobs := [(e, s) for e in encodings for s in seeds]):
+        t = time.time()
+        runs.append(_compare_one(dataclasses.replace(base, enc_pe=e, seed=s), out, device, command))
+        if save: save(runs)
+        print(_progress_line(len(runs) - 1, len(jobs), runs[-1], time.time() - t), file=sys.stderr, flush=True)
+    return runs
+
+# %% ../nbs/06_cli.ipynb #4b77a42e
+def _compare_encodings(encodings: Optional[list]) -> list:
+    encs = list(dict.fromkeys(encodings or list_posencs()))
+    if not encs: raise CLIError("--encodings is empty; give a comma list such as sinusoidal,learned")
+    for e in encs: _check_encoding(e, '--encodings')
+    return encs
+
+def _csv(s: str) -> list: return [x.strip() for x in s.split(',') if x.strip()]
+
+# %% ../nbs/06_cli.ipynb #00262424
+def _by_bleu(rows: list) -> list: return sorted(rows, key=lambda r: -(r['bleu_mean'] if r['bleu_mean'] is not None else -1))
+
+def _save_compare(out: Path, config: str, base: TrainConfig, encs: list, seeds: list, runs: list):
+    atomic_write(out / 'results.json', json.dumps({'config': config, 'base_config': dataclasses.asdict(base), 'encodings': encs,
+        'seeds': seeds, 'runs': runs, 'summary': summarize(runs, COMPARE_KEYS)}, indent=1, default=str))
 
 # %% ../nbs/06_cli.ipynb #5e7b4aff
-def plot_compare(rows: list, curves: dict, fig=None, title: str = ''):
-    "Bars of BLEU/chrF per encoding and training-loss curves; `curves` maps encoding -> [(step, loss), ...]. Returns the figure."
+def plot_compare(rows: list, # `summarize(runs, COMPARE_KEYS)`
+                 curves: dict, # encoding -> [(step, training loss), ...]
+                 fig=None, # a matplotlib figure to draw on (default: a new `Figure`, no pyplot)
+                 title: str = '', # the task, for the titles
+                ):
+    "Bars of test BLEU/chrF per encoding (best first, seed sd as error bars) and the training-loss curves. Returns the figure."
     if fig is None:
         from matplotlib.figure import Figure
         fig = Figure(figsize=(11, 4), layout='constrained')
-    ok = sorted((r for r in rows if r['seeds']), key=lambda r: -r['bleu'])       # same order as the table
     ax1, ax2 = fig.subplots(1, 2, width_ratios=[1.2, 1])
+    _score_bars(ax1, _by_bleu([r for r in rows if r['n']]), title)
+    _loss_curves(ax2, curves)
+    return fig
+
+# %% ../nbs/06_cli.ipynb #0e429cab
+def _score_bars(ax, ok: list, title: str):
     xs = range(len(ok))
     for j, (k, lab) in enumerate((('bleu', 'BLEU'), ('chrf', 'chrF'))):
-        sd = [r[k + '_sd'] or 0 for r in ok]
-        ax1.bar([x + (j - .5) * .38 for x in xs], [r[k] for r in ok], .38, yerr=sd if any(sd) else None, label=lab, capsize=3)
-    ax1.set_xticks(list(xs), [r['encoding'] for r in ok], rotation=30, ha='right')
-    ax1.set_ylim(0, 1.2 * max([r['chrf'] for r in ok] + [r['bleu'] for r in ok] + [1]))
-    ax1.set_ylabel('test score'); ax1.legend(ncol=2, loc='upper right'); ax1.set_title(f'{title} test BLEU / chrF'.strip())
+        sd = [r[k + '_std'] or 0 for r in ok]
+        ax.bar([x + (j - .5) * .38 for x in xs], [r[k + '_mean'] for r in ok], .38, yerr=sd if any(sd) else None, label=lab, capsize=3)
+    ax.set_xticks(list(xs), [r['encoding'] for r in ok], rotation=30, ha='right')
+    ax.set_ylim(0, 1.2 * max([r['chrf_mean'] for r in ok] + [r['bleu_mean'] for r in ok] + [1]))
+    ax.set_ylabel('test score'); ax.legend(ncol=2, loc='upper right'); ax.set_title(f'{title} test BLEU / chrF'.strip())
+
+# %% ../nbs/06_cli.ipynb #8d00db0b
+def _loss_curves(ax, curves: dict):
     import matplotlib as mpl
     cmap = mpl.colormaps['tab10' if len(curves) <= 10 else 'tab20']
     for i, (e, c) in enumerate(curves.items()):
-        if c: ax2.plot(*zip(*c), label=e, color=cmap(i % cmap.N), ls='-' if i < 10 else '--')
-    ax2.set_xlabel('update'); ax2.set_ylabel('training loss (label-smoothed, per token)'); ax2.set_yscale('log')
-    ax2.set_title('learning curves'); ax2.legend(fontsize=7, ncol=2 if len(curves) > 6 else 1)
-    return fig
+        if c: ax.plot(*zip(*c), label=e, color=cmap(i % cmap.N), ls='-' if i < 10 else '--')
+    ax.set_xlabel('update'); ax.set_ylabel('training loss (label-smoothed, per token)'); ax.set_yscale('log')
+    ax.set_title('learning curves'); ax.legend(fontsize=7, ncol=2 if len(curves) > 6 else 1)
 
-def _run_one(cfg: TrainConfig, run_dir: Path, device) -> dict:
-    "Train (or reuse a finished identical run) and return its table entry."
-    done = run_dir / 'results.json'
-    res = None
-    if done.is_file():
-        try:
-            r = json.loads(done.read_text())
-            if r.get('config') is not None and TrainConfig.from_dict(r['config']) == cfg: res = r   # either layout, tuples read back
-        except (ValueError, OSError): pass
-    if res is None: res = _train(cfg, run_dir, device=device, progress=False)
-    return {'encoding': cfg.enc_pe, 'seed': cfg.seed, 'run_dir': str(run_dir), **{k: res.get(k) for k in _SUMMARY}}
+# %% ../nbs/06_cli.ipynb #35105c83
+def _first_curves(runs: list, encs: list) -> dict:
+    "encoding -> training-loss curve of its first finished run (from the run folder's full log)."
+    first = {e: next((r for r in runs if r['encoding'] == e and 'error' not in r), None) for e in encs}
+    return {e: [(m['step'], m['loss']) for m in read_metrics(r['dir']) if 'loss' in m] for e, r in first.items() if r}
 
-def cmd_compare(args) -> int:
-    encs = list(dict.fromkeys(args.encodings or list_posencs()))
-    if not encs: raise CLIError("--encodings is empty; give a comma list such as sinusoidal,learned")
-    for e in encs: _check_encoding(e, '--encodings')
-    base = make_config(args.config, args.set, max_steps=args.max_steps, max_minutes=args.max_minutes)
-    out = Path(args.out) if args.out else Path('runs') / f'compare-{args.config}'
+def _save_plot(out: Path, rows: list, curves: dict, title: str):
+    buf = io.BytesIO(); plot_compare(rows, curves, title=title).savefig(buf, format='png', dpi=110)
+    atomic_write(out / 'compare.png', buf.getvalue())
+
+# %% ../nbs/06_cli.ipynb #83d7bf8e
+@command
+def cmd_compare(*, config: str, # a named config (see `posenc list`)
+                encodings: Param('', _csv) = None, # comma list of encodings (default: every registered encoding)
+                seeds: Param('', int, nargs='+') = (0,), # one run per encoding and seed
+                out: str = None, # folder for the run records, results.json and compare.png (default: runs/compare-CONFIG)
+                set_: _SET = None, # override a TrainConfig field of every run, e.g. --set lr=1e-3 (repeatable)
+                max_steps: int = None, # training updates per run (default: the config's)
+                max_minutes: float = None, # wall-clock cap of each run's training loop, minutes
+                device: str = None, # cpu, cuda, cuda:1 ... (default: cuda when available)
+                threads: int = None, # CPU threads for torch (default: torch's choice)
+                no_plot: bool = False, # do not draw compare.png
+                json_: bool = False, # print the runs and the summary as JSON instead of a table
+               ) -> int:
+    """Train several encodings on one task with the same budget, and tabulate test BLEU/chrF over seeds.
+
+    Examples:
+      posenc compare --config synthetic-tiny --out runs/demo
+      posenc compare --config synthetic-tiny --encodings sinusoidal,rope,alibi --seeds 0 1 2 --max-steps 300"""
+    device = check_device(device); _use_threads(threads)
+    encs, seeds = _compare_encodings(encodings), list(dict.fromkeys(seeds))
+    base = make_config(config, set_, max_steps=max_steps, max_minutes=max_minutes)
+    out = Path(out) if out else Path('runs') / f'compare-{config}'
     if out.exists() and not out.is_dir(): raise CLIError(f"--out {out} is a file; pass a folder")
-    jobs = [(e, s) for e in encs for s in dict.fromkeys(args.seeds)]
-    runs, t0 = [], time.time()
-    def save():
-        atomic_write(out / 'results.json', json.dumps({'config': args.config, 'base_config': dataclasses.asdict(base),
-            'encodings': encs, 'seeds': list(dict.fromkeys(args.seeds)), 'runs': runs, 'summary': summarize(runs)}, indent=1))
-    for i, (e, s) in enumerate(jobs):
-        cfg = dataclasses.replace(base, enc_pe=e, seed=s)
-        t1 = time.time()
-        try: r = _run_one(cfg, out / f'{e}-s{s}', args.device)
-        except (KeyboardInterrupt, DataUnavailable): raise
-        except CLIError as err: r = {'encoding': e, 'seed': s, 'error': str(err)}
-        except Exception as err: r = {'encoding': e, 'seed': s, 'error': f'{type(err).__name__}: {err}'}
-        runs.append(r); save()
-        msg = (f"failed: {_one_line(r['error'])[:200]}" if 'error' in r else
-               f"BLEU {r['bleu']:.2f} chrF {r['chrf']:.2f} after {r['step']} steps")
-        print(f"[{i + 1}/{len(jobs)}] {e} seed {s}: {msg} ({time.time() - t1:.0f}s)", file=sys.stderr, flush=True)
-    failed = [r for r in runs if 'error' in r]
-    if failed and len(failed) == len(runs) and len({r['error'] for r in failed}) == 1:
-        raise CLIError(f"every run failed: {failed[0]['error']}")
-    rows = summarize(runs)
-    if args.json: print(json.dumps({'runs': runs, 'summary': rows}))
-    else: print(format_table(rows))
-    if not args.no_plot and any(r['seeds'] for r in rows):
-        curves = {}
-        for e in encs:
-            first = next((r for r in runs if r['encoding'] == e and 'error' not in r), None)
-            if first: curves[e] = [(m['step'], m['loss']) for m in read_metrics(first['run_dir']) if 'loss' in m]
-        fig = plot_compare(rows, curves, title=args.config)
-        buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=110)
-        atomic_write(out / 'compare.png', buf.getvalue())
-    if not args.json:
-        print(f"{len(runs) - len(failed)} runs in {time.time() - t0:.0f}s; results: {out / 'results.json'}"
-              + ('' if args.no_plot else f", plot: {out / 'compare.png'}"))
-    return 1 if failed else 0
+    t0 = time.time()
+    runs = compare_runs(base, encs, seeds, out, device, command_line(), save=lambda runs: _save_compare(out, config, base, encs, seeds, runs))
+    _check_failures(runs)
+    rows = summarize(runs, COMPARE_KEYS)
+    print(json.dumps({'runs': runs, 'summary': rows}, default=str) if json_ else format_table(_by_bleu(rows), COMPARE_KEYS, markdown=False))
+    if not no_plot and any(r['n'] for r in rows): _save_plot(out, rows, _first_curves(runs, encs), config)
+    if not json_: print(f"{sum(r['n'] for r in rows)} runs in {time.time() - t0:.0f}s; results: {out / 'results.json'}"
+                        + ('' if no_plot else f", plot: {out / 'compare.png'}"))
+    return 1 if any('error' in r for r in runs) else 0
 
 # %% ../nbs/06_cli.ipynb #7ae8d50f
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
