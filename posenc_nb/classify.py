@@ -4,7 +4,7 @@
 
 # %% ../nbs/23_glue.ipynb #d199d056
 from __future__ import annotations
-import argparse, copy, json, math, os, platform, random, shlex, sys, time
+import copy, json, math, os, platform, random, sys, time
 from dataclasses import dataclass, field, asdict, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,12 +15,12 @@ from .core import Positions, list_posencs
 from .model import ModelConfig, Classifier
 from .data import load_glue, get_tokenizer, pad_batch, TokenBatchSampler, GLUE_TASKS, UNK
 from .train import inverse_sqrt
-from .utils import atomic_write, provenance
+from .utils import atomic_write, provenance, mean_sd
 
 # %% auto #0
 __all__ = ['GLUE_METRIC', 'ENCODER_SKIP', 'classification_metrics', 'ClassifyConfig', 'glue_data', 'predict', 'evaluate',
-           'write_result', 'ClassifyTask', 'train_classifier', 'order_toy', 'glue_encodings', 'main', 'load_results',
-           'glue_summary']
+           'write_result', 'ClassifyTask', 'train_classifier', 'order_toy', 'glue_encodings', 'glue_run', 'main',
+           'load_results', 'glue_summary']
 
 # %% ../nbs/23_glue.ipynb #2c2011eb
 def classification_metrics(y_true, y_pred) -> dict:
@@ -190,26 +190,38 @@ def glue_encodings() -> list:
     "Registered encodings that apply to a single-sentence encoder (the xl-* family needs a second, cross-lingual position stream)."
     return [e for e in list_posencs() if e not in ENCODER_SKIP and not e.startswith('xl-')]
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog='python -m posenc_nb.classify', description='Train one GLUE classifier per position encoding.')
-    ap.add_argument('--task', default='cola', choices=GLUE_TASKS)
-    ap.add_argument('--encoding', default='sinusoidal', help='a registered encoding, a comma-separated list, or "all" for glue_encodings()')
-    ap.add_argument('--seed', type=int, default=0)
-    ap.add_argument('--minutes', type=float, default=None)
-    ap.add_argument('--steps', type=int, default=None)
-    ap.add_argument('--threads', type=int, default=1)
-    ap.add_argument('--out', default='results/glue')
-    a = ap.parse_args(argv)
-    torch.set_num_threads(a.threads)
-    encs = glue_encodings() if a.encoding == 'all' else a.encoding.split(',')
-    argv = sys.argv[1:] if argv is None else list(argv)
-    for enc in encs:
-        path = Path(a.out) / a.task / f'{enc}_seed{a.seed}.json'
-        cmd = ' '.join(['python -m posenc_nb.classify'] + [shlex.quote(v) for v in argv])
-        r = train_classifier(a.task, enc, a.seed, minutes=a.minutes, steps=a.steps, out=path, command=cmd)
-        print(f"{a.task} {enc} seed={a.seed}: test {r['metric']}={r['test_' + r['metric']]:.4f} steps={r['steps']} -> {path}", flush=True)
+# %% ../nbs/23_glue.ipynb #560e796d
+from fastcore.script import Param
+from .cli import command_line, use_threads, main as cli_main
 
-if __name__ == '__main__' and '__file__' in globals(): main()
+# %% ../nbs/23_glue.ipynb #980956f6
+def glue_run(*, task: Param('', str, choices=list(GLUE_TASKS)) = 'cola', # the GLUE task
+             encoding: str = 'sinusoidal', # a registered encoding, a comma-separated list, or "all" for glue_encodings()
+             seed: int = 0, # random seed
+             minutes: float = None, # wall-clock training budget per run
+             steps: int = None, # update budget per run
+             threads: int = 1, # CPU threads for torch
+             out: str = 'results/glue', # record folder: one JSON per run, OUT/TASK/ENCODING_seedSEED.json
+            ) -> int:
+    """Train one GLUE classifier per position encoding, writing one result record per run.
+
+    Examples:
+      python -m posenc_nb.classify --task cola --encoding rope --minutes 1.5
+      python -m posenc_nb.classify --task sst2 --encoding all --steps 500 --seed 1"""
+    use_threads(threads)
+    for enc in (glue_encodings() if encoding == 'all' else encoding.split(',')):
+        path = Path(out) / task / f'{enc}_seed{seed}.json'
+        r = train_classifier(task, enc, seed, minutes=minutes, steps=steps, out=path, command=command_line())
+        print(f"{task} {enc} seed={seed}: test {r['metric']}={r['test_' + r['metric']]:.4f} steps={r['steps']} -> {path}", flush=True)
+    return 0
+
+# %% ../nbs/23_glue.ipynb #18a0fe61
+def main(argv=None, # the arguments (default: `sys.argv[1:]`)
+        ) -> int:
+    "`python -m posenc_nb.classify`: the `glue_run` command line (`posenc_nb.cli.main`: one-line errors, status 2 on bad input)."
+    return cli_main(argv, glue_run, 'python -m posenc_nb.classify')
+
+if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
 
 # %% ../nbs/23_glue.ipynb #4446b79a
 def load_results(folder='results/glue') -> list:
@@ -224,8 +236,8 @@ def glue_summary(records) -> list:
     rows = []
     for (task, enc), rs in sorted(groups.items()):
         m = rs[0]['metric']; v = [r['test_' + m] for r in rs]
-        rows.append({'task': task, 'encoding': enc, 'metric': m, 'test': float(np.mean(v)),
-                     'std': float(np.std(v, ddof=1)) if len(v) > 1 else float('nan'), 'seeds': len(v),
+        mean, sd = mean_sd(v)
+        rows.append({'task': task, 'encoding': enc, 'metric': m, 'test': mean, 'std': float('nan') if sd is None else sd, 'seeds': len(v),
                      'valid': float(np.mean([r['valid_' + m] for r in rs])), 'steps': float(np.mean([r['steps'] for r in rs])),
                      'train_s': float(np.mean([r['train_time_s'] for r in rs]))})
     return rows

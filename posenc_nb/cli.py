@@ -18,22 +18,22 @@ from .decode import bleu, chrf, translate
 from .train import RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_xl_provider, read_metrics, train
 
 # %% auto #0
-__all__ = ['COMMANDS', 'INPUT_ERRORS', 'RECORD_KEYS', 'SUMMARY_KEYS', 'COLUMNS', 'COMPARE_KEYS', 'CLIError', 'add_command',
-           'command', 'build_parser', 'parse_sets', 'make_config', 'check_device', 'exit_status', 'command_line',
-           'main', 'run_cli', 'cmd_list', 'default_run_dir', 'cmd_train', 'find_checkpoint', 'cmd_translate',
-           'cmd_evaluate', 'finished_record', 'write_record', 'record_run', 'load_records', 'summarize', 'format_table',
-           'compare_runs', 'plot_compare', 'cmd_compare']
+__all__ = ['COMMANDS', 'INPUT_ERRORS', 'RECORD_KEYS', 'SUMMARY_KEYS', 'COLUMNS', 'COMPARE_KEYS', 'CLIError', 'add_params',
+           'add_command', 'command', 'build_parser', 'parse_sets', 'make_config', 'check_device', 'use_threads',
+           'exit_status', 'command_line', 'main', 'run_cli', 'cmd_list', 'default_run_dir', 'cmd_train',
+           'find_checkpoint', 'cmd_translate', 'cmd_evaluate', 'finished_record', 'write_record', 'record_run',
+           'load_records', 'summarize', 'format_table', 'compare_runs', 'plot_compare', 'cmd_compare']
 
 # %% ../nbs/06_cli.ipynb #9d5373ff
 class CLIError(ValueError):
     "Bad command-line input: the message names the problem and the fix; `main` prints it on one line and returns 2."
 
-# %% ../nbs/06_cli.ipynb #3d77dba1
+# %% ../nbs/06_cli.ipynb #335d20fe
 def _one_line(msg) -> str: return ' '.join(str(msg).split())
 
 def _err(msg, prog: str = 'posenc'): print(f"{prog}: error: {_one_line(msg)}", file=sys.stderr, flush=True)
 
-# %% ../nbs/06_cli.ipynb #2c428aea
+# %% ../nbs/06_cli.ipynb #30da6299
 def _read_text(path, # a text file, or '-' for stdin
                what: str, # what the file holds, for the error message
               ) -> str:
@@ -48,23 +48,23 @@ def _read_text(path, # a text file, or '-' for stdin
     try: return p.read_text(encoding='utf-8')
     except UnicodeDecodeError as e: raise CLIError(f"{what} file {p} is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8") from None
 
-# %% ../nbs/06_cli.ipynb #ed440f26
+# %% ../nbs/06_cli.ipynb #18974742
 def _lines(text: str) -> list:
     "One entry per line; a final newline does not start an extra (empty) line, blank lines inside are kept."
     return text.split('\n')[:-1] if text.endswith('\n') else (text.split('\n') if text else [])
 
-# %% ../nbs/06_cli.ipynb #b47add9f
+# %% ../nbs/06_cli.ipynb #dad0fe39
 def _option(name: str) -> str:
     "The option for parameter `name`: `max_steps` -> `--max-steps`, `json_` -> `--json`."
     return '--' + name.rstrip('_').replace('_', '-')
 
-# %% ../nbs/06_cli.ipynb #5b2b10f7
+# %% ../nbs/06_cli.ipynb #282ac610
 def _base_type(anno):
     "`Optional[int]` -> `int` (argparse then says 'invalid int value'); other annotations as they are."
     if typing.get_origin(anno) is typing.Union: return next(a for a in typing.get_args(anno) if a is not type(None))
     return anno
 
-# %% ../nbs/06_cli.ipynb #1894b562
+# %% ../nbs/06_cli.ipynb #dcd1c7f7
 def _arg_kwargs(p: inspect.Parameter, # the parameter
                 d, # its `docments` entry (anno, default, docment)
                ) -> dict:
@@ -80,7 +80,7 @@ def _arg_kwargs(p: inspect.Parameter, # the parameter
     if p.default not in (None, False, inspect.Parameter.empty, ()): kw['help'] += f' (default: {p.default})'
     return kw
 
-# %% ../nbs/06_cli.ipynb #d591f4df
+# %% ../nbs/06_cli.ipynb #516235d9
 def _unknown_args(extra: list, # the arguments argparse did not recognize
                   parser: argparse.ArgumentParser, # the (sub)command's parser
                  ) -> str:
@@ -89,7 +89,7 @@ def _unknown_args(extra: list, # the arguments argparse did not recognize
     near = difflib.get_close_matches(opt, list(parser._option_string_actions), n=1, cutoff=0.6) if opt else []
     return f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {near[0]}?)" if near else '')
 
-# %% ../nbs/06_cli.ipynb #7dbb823d
+# %% ../nbs/06_cli.ipynb #e470ef14
 class _Parser(argparse.ArgumentParser):
     "An ArgumentParser that raises a one-line `CLIError` instead of exiting, and accepts no abbreviated options."
     def __init__(self, *args, **kw):
@@ -101,26 +101,36 @@ class _Parser(argparse.ArgumentParser):
         if extra: self.error(_unknown_args(extra, self))
         return ns, extra
 
-# %% ../nbs/06_cli.ipynb #9b5fd73f
+# %% ../nbs/06_cli.ipynb #cd3ac227
 def _command_name(func: Callable) -> str: return func.__name__.split('_', 1)[1]   # cmd_train -> train, exp_run -> run
+
+def add_params(parser: argparse.ArgumentParser, # the parser to add to
+               func: Callable, # the command function
+              ) -> argparse.ArgumentParser:
+    "One option (keyword-only parameter) or positional argument (other parameter) of `parser` per parameter of `func`."
+    sig = inspect.signature(func)
+    for name, d in docments(func, full=True, returns=False, eval_str=True).items():
+        p, kw = sig.parameters[name], _arg_kwargs(sig.parameters[name], d)
+        if p.kind is p.KEYWORD_ONLY: parser.add_argument(_option(name), dest=name, **kw)
+        else: parser.add_argument(name, **kw)
+    parser.set_defaults(_func=func)
+    return parser
+
+# %% ../nbs/06_cli.ipynb #5d19d127
+def _about(func: Callable) -> tuple:
+    "(description, examples) from `func`'s docstring: its text, and what follows `Examples:`."
+    about, _, examples = inspect.getdoc(func).partition('\n\nExamples:\n')
+    return about, (f'examples:\n{examples}' if examples else None)
 
 def add_command(sub, # the `add_subparsers()` object
                 func: Callable, # the command function
                 name: str = None, # the subcommand (default: the function's name without its prefix)
                ) -> argparse.ArgumentParser:
     "A subparser for `func`: description and examples from its docstring, one option (or argument) per parameter."
-    about, _, examples = inspect.getdoc(func).partition('\n\nExamples:\n')
-    s = sub.add_parser(name or _command_name(func), help=about.split('\n')[0], description=about,
-                       epilog=f'examples:\n{examples}' if examples else None)
-    sig = inspect.signature(func)
-    for name, d in docments(func, full=True, returns=False, eval_str=True).items():
-        p, kw = sig.parameters[name], _arg_kwargs(sig.parameters[name], d)
-        if p.kind is p.KEYWORD_ONLY: s.add_argument(_option(name), dest=name, **kw)
-        else: s.add_argument(name, **kw)
-    s.set_defaults(_func=func)
-    return s
+    about, examples = _about(func)
+    return add_params(sub.add_parser(name or _command_name(func), help=about.split('\n')[0], description=about, epilog=examples), func)
 
-# %% ../nbs/06_cli.ipynb #66f1b935
+# %% ../nbs/06_cli.ipynb #94272d23
 COMMANDS: dict = {}    # the `posenc` subcommands: name -> function, in `--help` order
 
 def command(func: Callable = None, # the command function, named `PREFIX_NAME` (e.g. `cmd_train`)
@@ -131,11 +141,14 @@ def command(func: Callable = None, # the command function, named `PREFIX_NAME` (
     (COMMANDS if registry is None else registry)[_command_name(func)] = func
     return func
 
-# %% ../nbs/06_cli.ipynb #f334dfef
-def build_parser(commands: dict = None, # name -> command function (default: `COMMANDS`)
+# %% ../nbs/06_cli.ipynb #f734f066
+def build_parser(commands=None, # name -> command function (default: `COMMANDS`), or one function
                  prog: str = 'posenc', # the program name shown in usage and errors
                 ) -> argparse.ArgumentParser:
-    "The parser of `prog`: `--version` and one subcommand per function."
+    "The parser of `prog`: `--version` and one subcommand per function (or, for one function, its options only)."
+    if callable(commands):
+        about, examples = _about(commands)
+        return add_params(_Parser(prog=prog, description=about, epilog=examples), commands)
     p = _Parser(prog=prog, description='Position encodings for Transformers: train, translate, evaluate, compare.',
                 epilog=f'Run `{prog} COMMAND --help` for the options and examples of a command.')
     p.add_argument('--version', action='version', version=f'posenc_nb {__version__}')
@@ -152,7 +165,7 @@ def _field_type(key: str) -> tuple:
     ann = str(_FIELDS[key].type).replace(' ', '')
     return (ann[len('Optional['):-1] if ann.startswith('Optional[') else ann), (ann.startswith('Optional[') or 'None' in ann)
 
-# %% ../nbs/06_cli.ipynb #e7e298d4
+# %% ../nbs/06_cli.ipynb #1f09b188
 def _parse_value(base: str, raw: str):
     "`raw` as a value of type `base` (bool, int, float, dict, tuple, list, else str); ValueError when it is not one."
     if base == 'bool':
@@ -165,7 +178,7 @@ def _parse_value(base: str, raw: str):
     if not isinstance(v, dict if base == 'dict' else list): raise ValueError(raw)
     return tuple(v) if base == 'tuple' else v
 
-# %% ../nbs/06_cli.ipynb #6ebf0c53
+# %% ../nbs/06_cli.ipynb #16dca873
 def _convert(key: str, raw: str):
     "The value of `--set key=raw` converted to the type of TrainConfig field `key`."
     base, optional = _field_type(key)
@@ -175,7 +188,7 @@ def _convert(key: str, raw: str):
         raise CLIError(f"--set {key}={raw}: {key} expects {'an' if base == 'int' else 'a'} {base}"
                        f"{' (or none)' if optional else ''}, e.g. --set {key}={_EXAMPLE.get(base, 'x')}") from None
 
-# %% ../nbs/06_cli.ipynb #6df460ab
+# %% ../nbs/06_cli.ipynb #b10d52ef
 def parse_sets(items: Sequence[str], # `KEY=VALUE` strings
               ) -> dict:
     "`['key=value', ...]` to a dict of typed TrainConfig overrides."
@@ -188,7 +201,7 @@ def parse_sets(items: Sequence[str], # `KEY=VALUE` strings
         out[k] = _convert(k, v.strip())
     return out
 
-# %% ../nbs/06_cli.ipynb #aadf8d44
+# %% ../nbs/06_cli.ipynb #e33ff9f3
 def _check_encoding(name: str, flag: str):
     if name is not None and name not in list_posencs():
         raise CLIError(f"unknown encoding {name!r} for {flag}; choose one of: {', '.join(list_posencs())} (see `posenc list`)")
@@ -197,7 +210,7 @@ def _check_budget(over: dict):
     if over.get('max_steps') is not None and over['max_steps'] < 1: raise CLIError(f"max_steps={over['max_steps']}: give at least 1 update")
     if over.get('max_minutes') is not None and not over['max_minutes'] > 0: raise CLIError(f"max_minutes={over['max_minutes']}: give a positive number of minutes")
 
-# %% ../nbs/06_cli.ipynb #1fd13740
+# %% ../nbs/06_cli.ipynb #8700a21a
 def make_config(name: str, # a named config (`posenc_nb.train.CONFIGS`)
                 sets: Sequence[str] = (), # `--set KEY=VALUE` items
                 **flags, # field values from options; None = not given
@@ -212,7 +225,7 @@ def make_config(name: str, # a named config (`posenc_nb.train.CONFIGS`)
     _check_encoding(cfg.dec_pe, '--dec-pe' if flags.get('dec_pe') else '--set dec_pe')
     return cfg
 
-# %% ../nbs/06_cli.ipynb #e5423b9a
+# %% ../nbs/06_cli.ipynb #065b817f
 def check_device(device: Optional[str], # a torch device name, or None for the default
                 ) -> Optional[str]:
     "`device` if this machine has it; else a CLIError saying what to pass instead."
@@ -226,8 +239,8 @@ def check_device(device: Optional[str], # a torch device name, or None for the d
                        f"{'' if torch.version.cuda else ' (this torch is a CPU-only build)'}; pass --device cpu or leave --device out")
     return device
 
-# %% ../nbs/06_cli.ipynb #3577dd8e
-def _use_threads(threads: Optional[int]):
+# %% ../nbs/06_cli.ipynb #d49fbfa7
+def use_threads(threads: Optional[int]):
     "Set torch's CPU threads (None: leave torch's choice)."
     if threads is None: return
     if threads < 1: raise CLIError(f"--threads {threads}: give 1 or more")
@@ -251,7 +264,7 @@ def exit_status(e: BaseException, # what a command raised
     if isinstance(e, INPUT_ERRORS): _err(e, prog); return 2
     _err(f"internal error ({type(e).__name__}: {e}); rerun with POSENC_DEBUG=1 for the traceback and please report it", prog); return 1
 
-# %% ../nbs/06_cli.ipynb #00b6f4b4
+# %% ../nbs/06_cli.ipynb #60ca18e9
 _ARGV = contextvars.ContextVar('posenc_argv', default=('posenc', ()))
 
 def command_line() -> str:
@@ -259,16 +272,16 @@ def command_line() -> str:
     prog, argv = _ARGV.get()
     return ' '.join([prog, *map(shlex.quote, argv)])
 
-# %% ../nbs/06_cli.ipynb #5516c327
+# %% ../nbs/06_cli.ipynb #c6557458
 def _dispatch(parser: argparse.ArgumentParser, argv: list) -> int:
     args = vars(parser.parse_args(argv))
     func = args.pop('_func', None); args.pop('cmd', None)
     if func is None: parser.print_help(sys.stderr); return 2
     return int(func(**args) or 0)
 
-# %% ../nbs/06_cli.ipynb #2603c4bb
+# %% ../nbs/06_cli.ipynb #01314aeb
 def main(argv: Optional[Sequence[str]] = None, # the arguments (default: `sys.argv[1:]`)
-         commands: dict = None, # name -> command function (default: `COMMANDS`)
+         commands=None, # name -> command function (default: `COMMANDS`), or one function (a program without subcommands)
          prog: str = 'posenc', # the program name for usage, errors and `command_line()`
         ) -> int:
     "Entry point of the `posenc` console script; returns the exit status (0 ok, 1 failed run or internal error, 2 bad input, 130 interrupted)."
@@ -280,7 +293,7 @@ def main(argv: Optional[Sequence[str]] = None, # the arguments (default: `sys.ar
         except BaseException as e: return exit_status(e, prog)
         finally: _ARGV.reset(token)
 
-# %% ../nbs/06_cli.ipynb #99d0f5dc
+# %% ../nbs/06_cli.ipynb #5192190f
 def run_cli(*argv):
     "Run `main(argv)` in-process: (status, stdout, stderr)."
     out, err = io.StringIO(), io.StringIO()
@@ -292,7 +305,7 @@ def _describe(c: TrainConfig) -> str:
     budget = ', '.join(x for x in (f'{c.max_steps} steps' if c.max_steps else '', f'{c.max_minutes:g} min' if c.max_minutes else '') if x)
     return f"{c.data}, d={c.d_model} {c.n_enc}+{c.n_dec} layers, {budget}"
 
-# %% ../nbs/06_cli.ipynb #55c68776
+# %% ../nbs/06_cli.ipynb #614a2388
 @command
 def cmd_list(*, json_: bool = False, # print JSON (encodings, and every config's fields) instead of text
             ) -> int:
@@ -316,7 +329,7 @@ def default_run_dir(cfg: TrainConfig) -> Path:
     "`runs/CONFIG-ENCODING-sSEED`: the run folder of `posenc train` without `--out`."
     return Path("runs") / f"{cfg.name}-{_run_name(cfg)}-s{cfg.seed}"
 
-# %% ../nbs/06_cli.ipynb #5b76b419
+# %% ../nbs/06_cli.ipynb #dcfb2fb1
 def _train(cfg: TrainConfig, out: Path, resume: bool = True, device=None, progress=None) -> dict:
     "`train` with its out-dir error phrased for the command line."
     if out.exists() and not out.is_dir(): raise CLIError(f"--out {out} is a file; pass a folder for the run")
@@ -327,7 +340,7 @@ def _train(cfg: TrainConfig, out: Path, resume: bool = True, device=None, progre
     finally:   # a run that failed before writing anything leaves no empty folder behind
         if not existed and out.is_dir() and not any(out.iterdir()): out.rmdir()
 
-# %% ../nbs/06_cli.ipynb #99f8b7f3
+# %% ../nbs/06_cli.ipynb #62f60302
 _SUMMARY = ('step', 'bleu', 'chrf', 'valid_loss', 'valid_bleu', 'train_time_s', 'wall_time_s', 'n_params')
 
 def _report_train(cfg: TrainConfig, res: dict, out: Path, as_json: bool):
@@ -360,7 +373,7 @@ def cmd_train(*, config: str, # a named config (see `posenc list`)
       posenc train --config synthetic-tiny --max-steps 50
       posenc train --config synthetic-tiny --enc-pe rope --seed 1 --out runs/rope-s1
       posenc train --config multi30k-1h --set lr=5e-4 --threads 2 --json"""
-    device = check_device(device); _use_threads(threads)
+    device = check_device(device); use_threads(threads)
     cfg = make_config(config, set_, enc_pe=enc_pe, dec_pe=dec_pe, max_steps=max_steps, max_minutes=max_minutes, seed=seed)
     run = Path(out) if out else default_run_dir(cfg)
     _report_train(cfg, _train(cfg, run, resume=not fresh, device=device), run, json_)
@@ -379,14 +392,14 @@ def find_checkpoint(path) -> Path:
     if not p.exists(): raise CLIError(f"checkpoint {p} does not exist; pass a .pt file or the run folder given to `posenc train --out`")
     return p
 
-# %% ../nbs/06_cli.ipynb #ff7cbe05
+# %% ../nbs/06_cli.ipynb #3bb453c7
 def _load(path, device=None):
     "Model, tokenizer and config of the checkpoint at `path`; a file that is not a usable checkpoint is a CLIError with the fix."
     ck = find_checkpoint(path)
     try: return load_checkpoint(ck, device=device or 'cpu')
     except ValueError as e: raise CLIError(f"{e}; pass a checkpoint written by `posenc train`") from None
 
-# %% ../nbs/06_cli.ipynb #20ab828a
+# %% ../nbs/06_cli.ipynb #0a5f44d4
 def _isatty(f) -> bool:
     try: return f.isatty()
     except (AttributeError, ValueError): return False      # replaced by a StringIO, or closed
@@ -398,13 +411,13 @@ def _read_lines(path) -> list:
               "(or give --input FILE, or pipe text in: posenc translate --ckpt RUN < input.txt)", file=sys.stderr, flush=True)
     return [l.rstrip('\r') for l in _lines(_read_text(path, 'input'))]
 
-# %% ../nbs/06_cli.ipynb #cb50ab3d
+# %% ../nbs/06_cli.ipynb #f45420bd
 def _xl_streams(cfg: TrainConfig, ckpt, lines: list, tok):
     "Cross-lingual position streams for `lines` when the checkpoint's run used them (`cfg.xl`), else None."
     if not cfg.xl: return None                               # a run with cross-lingual positions: rebuild them for this input
     return load_xl_provider(find_checkpoint(ckpt).parent).streams(lines, tok)
 
-# %% ../nbs/06_cli.ipynb #0cec142a
+# %% ../nbs/06_cli.ipynb #b2415749
 def _write_lines(hyps: list, output: Optional[str]):
     "One line per hypothesis, to `output` (atomically) or to stdout as UTF-8."
     text = ''.join(' '.join(h.split('\n')) + '\n' for h in hyps)
@@ -412,7 +425,7 @@ def _write_lines(hyps: list, output: Optional[str]):
     elif hasattr(sys.stdout, 'buffer'): sys.stdout.flush(); sys.stdout.buffer.write(text.encode('utf-8')); sys.stdout.buffer.flush()
     else: sys.stdout.write(text); sys.stdout.flush()
 
-# %% ../nbs/06_cli.ipynb #d9fcdff2
+# %% ../nbs/06_cli.ipynb #271de60e
 def _check_decoding(beam: int, batch_tokens: int, output: Optional[str]):
     if beam < 1: raise CLIError(f"--beam {beam}: use 1 (greedy) or more")
     if batch_tokens < 1: raise CLIError(f"--batch-tokens {batch_tokens}: use a positive number")
@@ -434,7 +447,7 @@ def cmd_translate(*, ckpt: str, # a checkpoint file, or a run folder (its averag
     Examples:
       posenc translate --ckpt runs/synthetic-tiny-sinusoidal-s0 --input src.txt --output hyp.txt
       echo 'the cat saw the dog' | posenc translate --ckpt run/ckpt_0000100.pt --beam 1"""
-    _check_decoding(beam, batch_tokens, output); _use_threads(threads)
+    _check_decoding(beam, batch_tokens, output); use_threads(threads)
     model, tok, cfg = _load(ckpt, check_device(device))         # check the checkpoint before waiting on stdin
     lines = _read_lines(input)
     hyps = translate(model, tok, lines, beam=beam, len_penalty=len_penalty, batch_tokens=batch_tokens,
@@ -442,7 +455,7 @@ def cmd_translate(*, ckpt: str, # a checkpoint file, or a run folder (its averag
     _write_lines(hyps, output)
     return 0
 
-# %% ../nbs/06_cli.ipynb #c51ef221
+# %% ../nbs/06_cli.ipynb #a2482073
 def _check_aligned(hyp: str, hyps: list, refs: list):
     "Hypothesis and reference files (`[(name, lines)]`) must have equally many lines: a dropped line would shift every pair after it."
     for f, r in refs:
@@ -470,13 +483,13 @@ def cmd_evaluate(*, hyp: str, # hypotheses, one a line; - reads stdin
     print(json.dumps(res) if json_ else f"BLEU {res['bleu']:.2f}  chrF {res['chrf']:.2f}  ({res['n']} sentences)\n{b['signature']}\n{c['signature']}")
     return 0
 
-# %% ../nbs/06_cli.ipynb #9fdeb708
+# %% ../nbs/06_cli.ipynb #bcaa17d0
 RECORD_KEYS = ('bleu', 'chrf', 'valid_loss', 'valid_nll', 'valid_ppl', 'valid_bleu', 'step', 'tokens_seen', 'tok_s', 'train_time_s',
                'wall_time_s', 'segments', 'decode_s', 'test_sents', 'n_params', 'bleu_signature', 'chrf_signature')   # kept from the results
 
 def _write_json(obj, path): atomic_write(path, json.dumps(obj, indent=1, default=str) + '\n')
 
-# %% ../nbs/06_cli.ipynb #7bbb55a7
+# %% ../nbs/06_cli.ipynb #5278683f
 def _curve_subset(recs: list, max_lines: int = 200) -> list:
     "All evaluation records plus evenly spaced training-log records, at most ~max_lines in all."
     ev = [r for r in recs if 'valid_loss' in r or 'valid_bleu' in r]
@@ -485,7 +498,7 @@ def _curve_subset(recs: list, max_lines: int = 200) -> list:
     keep = tr[::k] + ([tr[-1]] if tr and (len(tr) - 1) % k else []) + ev
     return sorted(keep, key=lambda r: (r['step'], 'valid_loss' in r))
 
-# %% ../nbs/06_cli.ipynb #58c15799
+# %% ../nbs/06_cli.ipynb #b6caeba3
 def finished_record(rdir, # a run's record folder
                     cfg: TrainConfig = None, # if given: only a run of this config counts
                    ) -> Optional[dict]:
@@ -498,7 +511,7 @@ def finished_record(rdir, # a run's record folder
         if not same: return None
     return json.loads((rdir / 'metrics.json').read_text())
 
-# %% ../nbs/06_cli.ipynb #cfebe676
+# %% ../nbs/06_cli.ipynb #bcce6ec3
 def _metrics(cfg: TrainConfig, res: dict, label: str, evaluate: Optional[Callable], extra: dict) -> dict:
     "The `metrics.json` of a run: the kept results, the encoding, seed, steps and budget, `extra`, and `evaluate`'s numbers."
     m = {k: res[k] for k in RECORD_KEYS if k in res}
@@ -507,7 +520,7 @@ def _metrics(cfg: TrainConfig, res: dict, label: str, evaluate: Optional[Callabl
     if evaluate is not None: m.update(evaluate(res, cfg))
     return m
 
-# %% ../nbs/06_cli.ipynb #d4d6fe4a
+# %% ../nbs/06_cli.ipynb #8f4e5df5
 def write_record(rdir, cfg: TrainConfig, metrics: dict, run: dict, hyps: list, log: list):
     "Write a run's record files into `rdir`; `metrics.json` last, so that it marks the run as finished."
     rdir = Path(rdir); rdir.mkdir(parents=True, exist_ok=True)
@@ -517,7 +530,7 @@ def write_record(rdir, cfg: TrainConfig, metrics: dict, run: dict, hyps: list, l
     atomic_write(rdir / 'curve.jsonl', ''.join(json.dumps(r) + '\n' for r in _curve_subset(log)))
     _write_json(metrics, rdir / 'metrics.json')
 
-# %% ../nbs/06_cli.ipynb #3a77f46c
+# %% ../nbs/06_cli.ipynb #53ca2589
 def record_run(cfg: TrainConfig, # the run's config
                rdir, # its record folder
                work=None, # where it trains (checkpoints, log); default `rdir`, and then the checkpoints are kept
@@ -541,7 +554,7 @@ def record_run(cfg: TrainConfig, # the run's config
     if work != rdir and not keep_checkpoints: shutil.rmtree(work, ignore_errors=True)
     return m
 
-# %% ../nbs/06_cli.ipynb #7574383a
+# %% ../nbs/06_cli.ipynb #e76ef178
 def load_records(folder, # a folder of run records (`*/metrics.json`)
                 ) -> list:
     "The finished runs under `folder`: each run's metrics, with `dir` (its folder) and `run` (its `run.json`, when there is one)."
@@ -552,7 +565,7 @@ def load_records(folder, # a folder of run records (`*/metrics.json`)
         rows.append(m)
     return rows
 
-# %% ../nbs/06_cli.ipynb #6a4a6def
+# %% ../nbs/06_cli.ipynb #cafaa6c8
 SUMMARY_KEYS = ('bleu', 'chrf', 'valid_loss', 'steps', 'tok_s')
 
 def _summary_row(enc: str, rs: list, keys: Sequence) -> dict:
@@ -562,7 +575,7 @@ def _summary_row(enc: str, rs: list, keys: Sequence) -> dict:
     if len(ok) < len(rs): s.update(failed=len(rs) - len(ok), error=next(r['error'] for r in rs if 'error' in r))
     return s
 
-# %% ../nbs/06_cli.ipynb #64e6f924
+# %% ../nbs/06_cli.ipynb #f277e142
 def summarize(rows: list, # run records; a failed run is `{'encoding', 'seed', 'error'}`
               keys: Sequence = SUMMARY_KEYS, # the metrics to average
              ) -> list:
@@ -571,7 +584,7 @@ def summarize(rows: list, # run records; a failed run is `{'encoding', 'seed', '
     for r in rows: by.setdefault(r['encoding'], []).append(r)
     return [_summary_row(e, rs, keys) for e, rs in by.items()]
 
-# %% ../nbs/06_cli.ipynb #0a8fa7c9
+# %% ../nbs/06_cli.ipynb #61e1091a
 COLUMNS = {'bleu': ('BLEU', 2), 'chrf': ('chrF', 2), 'valid_loss': ('valid loss', 3), 'steps': ('steps', 0), 'tok_s': ('tok/s', 0),
            'train_time_s': ('train time', 1), 'n_params': ('params', 2)}    # key: (plain-text header, decimals)
 
@@ -580,7 +593,7 @@ def _cell(s: dict, k: str) -> str:
     if k == 'n_params': return '-' if m is None else f'{m / 1e6:.2f}M'
     return fmt_mean_sd(m, sd, COLUMNS.get(k, ('', 2))[1]) + ('s' if k == 'train_time_s' and m is not None else '')
 
-# %% ../nbs/06_cli.ipynb #6e85be0b
+# %% ../nbs/06_cli.ipynb #128a15af
 def format_table(summary: list, # `summarize` rows
                  keys: Sequence = SUMMARY_KEYS, # the columns
                  markdown: bool = True, # a markdown table (keys as headers) or aligned plain text (readable headers)
@@ -591,7 +604,7 @@ def format_table(summary: list, # `summarize` rows
             [s['encoding'], 'failed: ' + _one_line(s['error'])[:60], *[''] * len(keys)] for s in summary]
     return text_table(['encoding', *(COLUMNS.get(k, (k,))[0] for k in keys), 'seeds'], body)
 
-# %% ../nbs/06_cli.ipynb #74e00e9b
+# %% ../nbs/06_cli.ipynb #919fdaca
 COMPARE_KEYS = ('bleu', 'chrf', 'valid_loss', 'train_time_s', 'n_params', 'steps')    # the columns of `posenc compare`
 
 def _compare_one(cfg: TrainConfig, out: Path, device, command: str) -> dict:
@@ -601,7 +614,7 @@ def _compare_one(cfg: TrainConfig, out: Path, device, command: str) -> dict:
     except CLIError as err: return {'encoding': cfg.enc_pe, 'seed': cfg.seed, 'error': str(err)}
     except Exception as err: return {'encoding': cfg.enc_pe, 'seed': cfg.seed, 'error': f'{type(err).__name__}: {err}'}
 
-# %% ../nbs/06_cli.ipynb #7ad43ac9
+# %% ../nbs/06_cli.ipynb #87d85688
 def _progress_line(i: int, n: int, r: dict, seconds: float) -> str:
     msg = (f"failed: {_one_line(r['error'])[:200]}" if 'error' in r else f"BLEU {r['bleu']:.2f} chrF {r['chrf']:.2f} after {r['step']} steps")
     return f"[{i + 1}/{n}] {r['encoding']} seed {r['seed']}: {msg} ({seconds:.0f}s)"
@@ -611,7 +624,7 @@ def _check_failures(runs: list):
     failed = [r for r in runs if 'error' in r]
     if failed and len(failed) == len(runs) and len({r['error'] for r in failed}) == 1: raise CLIError(f"every run failed: {failed[0]['error']}")
 
-# %% ../nbs/06_cli.ipynb #00b687b1
+# %% ../nbs/06_cli.ipynb #57ef6e1a
 def compare_runs(base: TrainConfig, # the config every run shares
                  encodings: Sequence[str], # one run per encoding ...
                  seeds: Sequence[int], # ... and seed
@@ -628,7 +641,7 @@ def compare_runs(base: TrainConfig, # the config every run shares
         print(_progress_line(len(runs) - 1, len(jobs), runs[-1], time.time() - t), file=sys.stderr, flush=True)
     return runs
 
-# %% ../nbs/06_cli.ipynb #4b77a42e
+# %% ../nbs/06_cli.ipynb #c1e596ab
 def _compare_encodings(encodings: Optional[list]) -> list:
     encs = list(dict.fromkeys(encodings or list_posencs()))
     if not encs: raise CLIError("--encodings is empty; give a comma list such as sinusoidal,learned")
@@ -637,7 +650,7 @@ def _compare_encodings(encodings: Optional[list]) -> list:
 
 def _csv(s: str) -> list: return [x.strip() for x in s.split(',') if x.strip()]
 
-# %% ../nbs/06_cli.ipynb #00262424
+# %% ../nbs/06_cli.ipynb #d212645b
 def _by_bleu(rows: list) -> list: return sorted(rows, key=lambda r: -(r['bleu_mean'] if r['bleu_mean'] is not None else -1))
 
 def _save_compare(out: Path, config: str, base: TrainConfig, encs: list, seeds: list, runs: list):
@@ -659,7 +672,7 @@ def plot_compare(rows: list, # `summarize(runs, COMPARE_KEYS)`
     _loss_curves(ax2, curves)
     return fig
 
-# %% ../nbs/06_cli.ipynb #0e429cab
+# %% ../nbs/06_cli.ipynb #9d667291
 def _score_bars(ax, ok: list, title: str):
     xs = range(len(ok))
     for j, (k, lab) in enumerate((('bleu', 'BLEU'), ('chrf', 'chrF'))):
@@ -669,7 +682,7 @@ def _score_bars(ax, ok: list, title: str):
     ax.set_ylim(0, 1.2 * max([r['chrf_mean'] for r in ok] + [r['bleu_mean'] for r in ok] + [1]))
     ax.set_ylabel('test score'); ax.legend(ncol=2, loc='upper right'); ax.set_title(f'{title} test BLEU / chrF'.strip())
 
-# %% ../nbs/06_cli.ipynb #8d00db0b
+# %% ../nbs/06_cli.ipynb #cc3c4895
 def _loss_curves(ax, curves: dict):
     import matplotlib as mpl
     cmap = mpl.colormaps['tab10' if len(curves) <= 10 else 'tab20']
@@ -678,7 +691,7 @@ def _loss_curves(ax, curves: dict):
     ax.set_xlabel('update'); ax.set_ylabel('training loss (label-smoothed, per token)'); ax.set_yscale('log')
     ax.set_title('learning curves'); ax.legend(fontsize=7, ncol=2 if len(curves) > 6 else 1)
 
-# %% ../nbs/06_cli.ipynb #35105c83
+# %% ../nbs/06_cli.ipynb #4a659d8f
 def _first_curves(runs: list, encs: list) -> dict:
     "encoding -> training-loss curve of its first finished run (from the run folder's full log)."
     first = {e: next((r for r in runs if r['encoding'] == e and 'error' not in r), None) for e in encs}
@@ -707,7 +720,7 @@ def cmd_compare(*, config: str, # a named config (see `posenc list`)
     Examples:
       posenc compare --config synthetic-tiny --out runs/demo
       posenc compare --config synthetic-tiny --encodings sinusoidal,rope,alibi --seeds 0 1 2 --max-steps 300"""
-    device = check_device(device); _use_threads(threads)
+    device = check_device(device); use_threads(threads)
     encs, seeds = _compare_encodings(encodings), list(dict.fromkeys(seeds))
     base = make_config(config, set_, max_steps=max_steps, max_minutes=max_minutes)
     out = Path(out) if out else Path('runs') / f'compare-{config}'

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 from .experiments import EXPERIMENTS, ENCODINGS, LENGTH_BINS, load_results, summarize, format_table
 from .exp_multi30k import results_root
+from .utils import mean_sd
 
 # %% auto #0
 __all__ = ['length_table', 'retention', 'format_length_table', 'plot_length_bins', 'length_diagnostics']
@@ -29,8 +30,8 @@ def length_table(rows: list, metric: str = 'bleu') -> list:
     res = []
     for e in out.values():
         acc = e.pop('_acc')
-        e.update({b: sum(v) / len(v) for b, v in acc.items()})
-        e['std'] = {b: (statistics.stdev(v) if len(v) > 1 else None) for b, v in acc.items()}
+        ms = {b: mean_sd(v) for b, v in acc.items()}
+        e.update({b: m for b, (m, _) in ms.items()}); e['std'] = {b: sd for b, (_, sd) in ms.items()}
         res.append(e)
     return res
 

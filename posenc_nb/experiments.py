@@ -4,21 +4,26 @@
 
 # %% ../nbs/20_experiments.ipynb #9d55cc84
 from __future__ import annotations
-import argparse, copy, json, math, os, platform, shlex, shutil, statistics, subprocess, sys, time
-from dataclasses import dataclass, field, asdict
+import copy, json, math, os, shutil, sys, time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 import torch
+from fastcore.basics import patch
+from fastcore.script import Param
 from .core import list_posencs
-from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd
 from .data import load_parallel, cache_dir
 from .decode import translate, bleu, chrf
-from .train import TrainConfig, CONFIGS, config_from_name, train, read_metrics
+from .train import TrainConfig, CONFIGS, config_from_name
+from .utils import provenance
+from .cli import (CLIError, command, command_line, check_device, use_threads, parse_sets, record_run, load_records,
+                           summarize, format_table, main as cli_main)
 
 # %% auto #0
-__all__ = ['ENCODINGS', 'XL_VARIANTS', 'LENGTH_BINS', 'EVAL_FNS', 'EXPERIMENTS', 'Experiment', 'length_bins', 'eval_length_bins',
-           'run_record', 'run_one', 'run_experiment', 'load_results', 'summarize', 'format_table', 'paired_bootstrap',
-           'test_references', 'significance', 'format_significance', 'main']
+__all__ = ['ENCODINGS', 'XL_VARIANTS', 'LENGTH_BINS', 'EVAL_FNS', 'EXPERIMENTS', 'EXP_COMMANDS', 'Experiment', 'length_bins',
+           'eval_length_bins', 'run_record', 'run_one', 'run_experiment', 'load_results', 'paired_bootstrap',
+           'test_references', 'significance', 'format_significance', 'exp_list', 'exp_run', 'exp_summarize',
+           'exp_compare', 'main']
 
 # %% ../nbs/20_experiments.ipynb #06ee6ad2
 ENCODINGS = ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'rope', 'floater', 'floater-input')
@@ -26,6 +31,7 @@ ENCODINGS = ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'rope', 'fl
 XL_VARIANTS = ('sinusoidal', 'xl-input@predicted', 'xl-input@oracle', 'xl-input@random', 'xl-input@monotone',
                'xl-head@predicted', 'xl-rope@predicted', 'rope')
 
+# %% ../nbs/20_experiments.ipynb #dad37700
 @dataclass
 class Experiment:
     "A named comparison: preset `config` + `overrides`, trained once per (encoding, seed) under one budget."
@@ -42,31 +48,36 @@ class Experiment:
     description: str = ''
     command: str = ''                            # how to reproduce it
 
-    def train_config(self, encoding: str, seed: int, minutes=None, steps=None, **extra) -> TrainConfig:
-        "The `TrainConfig` of one run; `minutes`/`steps` (either replaces the experiment's budget) and `extra` fields override."
-        if minutes is None and steps is None: minutes, steps = self.minutes, self.steps   # a given budget replaces the experiment's
-        ov = dict(copy.deepcopy(self.overrides)); ov.update(extra)
-        enc, _, xl = encoding.partition('@')             # 'xl-input@predicted': the encoder's encoding @ its XL order source
-        ov.update(enc_pe=enc, seed=seed, xl=xl or None); ov.setdefault('dec_pe', None)
-        if minutes is not None: ov.update(max_minutes=float(minutes), max_steps=steps)   # steps=None: time only
-        elif steps is not None: ov.update(max_steps=int(steps), max_minutes=None)
-        cfg = config_from_name(self.config, **ov)
-        cfg.name = f'{self.name}/{encoding}-s{seed}'
-        return cfg
+# %% ../nbs/20_experiments.ipynb #23061652
+@patch
+def train_config(self: Experiment, encoding: str, seed: int, minutes=None, steps=None, **extra) -> TrainConfig:
+    "The `TrainConfig` of one run; `minutes`/`steps` (either replaces the experiment's budget) and `extra` fields override."
+    if minutes is None and steps is None: minutes, steps = self.minutes, self.steps   # a given budget replaces the experiment's
+    ov = dict(copy.deepcopy(self.overrides)); ov.update(extra)
+    enc, _, xl = encoding.partition('@')             # 'xl-input@predicted': the encoder's encoding @ its XL order source
+    ov.update(enc_pe=enc, seed=seed, xl=xl or None); ov.setdefault('dec_pe', None)
+    if minutes is not None: ov.update(max_minutes=float(minutes), max_steps=steps)   # steps=None: time only
+    elif steps is not None: ov.update(max_steps=int(steps), max_minutes=None)
+    cfg = config_from_name(self.config, **ov)
+    cfg.name = f'{self.name}/{encoding}-s{seed}'
+    return cfg
 
-    def runs(self, encodings=None, seeds=None) -> list:
-        "The (encoding, seed) pairs to train, in order: given `seeds` for every encoding, or else `seeds` then `extra_seeds`."
-        encodings = tuple(encodings or self.encodings)
-        if seeds is not None: return [(e, s) for s in seeds for e in encodings]
-        plan = [(e, s) for s in self.seeds for e in encodings]
-        more = sorted({s for v in self.extra_seeds.values() for s in v})   # seed-major: a partial sweep stays balanced
-        return plan + [(e, s) for s in more for e in encodings if s in self.extra_seeds.get(e, ()) and (e, s) not in plan]
+# %% ../nbs/20_experiments.ipynb #ddc0cee0
+@patch
+def runs(self: Experiment, encodings=None, seeds=None) -> list:
+    "The (encoding, seed) pairs to train, in order: given `seeds` for every encoding, or else `seeds` then `extra_seeds`."
+    encodings = tuple(encodings or self.encodings)
+    if seeds is not None: return [(e, s) for s in seeds for e in encodings]
+    plan = [(e, s) for s in self.seeds for e in encodings]
+    more = sorted({s for v in self.extra_seeds.values() for s in v})   # seed-major: a partial sweep stays balanced
+    return plan + [(e, s) for s in more for e in encodings if s in self.extra_seeds.get(e, ()) and (e, s) not in plan]
 
 # %% ../nbs/20_experiments.ipynb #f758f45e
 LENGTH_BINS = ((1, 12), (13, 20), (21, 25), (26, 30), (31, 40))
 
 def _bin_label(lo, hi): return f'{lo}-{hi}'
 
+# %% ../nbs/20_experiments.ipynb #d74fa186
 def length_bins(hyps: Sequence[str], refs: Sequence[str], srcs: Sequence[str], bins=LENGTH_BINS) -> dict:
     "Corpus BLEU/chrF of the sentences whose source has `lo..hi` words, for each `(lo, hi)` in `bins`."
     if not (len(hyps) == len(refs) == len(srcs)): raise ValueError(f"length_bins needs as many hyps, refs, srcs; got {len(hyps)}, {len(refs)}, {len(srcs)}")
@@ -91,8 +102,14 @@ def eval_length_bins(res: dict, cfg: TrainConfig, n_per_split: int = 400, bins=L
 
 EVAL_FNS: dict = {'length_bins': eval_length_bins}
 
+# %% ../nbs/20_experiments.ipynb #dfebb7f7
+EXPERIMENTS: dict = {}     # name -> Experiment
+
+def _register(*exps: Experiment):
+    for e in exps: EXPERIMENTS[e.name] = e
+
 # %% ../nbs/20_experiments.ipynb #9ac901a3
-EXPERIMENTS: dict = {e.name: e for e in [
+_register(
     Experiment('multi30k', 'multi30k-base', minutes=3.5,
         overrides=dict(max_tokens=1024, warmup=200, log_every=10, eval_every=100, ckpt_every=100, keep_ckpts=1, n_avg=1,
                        eval_bleu_sents=0, beam=1),
@@ -102,7 +119,10 @@ EXPERIMENTS: dict = {e.name: e for e in [
     Experiment('multi30k-full', 'multi30k-base', minutes=20.0, seeds=(0, 1, 2), ci=False,
         overrides=dict(eval_every=1000, eval_bleu_sents=300),
         description='Multi30k en-de, multi30k-base, 20 min per run (60 for the long budget), 3 seeds, one GPU',
-        command='python -m posenc_nb.experiments run multi30k-full --full --seeds 0 1 2 --minutes 20 --device cuda'),
+        command='python -m posenc_nb.experiments run multi30k-full --full --seeds 0 1 2 --minutes 20 --device cuda'))
+
+# %% ../nbs/20_experiments.ipynb #5ff2f309
+_register(
     Experiment('multi30k-1h', 'multi30k-1h', minutes=57.0, ci=False,
         description='Multi30k en-de test_2016_flickr, the multi30k-1h recipe: 57 min of training on 2 CPU threads (bf16 autocast, '
                     'linear decay to zero), average of the last 3 checkpoints, beam 4; one hour per run in all',
@@ -112,7 +132,10 @@ EXPERIMENTS: dict = {e.name: e for e in [
         extra_seeds={e: (1, 2) for e in ('sinusoidal', 'learned', 'rope', 'floater')},
         description='Multi30k en-de test_2016_flickr, every encoding at one budget: the multi30k-1h recipe cut to 19 min of training '
                     'on 2 CPU threads (warmup 200, dropout 0.1, checkpoints every 100 updates, last 3 averaged), beam 4; 20 min per run',
-        command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run multi30k-20min --full --threads 2'),
+        command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run multi30k-20min --full --threads 2'))
+
+# %% ../nbs/20_experiments.ipynb #6c736188
+_register(
     Experiment('extrapolation', 'synthetic-tiny', steps=600, eval_fn='length_bins',
         overrides=dict(max_train_len=12, test_split='test_long', test_max_sents=400),
         description='synthetic BTG corpus: train on <=12 tokens, BLEU by source length up to 40 words, 600 updates per run',
@@ -120,7 +143,10 @@ EXPERIMENTS: dict = {e.name: e for e in [
     Experiment('xl-synthetic', 'synthetic-tiny', steps=600, encodings=XL_VARIANTS, seeds=(0, 1, 2), overrides=dict(dec_pe='sinusoidal'),
         description='synthetic BTG corpus (SVO -> SOV-like): sinusoidal against XL positions from predicted, oracle, random and '
                     'source (monotone) orders, 600 updates per run, decoder sinusoidal',
-        command='python -m posenc_nb.experiments run xl-synthetic --threads 1'),
+        command='python -m posenc_nb.experiments run xl-synthetic --threads 1'))
+
+# %% ../nbs/20_experiments.ipynb #1afd3724
+_register(
     Experiment('xl-enja', 'enja-base', steps=600, encodings=XL_VARIANTS, seeds=(0, 1, 2),
         overrides=dict(dec_pe='sinusoidal', d_model=128, n_enc=2, n_dec=2, d_ff=512, max_tokens=1500, lr=2e-3, warmup=200,
                        log_every=20, eval_every=200, ckpt_every=200, keep_ckpts=1, n_avg=1, eval_bleu_sents=0, beam=4),
@@ -129,8 +155,7 @@ EXPERIMENTS: dict = {e.name: e for e in [
         command='python -m posenc_nb.experiments run xl-enja --threads 1'),
     Experiment('wmt14-base', 'wmt14-base', seeds=(0,), ci=False,
         description='WMT14 en-de Transformer-base, 100k updates, 8 GPUs, average of the last 5 checkpoints',
-        command='torchrun --nproc_per_node=8 -m posenc_nb.experiments run wmt14-base --full --device cuda'),
-]}
+        command='torchrun --nproc_per_node=8 -m posenc_nb.experiments run wmt14-base --full --device cuda'))
 
 # %% ../nbs/20_experiments.ipynb #7dacec5a
 def run_record(seed: int, # the run's seed
@@ -141,104 +166,62 @@ def run_record(seed: int, # the run's seed
     return provenance(seed=seed, device=device, command=command)
 
 # %% ../nbs/20_experiments.ipynb #908ecb99
-def _write_json(obj, path): atomic_write(path, json.dumps(obj, indent=1, default=str) + '\n')
-
-def _curve_subset(recs: list, max_lines: int = 200) -> list:
-    "All evaluation records plus evenly spaced training-log records, at most ~max_lines in all."
-    ev = [r for r in recs if 'valid_loss' in r or 'valid_bleu' in r]
-    tr = [r for r in recs if 'loss' in r]
-    k = max(1, math.ceil(len(tr) / max(1, max_lines - len(ev))))
-    keep = tr[::k] + ([tr[-1]] if tr and (len(tr) - 1) % k else []) + ev
-    return sorted(keep, key=lambda r: (r['step'], 'valid_loss' in r))
-
-_METRIC_KEYS = ('bleu', 'chrf', 'valid_loss', 'valid_nll', 'valid_ppl', 'valid_bleu', 'step', 'tokens_seen', 'tok_s', 'train_time_s',
-                'wall_time_s', 'segments', 'decode_s', 'test_sents', 'n_params', 'bleu_signature', 'chrf_signature')
-
 def run_one(exp: Experiment, encoding: str, seed: int, out, work=None, minutes=None, steps=None, overrides=None,
             keep_checkpoints: bool = False, device=None, command: str = '', progress: bool = False) -> dict:
-    "Train one (encoding, seed) of `exp` and write its result folder; returns the metrics (skips a finished run)."
+    "Train one (encoding, seed) of `exp` and write its record (`record_run`); returns the metrics (skips a finished run)."
     rdir = Path(out) / f'{encoding}-s{seed}'
     if (rdir / 'metrics.json').exists(): return json.loads((rdir / 'metrics.json').read_text())
     cfg = exp.train_config(encoding, seed, minutes=minutes, steps=steps, **(overrides or {}))
     wdir = Path(work if work is not None else cache_dir() / 'experiments') / exp.name / f'{encoding}-s{seed}'
-    rec = run_record(seed, command, device=device)
-    res = train(cfg, wdir, resume=True, device=device, progress=progress)
-    if int(os.environ.get('RANK', '0')) != 0: return {}          # torchrun: rank 0 writes the results
-    m = {k: res[k] for k in _METRIC_KEYS if k in res}
-    m.update(experiment=exp.name, encoding=encoding, seed=seed, steps=res['step'],
-             budget=dict(minutes=cfg.max_minutes, steps=cfg.max_steps, kind='wall-clock' if cfg.max_minutes else 'updates'),
-             description=exp.description)
-    if exp.eval_fn: m.update(EVAL_FNS[exp.eval_fn](res, cfg))
-    rec.update(finished_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), device=res.get('device'),
-               train_hardware=res.get('hardware'))
-    rdir.mkdir(parents=True, exist_ok=True)
-    _write_json(cfg.flat_dict(), rdir / 'config.json')            # the layout of every committed record
-    _write_json(rec, rdir / 'run.json')
-    (rdir / 'test.hyp').write_text(''.join(h + '\n' for h in res['hyps']))
-    (rdir / 'curve.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in _curve_subset(read_metrics(wdir))))
-    _write_json(m, rdir / 'metrics.json')                        # last: marks the run as finished
-    if not keep_checkpoints: shutil.rmtree(wdir, ignore_errors=True)
-    return m
+    return record_run(cfg, rdir, work=wdir, label=encoding, command=command, device=device, evaluate=EVAL_FNS.get(exp.eval_fn),
+                      keep_checkpoints=keep_checkpoints, progress=progress, experiment=exp.name, description=exp.description)
 
-def run_experiment(name, encodings=None, seeds=None, minutes=None, steps=None, out=None, work=None, overrides=None,
-                   keep_checkpoints: bool = False, device=None, command: str = '', log: Callable = print) -> dict:
-    "Run every (encoding, seed) of experiment `name`; returns {'done': [...], 'skipped': [...], 'failed': [(run, error)]}."
-    exp = _get_experiment(name)
-    plan = exp.runs(encodings, seeds)
-    bad = sorted({e for e, _ in plan if e.partition('@')[0] not in list_posencs()})
-    if bad: raise ValueError(f"unknown encoding(s) {bad}; choose from {', '.join(list_posencs())}")
-    out = Path(out if out is not None else Path('results') / exp.name)
-    report = {'done': [], 'skipped': [], 'failed': []}
-    for enc, seed in plan:
-        run = f'{enc}-s{seed}'
-        if (out / run / 'metrics.json').exists(): report['skipped'].append(run); log(f'[skip] {run}: finished'); continue
-        t0 = time.time(); log(f'[run ] {exp.name}/{run} ...')
-        try:
-            m = run_one(exp, enc, seed, out, work=work, minutes=minutes, steps=steps, overrides=overrides,
-                        keep_checkpoints=keep_checkpoints, device=device, command=command)
-            report['done'].append(run)
-            log(f"[done] {run}: BLEU {m.get('bleu', float('nan')):.2f} chrF {m.get('chrf', float('nan')):.2f} "
-                f"steps {m.get('steps')} in {time.time() - t0:.0f}s")
-        except Exception as e:
-            report['failed'].append((run, f'{type(e).__name__}: {e}')); log(f'[FAIL] {run}: {type(e).__name__}: {e}')
-    return report
-
+# %% ../nbs/20_experiments.ipynb #72c1f951
 def _get_experiment(name) -> Experiment:
     if isinstance(name, Experiment): return name
     if name not in EXPERIMENTS: raise ValueError(f"unknown experiment {name!r}; choose one of: {', '.join(EXPERIMENTS)}")
     return EXPERIMENTS[name]
 
+def _checked_plan(exp: Experiment, encodings, seeds) -> list:
+    plan = exp.runs(encodings, seeds)
+    bad = sorted({e for e, _ in plan if e.partition('@')[0] not in list_posencs()})
+    if bad: raise ValueError(f"unknown encoding(s) {bad}; choose from {', '.join(list_posencs())}")
+    return plan
+
+# %% ../nbs/20_experiments.ipynb #244dc27c
+def _run_logged(exp: Experiment, enc: str, seed: int, out: Path, report: dict, log: Callable, **kw):
+    "One run of a sweep: skipped when finished, else trained; a failure is recorded in `report` and the sweep goes on."
+    run = f'{enc}-s{seed}'
+    if (out / run / 'metrics.json').exists(): report['skipped'].append(run); log(f'[skip] {run}: finished'); return
+    t0 = time.time(); log(f'[run ] {exp.name}/{run} ...')
+    try: m = run_one(exp, enc, seed, out, **kw)
+    except Exception as e:
+        report['failed'].append((run, f'{type(e).__name__}: {e}')); log(f'[FAIL] {run}: {type(e).__name__}: {e}'); return
+    report['done'].append(run)
+    log(f"[done] {run}: BLEU {m.get('bleu', float('nan')):.2f} chrF {m.get('chrf', float('nan')):.2f} "
+        f"steps {m.get('steps')} in {time.time() - t0:.0f}s")
+
+# %% ../nbs/20_experiments.ipynb #435b6247
+def run_experiment(name, encodings=None, seeds=None, minutes=None, steps=None, out=None, work=None, overrides=None,
+                   keep_checkpoints: bool = False, device=None, command: str = '', log: Callable = print) -> dict:
+    "Run every (encoding, seed) of experiment `name`; returns {'done': [...], 'skipped': [...], 'failed': [(run, error)]}."
+    exp = _get_experiment(name)
+    plan = _checked_plan(exp, encodings, seeds)
+    out = Path(out if out is not None else Path('results') / exp.name)
+    report = {'done': [], 'skipped': [], 'failed': []}
+    for enc, seed in plan:
+        _run_logged(exp, enc, seed, out, report, log, work=work, minutes=minutes, steps=steps, overrides=overrides,
+                    keep_checkpoints=keep_checkpoints, device=device, command=command)
+    return report
+
 # %% ../nbs/20_experiments.ipynb #a63a328f
-def load_results(experiment, root='results') -> list:
-    "Finished runs of `experiment` (a name under `root`, or a folder): one dict per run, sorted by encoding then seed."
+def load_results(experiment, # an experiment name under `root`, or a folder of run records
+                 root='results', # where experiments write their records
+                ) -> list:
+    "Finished runs of `experiment`: one dict per run, sorted by encoding (registry order) then seed."
     d = Path(experiment) if Path(experiment).is_dir() else Path(root) / str(experiment)
-    rows = []
-    for f in sorted(d.glob('*/metrics.json')):
-        m = json.loads(f.read_text()); m['dir'] = str(f.parent)
-        run = f.parent / 'run.json'
-        if run.exists(): m['run'] = json.loads(run.read_text())
-        rows.append(m)
     order = {e: i for i, e in enumerate(ENCODINGS)}
-    return sorted(rows, key=lambda m: (order.get(m['encoding'], len(order)), m['encoding'], m['seed']))
-
-def summarize(rows: list, keys=('bleu', 'chrf', 'valid_loss', 'steps', 'tok_s')) -> list:
-    "One row per encoding: n seeds and `key_mean`/`key_std` for each key (std None with one seed)."
-    by = {}
-    for r in rows: by.setdefault(r['encoding'], []).append(r)
-    out = []
-    for enc, rs in by.items():
-        s = {'encoding': enc, 'n': len(rs), 'seeds': [r['seed'] for r in rs]}
-        for k in keys: s[f'{k}_mean'], s[f'{k}_std'] = mean_sd([r.get(k) for r in rs])
-        out.append(s)
-    return out
-
-def format_table(summary: list, keys=('bleu', 'chrf', 'valid_loss', 'steps', 'tok_s')) -> str:
-    "A markdown table of `summarize` output."
-    nd = {'steps': 0, 'tok_s': 0, 'valid_loss': 3}
-    lines = ['| encoding | n | ' + ' | '.join(keys) + ' |', '|---|---|' + '---|' * len(keys)]
-    for s in summary:
-        lines.append(f"| {s['encoding']} | {s['n']} | " + ' | '.join(fmt_mean_sd(s[f'{k}_mean'], s[f'{k}_std'], nd.get(k, 2)) for k in keys) + ' |')
-    return '\n'.join(lines)
+    return sorted(load_records(d), key=lambda m: (order.get(m['encoding'], len(order)), m['encoding'], m['seed']))
 
 # %% ../nbs/20_experiments.ipynb #a677a4d4
 def _bleu_stats(hyps, refs):
@@ -247,22 +230,25 @@ def _bleu_stats(hyps, refs):
     m = BLEU(force=True)     # force: no warning for pre-tokenized references (e.g. small_parallel_enja); scores are unchanged
     return m, np.array(m._extract_corpus_statistics(list(hyps), [list(refs)]), dtype='float64')
 
+# %% ../nbs/20_experiments.ipynb #f9301291
+def _p_value(delta: float, d, n_samples: int) -> float:
+    "Two-sided bootstrap p-value of the observed `delta` from the resampled differences `d`."
+    if delta > 0: return min(1., 2 * (1 + int((d <= 0).sum())) / (n_samples + 1))
+    if delta < 0: return min(1., 2 * (1 + int((d >= 0).sum())) / (n_samples + 1))
+    return 1.
+
+# %% ../nbs/20_experiments.ipynb #1bc596e7
 def paired_bootstrap(hyps_a: Sequence[str], hyps_b: Sequence[str], refs: Sequence[str], n_samples: int = 1000, seed: int = 12345) -> dict:
     "Paired bootstrap resampling of corpus BLEU, system B against baseline A on the same test set (Koehn 2004)."
     import numpy as np
     if not (len(hyps_a) == len(hyps_b) == len(refs)): raise ValueError(f"paired_bootstrap needs equally many hyps/refs; got {len(hyps_a)}, {len(hyps_b)}, {len(refs)}")
     if not refs: raise ValueError("paired_bootstrap needs a non-empty test set")
-    m, sa = _bleu_stats(hyps_a, refs)
-    _, sb = _bleu_stats(hyps_b, refs)
+    (m, sa), (_, sb) = _bleu_stats(hyps_a, refs), _bleu_stats(hyps_b, refs)
     score = lambda st: m._compute_score_from_stats(list(st)).score
-    bleu_a, bleu_b = score(sa.sum(0)), score(sb.sum(0))
     idx = np.random.default_rng(seed).integers(0, len(refs), size=(n_samples, len(refs)))
     d = np.array([score(sb[i].sum(0)) - score(sa[i].sum(0)) for i in idx])
-    delta = bleu_b - bleu_a
-    if delta > 0: p = min(1., 2 * (1 + int((d <= 0).sum())) / (n_samples + 1))
-    elif delta < 0: p = min(1., 2 * (1 + int((d >= 0).sum())) / (n_samples + 1))
-    else: p = 1.
-    return dict(bleu_a=bleu_a, bleu_b=bleu_b, delta=delta, p_value=p, win_rate=float((d > 0).mean()),
+    bleu_a, bleu_b = score(sa.sum(0)), score(sb.sum(0))
+    return dict(bleu_a=bleu_a, bleu_b=bleu_b, delta=bleu_b - bleu_a, p_value=_p_value(bleu_b - bleu_a, d, n_samples), win_rate=float((d > 0).mean()),
                 ci=(float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5))), n_samples=n_samples, n_sents=len(refs))
 
 # %% ../nbs/20_experiments.ipynb #a50616fa
@@ -272,26 +258,33 @@ def test_references(cfg: dict) -> list:
     if cfg.get('test_max_sents'): pairs = pairs[:cfg['test_max_sents']]
     return [t for _, t in pairs]
 
+# %% ../nbs/20_experiments.ipynb #48a05df1
+def _baseline_runs(rows: list, experiment, baseline: str, seed) -> dict:
+    "seed -> the baseline's run, for `seed` (or every seed when None); an error naming the choices when there is none."
+    base = {r['seed']: r for r in rows if r['encoding'] == baseline and seed in (None, r['seed'])}
+    if not base: raise ValueError(f"no finished run {baseline}-s{'*' if seed is None else seed} in {experiment}; "
+                                  f"pick a baseline from {sorted({r['encoding'] for r in rows if seed in (None, r['seed'])})}")
+    return base
+
+# %% ../nbs/20_experiments.ipynb #1e0c667e
 def significance(experiment, baseline: str = 'sinusoidal', seed: Optional[int] = 0, root='results', n_samples: int = 1000) -> list:
     """Paired bootstrap of every other encoding's test BLEU against `baseline`'s on the same test set: the runs of `seed`, or
     (`seed=None`) pooled over the seeds each encoding shares with the baseline, its `seed` then being that list."""
     rows = load_results(experiment, root)
-    base = {r['seed']: r for r in rows if r['encoding'] == baseline and seed in (None, r['seed'])}
-    if not base: raise ValueError(f"no finished run {baseline}-s{'*' if seed is None else seed} in {experiment}; "
-                                  f"pick a baseline from {sorted({r['encoding'] for r in rows if seed in (None, r['seed'])})}")
+    base = _baseline_runs(rows, experiment, baseline, seed)
     refs = test_references(json.loads((Path(next(iter(base.values()))['dir']) / 'config.json').read_text()))
     read = lambda r: (Path(r['dir']) / 'test.hyp').read_text().split('\n')[:len(refs)]
     by = {}                                                    # encoding -> its runs with a baseline of the same seed
     for r in rows:
         if r['encoding'] != baseline and r['seed'] in base: by.setdefault(r['encoding'], []).append(r)
-    out = []
-    for enc, rs in by.items():                                 # pooled: the seeds' test sets one after the other, each
-        seeds = [r['seed'] for r in rs]                        # sentence paired with the baseline's of the same seed
+    out = []                                                   # pooled: the seeds' test sets one after the other, each
+    for enc, rs in by.items():                                 # sentence paired with the baseline's of the same seed
+        seeds = [r['seed'] for r in rs]
         ha, hb = [h for s in seeds for h in read(base[s])], [h for r in rs for h in read(r)]
-        out.append(dict(system=enc, baseline=baseline, seed=seeds if seed is None else seed,
-                        **paired_bootstrap(ha, hb, refs * len(seeds), n_samples=n_samples)))
+        out.append(dict(system=enc, baseline=baseline, seed=seeds if seed is None else seed, **paired_bootstrap(ha, hb, refs * len(seeds), n_samples=n_samples)))
     return out
 
+# %% ../nbs/20_experiments.ipynb #bd40d3d7
 def format_significance(sig: list, alpha: float = 0.05) -> str:
     "One sentence per comparison."
     out = []
@@ -305,55 +298,82 @@ def format_significance(sig: list, alpha: float = 0.05) -> str:
     return '\n'.join(out)
 
 # %% ../nbs/20_experiments.ipynb #87368976
-def _parse_set(items) -> dict:
-    out = {}
-    for it in items or []:
-        if '=' not in it: raise ValueError(f"--set {it!r}: use FIELD=VALUE, e.g. --set warmup=400")
-        k, v = it.split('=', 1)
-        try: out[k] = json.loads(v)
-        except json.JSONDecodeError: out[k] = v
-    return out
+EXP_COMMANDS: dict = {}    # the subcommands of `python -m posenc_nb.experiments`
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog='python -m posenc_nb.experiments', description='Position-encoding experiments')
-    sub = p.add_subparsers(dest='cmd', required=True)
-    sub.add_parser('list', help='list the experiments')
-    r = sub.add_parser('run', help='train every (encoding, seed) of an experiment (finished runs are skipped)')
-    r.add_argument('experiment'); r.add_argument('--encodings', nargs='+'); r.add_argument('--seeds', nargs='+', type=int)
-    g = r.add_mutually_exclusive_group(); g.add_argument('--minutes', type=float); g.add_argument('--steps', type=int)
-    r.add_argument('--out'); r.add_argument('--work'); r.add_argument('--set', nargs='+', default=[], metavar='FIELD=VALUE')
-    r.add_argument('--threads', type=int); r.add_argument('--device'); r.add_argument('--keep-checkpoints', action='store_true')
-    r.add_argument('--full', action='store_true', help='allow experiments marked ci=False (full scale)')
-    s = sub.add_parser('summarize', help='mean ± std over seeds'); s.add_argument('experiment'); s.add_argument('--root', default='results')
-    c = sub.add_parser('compare', help='paired bootstrap against a baseline'); c.add_argument('experiment')
-    c.add_argument('--root', default='results'); c.add_argument('--baseline', default='sinusoidal'); c.add_argument('--seed', type=int, default=0)
-    c.add_argument('--samples', type=int, default=1000)
-    return p
+@command(registry=EXP_COMMANDS)
+def exp_list() -> int:
+    """List the experiments, with the command that reproduces each.
 
-def main(argv=None) -> int:
-    "CLI entry point; returns the exit status (1 when a run failed); bad arguments raise ValueError."
-    argv = list(sys.argv[1:] if argv is None else argv)
-    a = _parser().parse_args(argv)
-    if a.cmd == 'list':
-        for e in EXPERIMENTS.values(): print(f"{e.name:15s} {'' if e.ci else '[full scale, never in CI] '}{e.description}\n{'':15s} $ {e.command}")
-        return 0
-    if a.cmd == 'summarize':
-        print(format_table(summarize(load_results(a.experiment, a.root)))); return 0
-    if a.cmd == 'compare':
-        print(format_significance(significance(a.experiment, a.baseline, a.seed, a.root, a.samples))); return 0
-    exp = _get_experiment(a.experiment)
-    if not exp.ci and not a.full:
-        raise ValueError(f"{exp.name} is a full-scale experiment (never run in CI); add --full to run it: {exp.command}")
-    if a.threads: torch.set_num_threads(a.threads)
-    cmd = ' '.join(shlex.quote(x) for x in ['python', '-m', 'posenc_nb.experiments', *argv])
-    rep = run_experiment(exp, encodings=a.encodings, seeds=a.seeds, minutes=a.minutes, steps=a.steps, out=a.out, work=a.work,
-                         overrides=_parse_set(a.set), keep_checkpoints=a.keep_checkpoints, device=a.device, command=cmd,
-                         log=lambda s: print(s, flush=True))
+    Examples:
+      python -m posenc_nb.experiments list"""
+    for e in EXPERIMENTS.values(): print(f"{e.name:15s} {'' if e.ci else '[full scale, never in CI] '}{e.description}\n{'':15s} $ {e.command}")
+    return 0
+
+# %% ../nbs/20_experiments.ipynb #0588f912
+def _check_run(exp: Experiment, full: bool, minutes, steps):
+    if not exp.ci and not full: raise CLIError(f"{exp.name} is a full-scale experiment (never run in CI); add --full to run it: {exp.command}")
+    if minutes is not None and steps is not None: raise CLIError("--minutes and --steps: give one budget, not both")
+
+# %% ../nbs/20_experiments.ipynb #0e9100f0
+@command(registry=EXP_COMMANDS)
+def exp_run(experiment: str, # an experiment (see `list`)
+            *, encodings: Param('', str, nargs='+') = None, # the encodings to run (default: the experiment's)
+            seeds: Param('', int, nargs='+') = None, # seeds for every encoding (default: the experiment's plan)
+            minutes: float = None, # wall-clock budget per run, replacing the experiment's (not with --steps)
+            steps: int = None, # update budget per run, replacing the experiment's (not with --minutes)
+            out: str = None, # record folder (default: results/EXPERIMENT)
+            work: str = None, # scratch folder for training (default: under POSENC_CACHE)
+            set_: Param('', str, nargs='+') = None, # override TrainConfig fields of every run, e.g. --set warmup=400 lr=1e-3
+            threads: int = None, # CPU threads for torch (default: torch's choice)
+            device: str = None, # cpu, cuda, cuda:1 ... (default: cuda when available)
+            keep_checkpoints: bool = False, # keep each run's scratch folder with its checkpoints
+            full: bool = False, # allow a full-scale experiment (one marked never to run in CI)
+           ) -> int:
+    """Train every (encoding, seed) of an experiment; finished runs are skipped, an interrupted one resumes.
+
+    Examples:
+      python -m posenc_nb.experiments run extrapolation --threads 1
+      python -m posenc_nb.experiments run extrapolation --encodings rope alibi --steps 100 --out /tmp/ext"""
+    exp = _get_experiment(experiment); _check_run(exp, full, minutes, steps)
+    device, overrides = check_device(device), parse_sets(set_); use_threads(threads)
+    rep = run_experiment(exp, encodings=encodings, seeds=seeds, minutes=minutes, steps=steps, out=out, work=work, overrides=overrides,
+                         keep_checkpoints=keep_checkpoints, device=device, command=command_line(), log=lambda s: print(s, flush=True))
     print(f"done {len(rep['done'])}, skipped {len(rep['skipped'])}, failed {len(rep['failed'])}", flush=True)
     return 1 if rep['failed'] else 0
 
-def _cli():
-    try: sys.exit(main())
-    except ValueError as e: sys.exit(f"error: {e}")
+# %% ../nbs/20_experiments.ipynb #eb67fb04
+@command(registry=EXP_COMMANDS)
+def exp_summarize(experiment: str, # an experiment name, or a folder of run records
+                  *, root: str = 'results', # where experiment names are looked up
+                 ) -> int:
+    """Mean ± standard deviation over seeds of every encoding's finished runs, as a markdown table.
 
-if __name__ == '__main__' and 'IPython' not in sys.modules: _cli()
+    Examples:
+      python -m posenc_nb.experiments summarize multi30k-20min
+      python -m posenc_nb.experiments summarize runs/compare-synthetic-tiny"""
+    print(format_table(summarize(load_results(experiment, root))))
+    return 0
+
+# %% ../nbs/20_experiments.ipynb #01db8efa
+@command(registry=EXP_COMMANDS)
+def exp_compare(experiment: str, # an experiment name, or a folder of run records
+                *, root: str = 'results', # where experiment names are looked up
+                baseline: str = 'sinusoidal', # the encoding every other one is tested against
+                seed: int = 0, # the seed whose runs are compared
+                samples: int = 1000, # bootstrap resamples
+               ) -> int:
+    """Paired bootstrap resampling of test BLEU: every encoding against a baseline, on the same test sentences.
+
+    Examples:
+      python -m posenc_nb.experiments compare multi30k-20min --baseline sinusoidal --seed 0"""
+    print(format_significance(significance(experiment, baseline, seed, root, samples)))
+    return 0
+
+# %% ../nbs/20_experiments.ipynb #9b4f40ac
+def main(argv: Optional[Sequence[str]] = None, # the arguments (default: `sys.argv[1:]`)
+        ) -> int:
+    "`python -m posenc_nb.experiments`: returns the exit status (1 when a run failed, 2 on bad input, one line on stderr)."
+    return cli_main(argv, EXP_COMMANDS, 'python -m posenc_nb.experiments')
+
+# %% ../nbs/20_experiments.ipynb #4a81baff
+if __name__ == '__main__' and 'IPython' not in sys.modules: sys.exit(main())
