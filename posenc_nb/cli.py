@@ -72,12 +72,14 @@ def _arg_kwargs(p: inspect.Parameter, # the parameter
     prm = d.anno if isinstance(d.anno, Param) else Param(d.docment, _base_type(d.anno))
     kw = {k: getattr(prm, k) for k in ('type', 'action', 'nargs', 'choices') if getattr(prm, k) is not None}
     kw['help'] = prm.help or d.docment or ''
-    if getattr(prm, 'metavar', None): kw['metavar'] = prm.metavar
     if p.default is inspect.Parameter.empty:
         if p.kind is p.KEYWORD_ONLY: kw['required'] = True
     elif kw.get('type') is bool: kw.pop('type'); kw.update(action='store_true', default=False)
     else: kw['default'] = None if kw.get('action') == 'append' else p.default
-    if p.default not in (None, False, inspect.Parameter.empty, ()): kw['help'] += f' (default: {p.default})'
+    if kw.get('action') != 'store_true' and (getattr(prm, 'metavar', None) or p.name.endswith('_')):
+        kw['metavar'] = getattr(prm, 'metavar', None) or p.name.rstrip('_').upper()
+    if p.default not in (None, False, inspect.Parameter.empty, ()):
+        kw['help'] += f" (default: {' '.join(map(str, p.default)) if isinstance(p.default, (tuple, list)) else p.default})"
     return kw
 
 # %% ../nbs/06_cli.ipynb #516235d9

@@ -299,6 +299,7 @@ def format_significance(sig: list, alpha: float = 0.05) -> str:
 
 # %% ../nbs/20_experiments.ipynb #87368976
 EXP_COMMANDS: dict = {}    # the subcommands of `python -m posenc_nb.experiments`
+_SETS = Param('', str, nargs='+'); _SETS.metavar = 'KEY=VALUE'     # --set KEY=VALUE ...
 
 @command(registry=EXP_COMMANDS)
 def exp_list() -> int:
@@ -323,7 +324,7 @@ def exp_run(experiment: str, # an experiment (see `list`)
             steps: int = None, # update budget per run, replacing the experiment's (not with --minutes)
             out: str = None, # record folder (default: results/EXPERIMENT)
             work: str = None, # scratch folder for training (default: under POSENC_CACHE)
-            set_: Param('', str, nargs='+') = None, # override TrainConfig fields of every run, e.g. --set warmup=400 lr=1e-3
+            set_: _SETS = None, # override TrainConfig fields of every run, e.g. --set warmup=400 lr=1e-3
             threads: int = None, # CPU threads for torch (default: torch's choice)
             device: str = None, # cpu, cuda, cuda:1 ... (default: cuda when available)
             keep_checkpoints: bool = False, # keep each run's scratch folder with its checkpoints
