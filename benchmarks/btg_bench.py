@@ -7,12 +7,15 @@
 3. trains a BTGReorderer per direction on the training part (time reported) and scores dev against the oracles,
    next to the monotone baseline,
 4. times CKY decoding of a 40-word sentence against a plain-Python triple-loop CKY measured in the same run.
-Nothing is asserted; ratios are printed.
+Nothing is asserted; ratios are printed. With --out, the en-ja figures (both symmetrizations' monotone tau, the share
+of BTG-separable oracles, and per direction the dev scores and training time) go to a JSON record with provenance,
+which notebook 13 renders.
 """
-import argparse, random, resource, time
+import argparse, json, random, resource, time
 import numpy as np
 from posenc_nb.align import fast_align, symmetrize, read_parallel
-from posenc_nb.btg import BTGReorderer, alignment_to_permutation, reordering_scores, cky, _flat_table
+from posenc_nb.btg import BTGReorderer, alignment_to_permutation, reordering_scores, cky, _flat_table, parse_separable
+from posenc_nb.utils import atomic_write, provenance
 from posenc_nb.data import data_dir
 from posenc_nb.synthetic import synthetic_corpus
 
@@ -38,6 +41,7 @@ if __name__ == '__main__':
     ap.add_argument('--sym', default='intersection')
     ap.add_argument('--p0', type=float, default=0.08)
     ap.add_argument('--n-synth', type=int, default=10000)
+    ap.add_argument('--out', help='write the en-ja figures as a JSON record here')
     a = ap.parse_args()
     try:
         import torch; torch.set_num_threads(1)
@@ -75,6 +79,13 @@ if __name__ == '__main__':
     links = symmetrize(fm.align(E, J), rm.align(E, J), a.sym)
     print(f'== en-ja: aligned {len(E)} pairs ({a.sym}) in {time.perf_counter() - t0:.1f}s ==')
     N = len(en)
+    other = 'grow-diag-final-and' if a.sym == 'intersection' else 'intersection'
+    links_other = symmetrize(fm.align(E, J), rm.align(E, J), other)
+    rec = dict(n_train=N, n_dev=len(den), epochs=a.epochs, p0=a.p0, sym=a.sym, directions={},
+               tau_mono_dev={}, **provenance(seed=0, precision='fp64 numpy'))
+    for sym, L in ((a.sym, links), (other, links_other)):     # how far the oracles move from monotone, per symmetrization
+        perms = [alignment_to_permutation(len(s), l, attach='right') for s, l in zip(E, L)]
+        rec['tau_mono_dev'][sym] = reordering_scores(perms[N:], perms[N:])['tau_mono']
     for name, S, L, att in [('English in Japanese order', E, links, 'right'),
                             ('Japanese in English order', J, [[(j, i) for i, j in l] for l in links], 'left')]:
         perms = [alignment_to_permutation(len(s), l, attach=att) for s, l in zip(S, L)]
@@ -82,5 +93,8 @@ if __name__ == '__main__':
         r = BTGReorderer(epochs=a.epochs).fit(S[:N], perms[:N])
         tw, tc = time.perf_counter() - t0, time.process_time() - c0
         sc = reordering_scores(r.predict_batch(S[N:]), perms[N:])
+        sep = float(np.mean([parse_separable(p) is not None for p in perms if p]))
+        rec['directions'][name] = dict(sc, train_cpu_s=tc, updates=[l['updates'] for l in r.log], separable_share=sep)
         print(f'{name}: train {tw:.1f}s wall / {tc:.1f}s cpu ({a.epochs} epochs, updates {[l["updates"] for l in r.log]}); dev '
               f"tau {sc['tau']:.4f} (monotone {sc['tau_mono']:.4f})  FRS {sc['frs']:.4f} (monotone {sc['frs_mono']:.4f})")
+    if a.out: atomic_write(a.out, json.dumps(rec, indent=1)); print('record:', a.out)

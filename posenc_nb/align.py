@@ -8,6 +8,8 @@ import math, os, random, time
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 import numpy as np
+from fastcore.basics import patch
+
 
 # %% auto #0
 __all__ = ['Sent', 'SYM_METHODS', 'as_corpus', 'read_parallel', 'diagonal_z', 'digamma', 'FastAlignModel', 'fast_align',
@@ -16,6 +18,7 @@ __all__ = ['Sent', 'SYM_METHODS', 'as_corpus', 'read_parallel', 'diagonal_z', 'd
 # %% ../nbs/12_align.ipynb #5ee8b4cb
 Sent = Union[str, Sequence[str]]
 
+# %% ../nbs/12_align.ipynb #cef57f05
 def _tokens(s: Sent, where: str) -> list:
     "One sentence as a token list: a string is split on whitespace, a list of str is taken as is."
     if isinstance(s, str): return s.split()
@@ -25,6 +28,7 @@ def _tokens(s: Sent, where: str) -> list:
         return list(s)
     raise TypeError(f"{where}: expected a string or a list of str tokens, got {type(s).__name__}")
 
+# %% ../nbs/12_align.ipynb #d89593b2
 def as_corpus(src: Sequence[Sent], tgt: Sequence[Sent]) -> tuple:
     "Tokenize a parallel corpus; raise if the two sides have different numbers of sentences."
     if isinstance(src, (str, bytes)) or isinstance(tgt, (str, bytes)):
@@ -34,6 +38,7 @@ def as_corpus(src: Sequence[Sent], tgt: Sequence[Sent]) -> tuple:
     return ([_tokens(s, f'source sentence {k}') for k, s in enumerate(src)],
             [_tokens(t, f'target sentence {k}') for k, t in enumerate(tgt)])
 
+# %% ../nbs/12_align.ipynb #116fa587
 def read_parallel(src_path, tgt_path, max_lines: Optional[int] = None) -> tuple:
     "Read two line-aligned, whitespace-tokenized files as token lists; raise if their line counts differ."
     def read(p):
@@ -84,6 +89,7 @@ def _index(sents: list, vocab: Optional[dict] = None, unk: int = -1):
     ids = np.fromiter((vocab.get(w, unk) for w in flat), dtype=np.int64, count=len(flat))
     return ids, lens, vocab
 
+# %% ../nbs/12_align.ipynb #41a94262
 @dataclass
 class _Cells:
     row_start: np.ndarray   # (T+1,) offsets of each target token's cells
@@ -100,6 +106,7 @@ class _Cells:
     @property
     def row_of_cell(self): return np.repeat(np.arange(len(self.row_j)), self.counts)
 
+# %% ../nbs/12_align.ipynb #7948ce03
 def _cells(e_ids, e_len, f_ids, f_len) -> _Cells:
     "All (target token, candidate source position) cells of a corpus, as flat arrays."
     K = len(e_len)
@@ -134,41 +141,51 @@ class FastAlignModel:
     floor: float = 1e-7
     history: list = field(default_factory=list)   # per iteration: dict(loglik, lam, seconds)
 
-    @property
-    def _vocabs(self): return (self.tgt_vocab, self.src_vocab) if self.reverse else (self.src_vocab, self.tgt_vocab)
+# %% ../nbs/12_align.ipynb #b62833da
+@patch(as_prop=True)
+def _vocabs(self:FastAlignModel): return (self.tgt_vocab, self.src_vocab) if self.reverse else (self.src_vocab, self.tgt_vocab)
 
-    def _prepare(self, src, tgt):
-        src, tgt = as_corpus(src, tgt)
-        e_s, f_s = (tgt, src) if self.reverse else (src, tgt)
-        ev, fv = self._vocabs
-        e_ids, e_len, _ = _index(e_s, ev); f_ids, f_len, _ = _index(f_s, fv)
-        # unknown words (-1) map to the id just past the vocabulary: a key that is never in the table
-        e_ids[e_ids < 0] = len(ev) + 1; f_ids[f_ids < 0] = len(fv) + 1
-        return _cells(e_ids, e_len, f_ids, f_len)
+@patch
+def _prepare(self:FastAlignModel, src, tgt):
+    src, tgt = as_corpus(src, tgt)
+    e_s, f_s = (tgt, src) if self.reverse else (src, tgt)
+    ev, fv = self._vocabs
+    e_ids, e_len, _ = _index(e_s, ev); f_ids, f_len, _ = _index(f_s, fv)
+    # unknown words (-1) map to the id just past the vocabulary: a key that is never in the table
+    e_ids[e_ids < 0] = len(ev) + 1; f_ids[f_ids < 0] = len(fv) + 1
+    return _cells(e_ids, e_len, f_ids, f_len)
 
-    def _key(self, c): return c.e * (len(self._vocabs[1]) + 2) + c.f
+# %% ../nbs/12_align.ipynb #e905a9ac
+@patch
+def _key(self:FastAlignModel, c): return c.e * (len(self._vocabs[1]) + 2) + c.f
 
-    def _theta_of(self, c):
-        k = self._key(c)
-        pos = np.clip(np.searchsorted(self.keys, k), 0, max(len(self.keys) - 1, 0))
-        hit = (self.keys[pos] == k) if len(self.keys) else np.zeros(len(k), bool)
-        return np.where(hit, self.theta[pos] if len(self.keys) else 0., self.floor)
+@patch
+def _theta_of(self:FastAlignModel, c):
+    k = self._key(c)
+    pos = np.clip(np.searchsorted(self.keys, k), 0, max(len(self.keys) - 1, 0))
+    hit = (self.keys[pos] == k) if len(self.keys) else np.zeros(len(k), bool)
+    return np.where(hit, self.theta[pos] if len(self.keys) else 0., self.floor)
 
-    def cell_scores(self, c) -> np.ndarray:
-        "Unnormalized posterior delta * theta of every cell."
-        return _prior(c, self.lam, self.p0) * self._theta_of(c)
+# %% ../nbs/12_align.ipynb #63b2fdb2
+@patch
+def cell_scores(self:FastAlignModel, c) -> np.ndarray:
+    "Unnormalized posterior delta * theta of every cell."
+    return _prior(c, self.lam, self.p0) * self._theta_of(c)
 
-    def align(self, src: Sequence[Sent], tgt: Sequence[Sent]) -> list:
-        "Viterbi links per sentence pair, as sorted lists of (src_idx, tgt_idx)."
-        c = self._prepare(src, tgt)
-        return _viterbi(c, self.cell_scores(c), len(src), self.reverse)
+@patch
+def align(self:FastAlignModel, src: Sequence[Sent], tgt: Sequence[Sent]) -> list:
+    "Viterbi links per sentence pair, as sorted lists of (src_idx, tgt_idx)."
+    c = self._prepare(src, tgt)
+    return _viterbi(c, self.cell_scores(c), len(src), self.reverse)
 
+# %% ../nbs/12_align.ipynb #7ba591f5
 def _prior(c: _Cells, lam: float, p0: float) -> np.ndarray:
     "Diagonal-favouring distortion delta(i | j, m, n) for every cell (closed-form normalizer)."
     z = diagonal_z(c.row_j, c.row_m, c.row_n, lam)
     row = c.row_of_cell
     return np.where(c.i == 0, p0, (1 - p0) * np.exp(-lam * c.h) / z[row])
 
+# %% ../nbs/12_align.ipynb #3e4c873a
 def _viterbi(c: _Cells, s: np.ndarray, n_sent: int, reverse: bool) -> list:
     "Per-row argmax (first maximum wins), links to real words only, grouped by sentence."
     out = [[] for _ in range(n_sent)]
@@ -189,6 +206,7 @@ def _viterbi(c: _Cells, s: np.ndarray, n_sent: int, reverse: bool) -> list:
         out[k] = pairs[bounds[k]:bounds[k + 1]]
     return out
 
+# %% ../nbs/12_align.ipynb #32fa42ac
 def _newton_lambda(c: _Cells, q: np.ndarray, lam: float, steps: int = 6, lo: float = 0.0, hi: float = 100.) -> float:
     "Maximize Q(lambda) by Newton steps, grouping rows by their (j, m, n) triple."
     nn_ = c.i > 0
@@ -217,6 +235,7 @@ def _newton_lambda(c: _Cells, q: np.ndarray, lam: float, steps: int = 6, lo: flo
         if abs(step) < 1e-6: break
     return lam
 
+# %% ../nbs/12_align.ipynb #f37c352f
 def fast_align(src: Sequence[Sent], tgt: Sequence[Sent], iters: int = 5, p0: float = 0.08, lam: float = 4.0,
                learn_lam: bool = True, alpha: Optional[float] = 0.01, reverse: bool = False,
                diagonal: bool = True, verbose: bool = False) -> FastAlignModel:
@@ -278,6 +297,7 @@ _NEIGHBOURS = [(-1, 0), (0, -1), (1, 0), (0, 1)]
 _DIAGONAL = [(-1, -1), (-1, 1), (1, -1), (1, 1)]
 SYM_METHODS = ('intersection', 'union', 'grow', 'grow-diag', 'grow-diag-final', 'grow-diag-final-and')
 
+# %% ../nbs/12_align.ipynb #6be9e0c6
 def _sym_one(fwd, rev, method):
     F, R = set(map(tuple, fwd)), set(map(tuple, rev))
     if method == 'intersection': return sorted(F & R)
@@ -301,6 +321,7 @@ def _sym_one(fwd, rev, method):
                     A.add((i, j)); sa.add(i); ta.add(j)
     return sorted(A)
 
+# %% ../nbs/12_align.ipynb #2e970e66
 def symmetrize(fwd: list, rev: list, method: str = 'grow-diag-final-and') -> list:
     "Combine per-sentence link lists of the two directions (both as (src_idx, tgt_idx)) with a Moses heuristic."
     if method not in SYM_METHODS: raise ValueError(f"unknown symmetrization {method!r}; choose one of {SYM_METHODS}")
@@ -312,6 +333,7 @@ def aer(pred: list, sure: list, possible: Optional[list] = None) -> float:
     "Corpus alignment error rate of per-sentence link lists; `possible` (optional) is merged with `sure`."
     return alignment_scores(pred, sure, possible)['aer']
 
+# %% ../nbs/12_align.ipynb #1636c2fd
 def alignment_scores(pred: list, sure: list, possible: Optional[list] = None) -> dict:
     "Corpus AER, precision (against possible) and recall (against sure)."
     if len(pred) != len(sure) or (possible is not None and len(possible) != len(sure)):

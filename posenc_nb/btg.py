@@ -9,6 +9,8 @@ from functools import lru_cache
 from typing import Optional, Sequence, Union
 import numpy as np
 from .align import _tokens
+from fastcore.basics import patch
+
 
 # %% auto #0
 __all__ = ['TEMPLATES', 'inverse_perm', 'alignment_to_permutation', 'parse_separable', 'tree_to_perm', 'cky', 'min_loss_btg',
@@ -82,6 +84,7 @@ def parse_separable(perm) -> Optional[Union[int, tuple]]:
             stack[-2:] = [node]
     return stack[0][2] if len(stack) == 1 else None
 
+# %% ../nbs/13_btg.ipynb #36f0e3d2
 def tree_to_perm(tree) -> list:
     "Target-order permutation read off a BTG tree (inverted nodes swap their children)."
     if isinstance(tree, (int, np.integer)): return [int(tree)]
@@ -104,6 +107,7 @@ def _triples(n: int):
         per_len[L] = (i, k, j, idx[i[:, None], k, j[:, None]])
     return i3, k3, j3, per_len
 
+# %% ../nbs/13_btg.ipynb #5f0ed220
 def cky(s_inv: np.ndarray, s_str: Optional[np.ndarray] = None):
     "Best BTG trees for a batch: node scores (B, n_triples) for inverted (and straight; default 0) merges. Returns (score (B,), split, inverted)."
     s_inv = np.asarray(s_inv, dtype=np.float64)
@@ -127,6 +131,7 @@ def cky(s_inv: np.ndarray, s_str: Optional[np.ndarray] = None):
         inv[:, i, j] = np.take_along_axis(o, kb[..., None], -1)[..., 0]
     return best[:, 0, n], split, inv
 
+# %% ../nbs/13_btg.ipynb #e0ede6f8
 def _read_tree(split_b, inv_b, n: int, want_tree: bool = False):
     "Permutation (and inverted nodes (i,k,j); or the tuple tree) from one sentence's CKY backpointers."
     sp, iv = split_b.tolist(), inv_b.tolist()
@@ -141,6 +146,7 @@ def _read_tree(split_b, inv_b, n: int, want_tree: bool = False):
     perm, tree = rec(0, n)
     return perm, (tree if want_tree else nodes)
 
+# %% ../nbs/13_btg.ipynb #84db6f46
 def _kendall_costs(pos: np.ndarray):
     "Straight and inverted Kendall costs (B, n_triples) for a batch of inverse permutations pos (B, n)."
     B, n = pos.shape
@@ -151,6 +157,7 @@ def _kendall_costs(pos: np.ndarray):
     cS = P[:, k, j] - P[:, i, j] - P[:, k, k] + P[:, i, k]
     return cS, (k - i) * (j - k) - cS
 
+# %% ../nbs/13_btg.ipynb #54d50826
 def min_loss_btg(perm):
     "The BTG tree closest to `perm` in Kendall distance, and that distance (0 iff `perm` is separable)."
     p = _check_perm(perm)
@@ -178,6 +185,7 @@ def kendall_tau(pred, ref) -> float:
     if n <= 1: return 1.0
     return 1.0 - 2.0 * kendall_distance(p, r) / (n * (n - 1) / 2)
 
+# %% ../nbs/13_btg.ipynb #9dedf9ae
 def fuzzy_reordering_score(pred, ref) -> float:
     "Fuzzy reordering score (Talbot et al. 2011): share of the n+1 boundaries (with sentinels) kept in order."
     p, r = _check_perm(pred, 'pred'), _check_perm(ref, 'ref')
@@ -188,6 +196,7 @@ def fuzzy_reordering_score(pred, ref) -> float:
     seq = [-1] + [pos[i] for i in p] + [n]
     return sum(b == a + 1 for a, b in zip(seq, seq[1:])) / (n + 1)
 
+# %% ../nbs/13_btg.ipynb #1bb0343a
 def reordering_scores(preds: Sequence, refs: Sequence) -> dict:
     "Corpus-average Kendall's tau and FRS, and the same for the monotone order."
     if len(preds) != len(refs): raise ValueError(f"{len(preds)} predictions but {len(refs)} references")
@@ -205,6 +214,7 @@ _PAIRS = [('b', 'c'), ('a', 'd'), ('b', 'd'), ('a', 'c'), ('a', 'b'), ('c', 'd')
           ('a', 'a'), ('b', 'b'), ('c', 'c'), ('d', 'd')]
 TEMPLATES = [(v, r1, r2) for v in ('w', 'c') for r1, r2 in _PAIRS]
 
+# %% ../nbs/13_btg.ipynb #b2c024e6
 def _hash(t: int, u: np.ndarray, v: np.ndarray, bits: int) -> np.ndarray:
     "Multiplicative hash of (template, id, id) into [0, 2**bits)."
     with np.errstate(over='ignore'):
@@ -212,6 +222,7 @@ def _hash(t: int, u: np.ndarray, v: np.ndarray, bits: int) -> np.ndarray:
         h = h * _M1
     return (h >> np.uint64(64 - bits)).astype(np.int64)
 
+# %% ../nbs/13_btg.ipynb #d0a55301
 class BTGReorderer:
     "Discriminative BTG reorderer: predicts a target-order permutation of a source sentence."
     def __init__(self, max_len: int = 80, epochs: int = 4, batch_size: int = 16, margin: float = 1.0, min_count: int = 2,
@@ -222,146 +233,162 @@ class BTGReorderer:
         self.w = None
         self.log = []
 
-    # ---- features -------------------------------------------------------------------------
-    def _build_vocab(self, sents):
-        from collections import Counter
-        cnt = Counter(w for s in sents for w in s)
-        self.vocab = {w: i + 2 for i, (w, c) in enumerate(cnt.most_common()) if c >= self.min_count}   # 0 <s>, 1 <unk>
-        self.frequent = {w: i for i, (w, _) in enumerate(cnt.most_common(self.n_frequent))}
+# %% ../nbs/13_btg.ipynb #42892644
+@patch
+def _build_vocab(self:BTGReorderer, sents):
+    from collections import Counter
+    cnt = Counter(w for s in sents for w in s)
+    self.vocab = {w: i + 2 for i, (w, c) in enumerate(cnt.most_common()) if c >= self.min_count}   # 0 <s>, 1 <unk>
+    self.frequent = {w: i for i, (w, _) in enumerate(cnt.most_common(self.n_frequent))}
 
-    def _cls(self, w: str) -> int:
-        if w in self.frequent: return 2 + self.frequent[w]
-        return 2 + self.n_frequent + zlib.crc32(w[-1:].encode('utf-8')) % self.n_buckets
+@patch
+def _cls(self:BTGReorderer, w: str) -> int:
+    if w in self.frequent: return 2 + self.frequent[w]
+    return 2 + self.n_frequent + zlib.crc32(w[-1:].encode('utf-8')) % self.n_buckets
 
-    def _ids(self, sents):
-        "(B, n+2) word and class ids of equal-length sentences, padded with <s>=0 on both ends."
-        W = np.array([[0] + [self.vocab.get(w, 1) for w in s] + [0] for s in sents], dtype=np.int64)
-        C = np.array([[0] + [self._cls(w) for w in s] + [0] for s in sents], dtype=np.int64)
-        return W, C
+@patch
+def _ids(self:BTGReorderer, sents):
+    "(B, n+2) word and class ids of equal-length sentences, padded with <s>=0 on both ends."
+    W = np.array([[0] + [self.vocab.get(w, 1) for w in s] + [0] for s in sents], dtype=np.int64)
+    C = np.array([[0] + [self._cls(w) for w in s] + [0] for s in sents], dtype=np.int64)
+    return W, C
 
-    def _features(self, sents):
-        "Per template the hashed feature id of each (sentence, triple), computed from (B, n+2, n+2) pair tables."
-        n = len(sents[0])
-        i, k, j, _ = _triples(n)
-        W, C = self._ids(sents)
-        feats = []
-        for t, (v, r1, r2) in enumerate(TEMPLATES):
-            X = W if v == 'w' else C
-            M = _hash(t, X[:, :, None], X[:, None, :], self.bits)              # (B, n+2, n+2)
-            feats.append(M[:, _ROLES[r1](i, k, j), _ROLES[r2](i, k, j)])       # (B, n_triples)
-        ln = _hash(len(TEMPLATES), np.minimum(k - i, 8), np.minimum(j - k, 8), self.bits)
-        feats.append(np.broadcast_to(ln, feats[0].shape))
-        feats.append(np.broadcast_to(_hash(len(TEMPLATES) + 1, np.zeros(1), np.zeros(1), self.bits), feats[0].shape))
-        return np.stack(feats, 0)                                               # (T, B, n_triples)
+# %% ../nbs/13_btg.ipynb #a5c14b02
+@patch
+def _features(self:BTGReorderer, sents):
+    "Per template the hashed feature id of each (sentence, triple), computed from (B, n+2, n+2) pair tables."
+    n = len(sents[0])
+    i, k, j, _ = _triples(n)
+    W, C = self._ids(sents)
+    feats = []
+    for t, (v, r1, r2) in enumerate(TEMPLATES):
+        X = W if v == 'w' else C
+        M = _hash(t, X[:, :, None], X[:, None, :], self.bits)              # (B, n+2, n+2)
+        feats.append(M[:, _ROLES[r1](i, k, j), _ROLES[r2](i, k, j)])       # (B, n_triples)
+    ln = _hash(len(TEMPLATES), np.minimum(k - i, 8), np.minimum(j - k, 8), self.bits)
+    feats.append(np.broadcast_to(ln, feats[0].shape))
+    feats.append(np.broadcast_to(_hash(len(TEMPLATES) + 1, np.zeros(1), np.zeros(1), self.bits), feats[0].shape))
+    return np.stack(feats, 0)                                               # (T, B, n_triples)
 
-    def _scores(self, F, w):
-        return w[F].sum(0)                                                      # (B, n_triples)
+@patch
+def _scores(self:BTGReorderer, F, w):
+    return w[F].sum(0)                                                      # (B, n_triples)
 
-    # ---- training -------------------------------------------------------------------------
-    def _check_pairs(self, src, perms):
-        if isinstance(src, str): raise TypeError("pass a list of sentences, not a single string")
-        if len(src) != len(perms): raise ValueError(f"{len(src)} source sentences but {len(perms)} permutations; pass one oracle permutation per sentence")
-        sents = [_tokens(s, f'source sentence {q}') for q, s in enumerate(src)]
-        ps = []
-        for q, (s, p) in enumerate(zip(sents, perms)):
-            p = _check_perm(p, f'perms[{q}]')
-            if len(p) != len(s): raise ValueError(f"perms[{q}] has {len(p)} entries but sentence {q} has {len(s)} words; the permutation must cover the sentence")
-            ps.append(p)
-        return sents, ps
+# %% ../nbs/13_btg.ipynb #b30e0442
+@patch
+def _check_pairs(self:BTGReorderer, src, perms):
+    if isinstance(src, str): raise TypeError("pass a list of sentences, not a single string")
+    if len(src) != len(perms): raise ValueError(f"{len(src)} source sentences but {len(perms)} permutations; pass one oracle permutation per sentence")
+    sents = [_tokens(s, f'source sentence {q}') for q, s in enumerate(src)]
+    ps = []
+    for q, (s, p) in enumerate(zip(sents, perms)):
+        p = _check_perm(p, f'perms[{q}]')
+        if len(p) != len(s): raise ValueError(f"perms[{q}] has {len(p)} entries but sentence {q} has {len(s)} words; the permutation must cover the sentence")
+        ps.append(p)
+    return sents, ps
 
-    def fit(self, src: Sequence, perms: Sequence, verbose: bool = False) -> 'BTGReorderer':
-        "Train on source sentences and their oracle target-order permutations."
-        sents, ps = self._check_pairs(src, perms)
-        use = [q for q, s in enumerate(sents) if 2 <= len(s) <= self.max_len]
-        self.n_skipped_ = sum(len(s) > self.max_len for s in sents)
-        self.log = []
-        if not use: raise ValueError(f"no training sentence has between 2 and max_len={self.max_len} words")
-        self._build_vocab([sents[q] for q in use])
-        H = 1 << self.bits
-        w, u, c = np.zeros(H), np.zeros(H), 1.0          # averaged perceptron: avg = w - u / c
-        rng = random.Random(self.seed)
-        by_len = {}
-        for q in use: by_len.setdefault(len(sents[q]), []).append(q)
-        for ep in range(self.epochs):
-            t0 = time.perf_counter()
-            batches = []
-            for n, qs in by_len.items():
-                qs = qs[:]; rng.shuffle(qs)
-                bs = _chunk(n, self.batch_size)
-                batches += [qs[s:s + bs] for s in range(0, len(qs), bs)]
-            rng.shuffle(batches)
-            n_upd = loss_sum = 0
-            for qs in batches:
-                n = len(sents[qs[0]])
-                F = self._features([sents[q] for q in qs])
-                s = self._scores(F, w)
-                cS, cI = _kendall_costs(np.array([inverse_perm(ps[q]) for q in qs]))
-                big = 1e6
-                _, sp_o, iv_o = cky(s - big * cI, -big * cS)
-                _, sp_p, iv_p = cky(s + self.margin * cI, self.margin * cS)
-                rows, tris, signs = [], [], []
-                for b in range(len(qs)):
-                    po, no = _read_tree(sp_o[b], iv_o[b], n)
-                    pp, np_ = _read_tree(sp_p[b], iv_p[b], n)
-                    loss_sum += kendall_distance(pp, ps[qs[b]])
-                    if po == pp: continue
-                    n_upd += 1
-                    for nodes, sign in ((no, 1.), (np_, -1.)):
-                        for (i, k, j) in nodes:
-                            rows.append(b); tris.append(_flat(n, i, k, j)); signs.append(sign)
-                if rows:
-                    ids = F[:, rows, tris]                                     # (T, n_nodes)
-                    upd = np.repeat(np.array(signs)[None], ids.shape[0], 0)
-                    np.add.at(w, ids.ravel(), upd.ravel())
-                    np.add.at(u, ids.ravel(), c * upd.ravel())
-                c += 1
-            self.log.append(dict(epoch=ep, updates=n_upd, train_kendall_loss=loss_sum, seconds=time.perf_counter() - t0))
-            if verbose: print(self.log[-1])
-        self.w = w - u / c
-        return self
-
-    # ---- prediction -----------------------------------------------------------------------
-    def predict_batch(self, src: Sequence, strict: bool = False) -> list:
-        "Predicted permutations for many sentences (batched by length)."
-        if self.w is None: raise ValueError("BTGReorderer is not trained; call fit(src_sents, perms) first")
-        if isinstance(src, str): raise TypeError("pass a list of sentences; use predict() for one sentence")
-        sents = [_tokens(s, f'source sentence {q}') for q, s in enumerate(src)]
-        out = [list(range(len(s))) for s in sents]           # monotone: the answer for n <= 1 and the long-sentence fallback
-        by_len = {}
-        for q, s in enumerate(sents):
-            if len(s) > self.max_len:
-                if strict: raise ValueError(f"sentence {q} has {len(s)} words, more than max_len={self.max_len}; raise max_len or split the sentence")
-                continue
-            if len(s) >= 2: by_len.setdefault(len(s), []).append(q)
+# %% ../nbs/13_btg.ipynb #0653ef7a
+@patch
+def fit(self:BTGReorderer, src: Sequence, perms: Sequence, verbose: bool = False) -> 'BTGReorderer':
+    "Train on source sentences and their oracle target-order permutations."
+    sents, ps = self._check_pairs(src, perms)
+    use = [q for q, s in enumerate(sents) if 2 <= len(s) <= self.max_len]
+    self.n_skipped_ = sum(len(s) > self.max_len for s in sents)
+    self.log = []
+    if not use: raise ValueError(f"no training sentence has between 2 and max_len={self.max_len} words")
+    self._build_vocab([sents[q] for q in use])
+    H = 1 << self.bits
+    w, u, c = np.zeros(H), np.zeros(H), 1.0          # averaged perceptron: avg = w - u / c
+    rng = random.Random(self.seed)
+    by_len = {}
+    for q in use: by_len.setdefault(len(sents[q]), []).append(q)
+    for ep in range(self.epochs):
+        t0 = time.perf_counter()
+        batches = []
         for n, qs in by_len.items():
-            bs = _chunk(n, 256)
-            for s0 in range(0, len(qs), bs):
-                chunk = qs[s0:s0 + bs]
-                _, sp, iv = cky(self._scores(self._features([sents[q] for q in chunk]), self.w))
-                for b, q in enumerate(chunk): out[q] = _read_tree(sp[b], iv[b], n)[0]
-        return out
+            qs = qs[:]; rng.shuffle(qs)
+            bs = _chunk(n, self.batch_size)
+            batches += [qs[s:s + bs] for s in range(0, len(qs), bs)]
+        rng.shuffle(batches)
+        n_upd = loss_sum = 0
+        for qs in batches:
+            n = len(sents[qs[0]])
+            F = self._features([sents[q] for q in qs])
+            s = self._scores(F, w)
+            cS, cI = _kendall_costs(np.array([inverse_perm(ps[q]) for q in qs]))
+            big = 1e6
+            _, sp_o, iv_o = cky(s - big * cI, -big * cS)
+            _, sp_p, iv_p = cky(s + self.margin * cI, self.margin * cS)
+            rows, tris, signs = [], [], []
+            for b in range(len(qs)):
+                po, no = _read_tree(sp_o[b], iv_o[b], n)
+                pp, np_ = _read_tree(sp_p[b], iv_p[b], n)
+                loss_sum += kendall_distance(pp, ps[qs[b]])
+                if po == pp: continue
+                n_upd += 1
+                for nodes, sign in ((no, 1.), (np_, -1.)):
+                    for (i, k, j) in nodes:
+                        rows.append(b); tris.append(_flat(n, i, k, j)); signs.append(sign)
+            if rows:
+                ids = F[:, rows, tris]                                     # (T, n_nodes)
+                upd = np.repeat(np.array(signs)[None], ids.shape[0], 0)
+                np.add.at(w, ids.ravel(), upd.ravel())
+                np.add.at(u, ids.ravel(), c * upd.ravel())
+            c += 1
+        self.log.append(dict(epoch=ep, updates=n_upd, train_kendall_loss=loss_sum, seconds=time.perf_counter() - t0))
+        if verbose: print(self.log[-1])
+    self.w = w - u / c
+    return self
 
-    def predict(self, src: Union[str, Sequence[str]], strict: bool = False) -> list:
-        "Predicted target-order permutation of one source sentence (string or token list)."
-        return self.predict_batch([src], strict=strict)[0]
+# %% ../nbs/13_btg.ipynb #c8bee1f1
+@patch
+def predict_batch(self:BTGReorderer, src: Sequence, strict: bool = False) -> list:
+    "Predicted permutations for many sentences (batched by length)."
+    if self.w is None: raise ValueError("BTGReorderer is not trained; call fit(src_sents, perms) first")
+    if isinstance(src, str): raise TypeError("pass a list of sentences; use predict() for one sentence")
+    sents = [_tokens(s, f'source sentence {q}') for q, s in enumerate(src)]
+    out = [list(range(len(s))) for s in sents]           # monotone: the answer for n <= 1 and the long-sentence fallback
+    by_len = {}
+    for q, s in enumerate(sents):
+        if len(s) > self.max_len:
+            if strict: raise ValueError(f"sentence {q} has {len(s)} words, more than max_len={self.max_len}; raise max_len or split the sentence")
+            continue
+        if len(s) >= 2: by_len.setdefault(len(s), []).append(q)
+    for n, qs in by_len.items():
+        bs = _chunk(n, 256)
+        for s0 in range(0, len(qs), bs):
+            chunk = qs[s0:s0 + bs]
+            _, sp, iv = cky(self._scores(self._features([sents[q] for q in chunk]), self.w))
+            for b, q in enumerate(chunk): out[q] = _read_tree(sp[b], iv[b], n)[0]
+    return out
 
-    def tree(self, src: Union[str, Sequence[str]]):
-        "The best BTG tree of one sentence (tuple form), or None for an empty sentence."
-        s = _tokens(src, 'source sentence')
-        if not s: return None
-        if len(s) == 1: return 0
-        if len(s) > self.max_len: raise ValueError(f"sentence has {len(s)} words, more than max_len={self.max_len}")
-        _, sp, iv = cky(self._scores(self._features([s]), self.w))
-        return _read_tree(sp[0], iv[0], len(s), want_tree=True)[1]
+# %% ../nbs/13_btg.ipynb #6030d916
+@patch
+def predict(self:BTGReorderer, src: Union[str, Sequence[str]], strict: bool = False) -> list:
+    "Predicted target-order permutation of one source sentence (string or token list)."
+    return self.predict_batch([src], strict=strict)[0]
 
+@patch
+def tree(self:BTGReorderer, src: Union[str, Sequence[str]]):
+    "The best BTG tree of one sentence (tuple form), or None for an empty sentence."
+    s = _tokens(src, 'source sentence')
+    if not s: return None
+    if len(s) == 1: return 0
+    if len(s) > self.max_len: raise ValueError(f"sentence has {len(s)} words, more than max_len={self.max_len}")
+    _, sp, iv = cky(self._scores(self._features([s]), self.w))
+    return _read_tree(sp[0], iv[0], len(s), want_tree=True)[1]
+
+# %% ../nbs/13_btg.ipynb #500eceac
 def _chunk(n: int, want: int, budget: int = 500_000) -> int:
     "Sentences of length n per batch so that one batch holds at most `budget` chart cells (bounds feature memory)."
     return max(1, min(want, budget // max(1, n * (n * n - 1) // 6)))
 
+# %% ../nbs/13_btg.ipynb #99081772
 def _flat(n: int, i: int, k: int, j: int) -> int:
     "Flat index of triple (i, k, j) in `_triples(n)` order (lexicographic over i, k, j)."
     return _flat_table(n)[i, k, j]
 
+# %% ../nbs/13_btg.ipynb #66df98fa
 @lru_cache(maxsize=256)
 def _flat_table(n: int) -> np.ndarray:
     I, K, J = np.meshgrid(np.arange(n + 1), np.arange(n + 1), np.arange(n + 1), indexing='ij')

@@ -216,6 +216,8 @@ def _linearize(tree, rules):
 
 # %% ../nbs/07_synthetic.ipynb #2c090a2b
 _GRAMMARS = {}
+
+# %% ../nbs/07_synthetic.ipynb #cfb36e45
 def synthetic_corpus(n: int, min_len: int = 3, max_len: int = 12, seed: int = 0, depth: int = 2) -> list:
     "`n` SynthPairs with source lengths uniform on [min_len, max_len] and relative clauses nested at most `depth` deep."
     if min_len < 3: raise ValueError(f"min_len={min_len}: the shortest sentence of the grammar has 3 words; use min_len >= 3")
