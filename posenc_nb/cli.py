@@ -691,7 +691,8 @@ def _loss_curves(ax, curves: dict):
     for i, (e, c) in enumerate(curves.items()):
         if c: ax.plot(*zip(*c), label=e, color=cmap(i % cmap.N), ls='-' if i < 10 else '--')
     ax.set_xlabel('update'); ax.set_ylabel('training loss (label-smoothed, per token)'); ax.set_yscale('log')
-    ax.set_title('learning curves'); ax.legend(fontsize=7, ncol=2 if len(curves) > 6 else 1)
+    ax.set_title('learning curves')
+    if any(curves.values()): ax.legend(fontsize=7, ncol=2 if len(curves) > 6 else 1)   # no log record yet: no legend
 
 # %% ../nbs/06_cli.ipynb #4a659d8f
 def _first_curves(runs: list, encs: list) -> dict:
