@@ -68,6 +68,18 @@ def test_console_script_list():
     for name in list_posencs() + list(CONFIGS): assert f'  {name}' in r.stdout
 
 
+def test_version_and_help():
+    "`posenc --version` names the package version; every subcommand's --help has a description and examples."
+    from posenc_nb import __version__
+    r = cli('--version')
+    assert_ok(r)
+    assert r.stdout.strip() == f'posenc_nb {__version__}'
+    for c in ('list', 'train', 'translate', 'evaluate', 'compare'):
+        r = cli(c, '--help')
+        assert_ok(r)
+        assert f'usage: posenc {c}' in r.stdout and f'examples:\n  posenc ' in r.stdout, r.stdout
+
+
 def test_translate_stdin_and_evaluate(run_dir, work):
     from posenc_nb.data import load_parallel
     from posenc_nb.decode import bleu, chrf, translate
@@ -136,6 +148,9 @@ BAD = {   # name: (argv, env overrides, needle in the error line)
     'missing input': (['translate', '--ckpt', '{run}', '--input', '{d}/none.txt'], {}, 'does not exist'),
     'length mismatch': (['evaluate', '--hyp', '{d}/h3.txt', '--ref', '{d}/r2.txt'], {}, 'has 3 lines but'),
     'compare unknown encoding': (['compare', '--config', 'synthetic-tiny', '--encodings', 'sinusoidal,nope', '--out', '{w}/n4'], {}, "unknown encoding 'nope'"),
+    'abbreviated option': (['train', '--config', 'synthetic-tiny', '--max-step', '5', '--out', '{w}/n1'], {}, 'did you mean --max-steps?'),
+    'device gpu': (['train', '--config', 'synthetic-tiny', '--device', 'gpu', '--out', '{w}/n1'], {}, 'pass --device cuda'),
+    'device this machine lacks': (['compare', '--config', 'synthetic-tiny', '--device', 'cuda:99', '--out', '{w}/n4'], {}, 'pass --device cpu'),
 }
 
 
