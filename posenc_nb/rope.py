@@ -15,6 +15,9 @@ __all__ = ['STYLES', 'LAYOUTS', 'SCALINGS', 'TABLE_FMT', 'rope_inv_freq', 'scale
            'rotate_with_table', 'get_rotary_cache', 'apply_rotary', 'rotary_dims', 'RoPE', 'elu_feature_map',
            'rope_linear_attention', 'rotary_permutation', 'permute_rotary_weights']
 
+# %% ../nbs/10_rope.ipynb #6306c75e
+from .core import known_range, host_fact, whole_base
+
 # %% ../nbs/10_rope.ipynb #0218b86e
 STYLES = ('interleaved', 'half')
 LAYOUTS = ('bhld', 'blhd')
@@ -73,6 +76,10 @@ def _memo_key(pos: Tensor, dtype, key: bool, fmt: str):
     if torch.compiler.is_compiling() or torch.is_inference_mode_enabled(): return None
     try: return (pos.data_ptr(), pos.device, tuple(pos.shape), pos.stride(), pos.storage_offset(), pos._version, dtype, key, fmt)
     except RuntimeError: return None
+
+def _reads_free(t: Tensor) -> bool:
+    "Whether reading `t` into Python costs no device sync (CPU tensors): then a plain range of positions is a table slice."
+    return t.device.type == 'cpu'
 
 def _fmt_shape(dim, fmt): return {'pairs': (dim // 2, 2), 'planes': (2, dim // 2), 'wide': (dim,)}[fmt]
 
@@ -163,9 +170,9 @@ class RotaryCache:
 
     def _resolve(self, pos: Tensor, dtype, key: bool, fmt: str) -> Tensor:
         plain = self.split is None and self.xpos_log_zeta is None
-        if pos.device.type != 'cpu' and plain:          # accelerators: no host sync, angles straight from the positions
+        if not _reads_free(pos) and plain:              # accelerators: no host sync, angles straight from the positions
             return self._angles_table(pos, dtype, fmt)
-        lo, hi = (int(v) for v in torch.aminmax(pos))   # on the CPU a reduction, not a device sync
+        lo, hi = known_range(pos)                       # once per tensor (or as noted by the caller); on the CPU not a sync
         if lo < 0: raise ValueError(f"rotary positions must be >= 0, got {lo}; shift them (RoPE only sees differences)")
         if self.split is not None:
             cs = self._split_lookup(pos, hi, dtype)
@@ -173,7 +180,7 @@ class RotaryCache:
             return self._xpos(cs, pos, key, fmt)
         tab = self.table(hi + 1, pos.device, dtype, fmt)
         L = pos.shape[-1]
-        if plain and hi - lo + 1 == L and bool((pos == torch.arange(lo, hi + 1, device=pos.device)).all()):
+        if plain and hi - lo + 1 == L and (lo == hi or host_fact(whole_base(pos), 'is_range', lambda t: bool((t == torch.arange(lo, hi + 1, device=t.device)).all()))):
             sl = tab[:, lo:lo + L] if fmt == 'wide' else tab[lo:lo + L]          # a plain range in every row: a slice, no gather
             if fmt == 'wide': return sl.view(3, *[1] * (pos.dim() - 1), L, self.dim).expand(3, *pos.shape, self.dim)
             return sl.expand(*pos.shape, *_fmt_shape(self.dim, fmt))
