@@ -78,3 +78,19 @@ def test_greedy_loop_reads_once_per_step():
     with HostReads() as hr: out = greedy_decode(m, src, sp, max_len=6)
     steps = max(len(o) for o in out) + 1
     assert hr.n <= 3 * steps + 8, (hr.n, steps)
+
+
+@pytest.mark.parametrize('pe', ['rope', 'xl-rope'])
+def test_rotary_tables_resolved_once_per_positions_tensor(pe, accelerator_path, monkeypatch):
+    "RoPE's cos/sin for a positions tensor are built once and shared by q, k and every layer (2 and 4 layers alike)."
+    calls = []
+    orig = rope.RotaryCache._resolve
+    monkeypatch.setattr(rope.RotaryCache, '_resolve', lambda self, pos, *a: (calls.append(tuple(pos.shape)), orig(self, pos, *a))[1])
+    counts = []
+    for layers in (2, 4):
+        m, (src, sp) = _model(pe, layers, train=True), _batch()
+        calls.clear()
+        m(src, sp, src, Positions.from_mask(src != 0)).sum().backward()
+        counts.append(len(calls))
+    assert counts[0] == counts[1], counts
+    assert counts[0] <= (3 if pe == 'xl-rope' else 2), calls      # encoder and decoder positions (+ the XL heads' positions)
