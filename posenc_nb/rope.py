@@ -65,24 +65,28 @@ def yarn_mscale(factor: float) -> float:
     "YaRN's factor on cos and sin ($\\sqrt{1/t} = 0.1\\ln s + 1$), so the logits are multiplied by its square."
     return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
 
-# %% ../nbs/10_rope.ipynb #ca4a4dd7
+# %% ../nbs/10_rope.ipynb #fc4a8e6b
 def _check_pos(pos: Tensor):
     if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
         raise TypeError(f"rotary positions must be an integer tensor, got {pos.dtype}; pass torch.long positions "
                         f"(angles are computed from them in fp32/fp64, never from low-precision floats)")
 
+# %% ../nbs/10_rope.ipynb #078fb3f9
 def _memo_key(pos: Tensor, dtype, key: bool, fmt: str):
     "Identity of a positions tensor's contents (address, geometry, in-place version), or None: not kept under compile or inference mode."
     if torch.compiler.is_compiling() or torch.is_inference_mode_enabled(): return None
     try: return (pos.data_ptr(), pos.device, tuple(pos.shape), pos.stride(), pos.storage_offset(), pos._version, dtype, key, fmt)
     except RuntimeError: return None
 
+# %% ../nbs/10_rope.ipynb #80403d11
 def _reads_free(t: Tensor) -> bool:
     "Whether reading `t` into Python costs no device sync (CPU tensors): then a plain range of positions is a table slice."
     return t.device.type == 'cpu'
 
+# %% ../nbs/10_rope.ipynb #e60aaaf8
 def _fmt_shape(dim, fmt): return {'pairs': (dim // 2, 2), 'planes': (2, dim // 2), 'wide': (dim,)}[fmt]
 
+# %% ../nbs/10_rope.ipynb #3e129b87
 def _cs_format(c: Tensor, s: Tensor, fmt: str) -> Tensor:
     "cos and sin (..., d/2) in a kernel's table format: 'pairs' (..., d/2, 2), 'planes' (..., 2, d/2), or 'wide' (3, ..., d): [c c], [-s 0], [0 s]."
     if fmt == 'pairs': return torch.stack([c, s], -1)
@@ -90,6 +94,7 @@ def _cs_format(c: Tensor, s: Tensor, fmt: str) -> Tensor:
     z = torch.zeros_like(s)
     return torch.stack([torch.cat([c, c], -1), torch.cat([-s, z], -1), torch.cat([z, s], -1)])
 
+# %% ../nbs/10_rope.ipynb #ca4a4dd7
 class RotaryCache:
     "Cos/sin tables for integer positions: grown on demand, built per (device, compute dtype) from fp64 (default) or fp32 angles, never cast down."
     def __init__(self, dim: int, base: float = 10000., scaling: Optional[str] = None, factor: float = 1.,
