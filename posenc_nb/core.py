@@ -86,6 +86,7 @@ def host_fact(t: Tensor, # the tensor the value is read from
               fn: Callable[[Tensor], object] # reads the value (the only place the device is read)
              ) -> object:
     "`fn(t)`, read once per tensor and in-place version: later calls with the same tensor read nothing from the device."
+    if torch.compiler.is_compiling(): return fn(t)     # traced code: no Python-side memo
     try: v = t._version
     except RuntimeError: return fn(t)                  # inference tensors have no version counter: not kept
     facts = _FACTS.get(t)
@@ -99,6 +100,7 @@ def note_fact(t: Tensor, # a tensor whose value the caller knows without reading
               value: object # the exact value `host_fact(t, name, fn)` would read
              ) -> Tensor:
     "Record a value of `t` known on the host (e.g. a decoding step's position), so `host_fact` reads nothing; returns `t`."
+    if torch.compiler.is_compiling(): return t
     try: v = t._version
     except RuntimeError: return t
     facts = _FACTS.get(t)
