@@ -91,6 +91,9 @@ def measure(args, L, device):
     for k in keys:
         d = statistics.median(dec[k])
         row = dict(train_ms=med[k] * 1e3, train_ratio=med[k] / ref_t, decode_ms=d * 1e3, decode_ratio=d / ref_d)
+        for what, runs in (('train', train), ('decode', dec)):            # per-repetition ratios: the noise next to the effect
+            paired = [a / b for a, b in zip(runs[k], runs['sinusoidal'])]
+            row.update({what + '_ratio_paired': statistics.median(paired), what + '_ratio_min': min(paired), what + '_ratio_max': max(paired)})
         if refresh[k]:                                                    # one refresh step per `refresh_every` steps
             n = models[k].enc_pe.refresh_every; tr = statistics.median(refresh[k])
             row.update(refresh_step_ms=tr * 1e3, refresh_every=n, train_ratio_amortised=((n - 1) * med[k] + tr) / n / ref_t)
@@ -135,7 +138,7 @@ def main():
         command='python ' + ' '.join(shlex.quote(a) for a in ['benchmarks/floater_bench.py'] + sys.argv[1:]),
         commit=commit(), hardware=hardware(device), device=device.type, torch=torch.__version__, precision='float32',
         threads=args.threads, timer='cuda-synchronised wall time' if device.type == 'cuda' else 'time.process_time (CPU time)',
-        method='variants interleaved, order rotated per repetition; medians over reps', reps=args.reps,
+        method='variants interleaved, order rotated per repetition; medians over reps; *_ratio_paired: median over reps of the ratio to sinusoidal in the same rep, *_ratio_min/max: their range', reps=args.reps,
         model=dict(d_model=args.d, n_heads=args.heads, layers=f'{args.layers}+{args.layers}', d_ff=4 * args.d, vocab=args.vocab,
                    batch=args.batch, decode_steps=args.decode_steps, dropout=0.1, optimizer='Adam'),
         load_average_at_start=[round(x, 2) for x in load], date=datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%MZ'))
@@ -144,7 +147,8 @@ def main():
         print(f"  {'variant':50s} {'train ms':>9s} {'ratio':>6s} {'amortised':>9s} {'decode ms':>9s} {'ratio':>6s}")
         for k, r in rows.items():
             am = f"{r['train_ratio_amortised']:9.3f}" if 'train_ratio_amortised' in r else ' ' * 9
-            print(f"  {k:50s} {r['train_ms']:9.1f} {r['train_ratio']:6.3f} {am} {r['decode_ms']:9.1f} {r['decode_ratio']:6.3f}")
+            print(f"  {k:50s} {r['train_ms']:9.1f} {r['train_ratio']:6.3f} {am} {r['decode_ms']:9.1f} {r['decode_ratio']:6.3f}"
+                  f"   per-rep train {r['train_ratio_min']:.3f}..{r['train_ratio_max']:.3f}, decode {r['decode_ratio_min']:.3f}..{r['decode_ratio_max']:.3f}")
     for k, why in skipped.items(): print(f"skipped {k}: {why}")
     if args.out:
         os.makedirs(os.path.dirname(args.out) or '.', exist_ok=True)

@@ -11,6 +11,11 @@ Two modes, both measured in ONE process with interleaved repetitions, reported a
   Prints `ratio = posenc / reference` (goal >= 1.0).
 * `--mode amp`: Seq2Seq in fp32 vs the same model under bf16 autocast (what `TrainConfig.amp_cpu` turns on for CPU
   training; on CUDA what `amp='bf16'` does). Prints `ratio = bf16 / fp32` and the loss gap on a fixed batch.
+* `--mode vs-transformer`: every registered encoding (or `--encodings`) against `nn.Transformer` of the same size, in
+  one run: contenders interleaved (order rotated each repetition), timed in process CPU time (`time.process_time`:
+  other processes on a shared machine do not count; on CUDA wall time after a synchronize), medians of the per-repetition
+  ratios to nn.Transformer measured in the same repetition, with their min..max. `--out` writes a JSON record with
+  provenance (`posenc_nb.utils.provenance`).
 * `--mode encodings`: every registered encoding (`core.list_posencs()`): train-step tokens/s, incremental greedy
   inference tokens/s (KV cache, fixed length), and memory: peak CUDA memory on GPU; on CPU the bytes of tensors saved
   for backward (captured with `torch.autograd.graph.saved_tensors_hooks`, a device-independent proxy for activation
@@ -18,11 +23,12 @@ Two modes, both measured in ONE process with interleaved repetitions, reported a
 
 Never used in tests; run e.g. `python benchmarks/throughput.py --threads 2 --steps 6 --reps 5`.
 """
-import argparse, math, statistics, sys, time, warnings
+import argparse, json, math, statistics, sys, time, warnings
 import torch, torch.nn as nn, torch.nn.functional as F
 
 from posenc_nb.core import Positions, list_posencs
 from posenc_nb.model import ModelConfig, Seq2Seq, label_smoothed_nll
+from posenc_nb.utils import atomic_write, provenance
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -122,14 +128,13 @@ def sync(dev):
     if dev.type == 'cuda': torch.cuda.synchronize()
 
 
-def time_steps(step, batches, dev):
-    "Seconds per target token over one pass of `batches` (each a step)."
-    sync(dev); t0 = time.perf_counter()
-    ntok = 0
-    for src, tin, tout in batches:
-        step(src, tin, tout); ntok += int((tout != PAD).sum())
+def time_steps(step, batches, dev, clock=time.perf_counter):
+    "Target tokens per second of `clock` over one pass of `batches` (each a step)."
+    ntok = sum(int((tout != PAD).sum()) for _, _, tout in batches)
+    sync(dev); t0 = clock()
+    for src, tin, tout in batches: step(src, tin, tout)
     sync(dev)
-    return ntok / (time.perf_counter() - t0)
+    return ntok / (clock() - t0)
 
 
 def n_params(m): return sum(p.numel() for p in m.parameters())
@@ -141,15 +146,16 @@ def build_posenc(args, vocab, enc='sinusoidal', dev='cpu'):
     return Seq2Seq(cfg).to(dev)
 
 
-def interleaved(fns, batches, reps, warmup, dev):
+def interleaved(fns, batches, reps, warmup, dev, clock=time.perf_counter, rotate=False):
     "Median tokens/s of each named step function; the functions take turns so drift hits them all alike."
     for name, f in fns.items():
-        time_steps(f, batches[:warmup], dev)
+        time_steps(f, batches[:warmup], dev, clock)
     res = {k: [] for k in fns}
     for r in range(reps):
         items = list(fns.items())
-        if r % 2: items = items[::-1]                                   # alternate who goes first
-        for name, f in items: res[name].append(time_steps(f, batches, dev))
+        if rotate: items = items[r % len(items):] + items[:r % len(items)]   # each contender goes first in turn
+        elif r % 2: items = items[::-1]                                 # alternate who goes first
+        for name, f in items: res[name].append(time_steps(f, batches, dev, clock))
     return {k: (statistics.median(v), v) for k, v in res.items()}
 
 
@@ -267,9 +273,45 @@ def mode_encodings(args, dev):
     for name, err in failed.items(): print(f"{name:14s} FAILED: {err}")
 
 
+def mode_vs_transformer(args, dev):
+    "Training tokens/s of Seq2Seq with each encoding / nn.Transformer of the same size, in one interleaved run."
+    names = args.encodings.split(',') if args.encodings else list_posencs()
+    batches = [tuple(t.to(dev) for t in b) for b in make_batches(args.vocab, args.max_tokens, args.steps)]
+    torch.manual_seed(0)
+    ref = RefTransformer(args.vocab, args.d_model, args.heads, args.layers, args.layers, args.ff).to(dev)
+    fns = {'nn.Transformer': ref_step_fn(ref.train(), torch.optim.Adam(ref.parameters(), 1e-4))}
+    for name in names:
+        torch.manual_seed(0)
+        m = build_posenc(args, args.vocab, name, dev)
+        fns[name] = posenc_step_fn(m.train(), torch.optim.Adam(m.parameters(), 1e-4), loss=args.loss)
+    clock = time.process_time if dev.type == 'cpu' else time.perf_counter
+    rec = provenance(None, precision='fp32', device=str(dev))
+    res = interleaved(fns, batches, args.reps, args.warmup, dev, clock, rotate=True)
+    ref_v = res['nn.Transformer'][1]
+    ntok = sum(int((b[2] != PAD).sum()) for b in batches)
+    rows = []
+    for name in names:
+        r = [a / b for a, b in zip(res[name][1], ref_v)]
+        rows.append(dict(encoding=name, tok_s=res[name][0], ratio=statistics.median(r), ratio_min=min(r), ratio_max=max(r), reps=res[name][1]))
+    print(f"device={dev} threads={torch.get_num_threads()} clock={clock.__name__} d={args.d_model} heads={args.heads} "
+          f"layers={args.layers}+{args.layers} ff={args.ff} vocab={args.vocab}; {len(batches)} batches/rep ({ntok / len(batches):.0f} target "
+          f"tokens/batch), {args.reps} reps; loss={args.loss}")
+    print(f"{'nn.Transformer':14s} {res['nn.Transformer'][0]:9.0f} tok/s")
+    for row in rows:
+        print(f"{row['encoding']:14s} {row['tok_s']:9.0f} tok/s  ratio {row['ratio']:.3f} ({row['ratio_min']:.3f}..{row['ratio_max']:.3f})")
+    if args.out:
+        out = dict(benchmark='throughput --mode vs-transformer', reference='nn.Transformer', reference_tok_s=res['nn.Transformer'][0],
+                   reference_reps=ref_v, rows=rows, timer=f"time.{clock.__name__}", threads=torch.get_num_threads(),
+                   method='contenders interleaved, order rotated per repetition; ratio = median over repetitions of tok/s / nn.Transformer tok/s in the same repetition',
+                   model=dict(d_model=args.d_model, n_heads=args.heads, layers=f"{args.layers}+{args.layers}", d_ff=args.ff, vocab=args.vocab,
+                              max_tokens=args.max_tokens, steps=args.steps, reps=args.reps, warmup=args.warmup, dropout=0.1, loss=args.loss,
+                              optimizer='Adam'), **rec)
+        atomic_write(args.out, json.dumps(out, indent=1) + '\n')
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--mode', choices=('ref', 'amp', 'encodings'), default='ref')
+    ap.add_argument('--mode', choices=('ref', 'amp', 'encodings', 'vs-transformer'), default='ref')
     ap.add_argument('--threads', type=int, default=None, help='torch.set_num_threads (CPU)')
     ap.add_argument('--steps', type=int, default=6, help='training steps (batches) per repetition')
     ap.add_argument('--reps', type=int, default=5, help='interleaved repetitions; the median is reported')
@@ -284,11 +326,12 @@ def main(argv=None):
                          "'ce' = F.cross_entropy like the reference (compares the models alone)")
     ap.add_argument('--encodings', default=None, help='comma list for --mode encodings (default: all registered)')
     ap.add_argument('--infer-len', type=int, default=20, help='decoding steps per batch for inference tokens/s')
+    ap.add_argument('--out', default=None, help='--mode vs-transformer: write the JSON record here')
     args = ap.parse_args(argv)
     if args.threads: torch.set_num_threads(args.threads)
     dev = torch.device(args.device)
     if dev.type == 'cuda': torch.backends.cuda.matmul.allow_tf32 = True
-    {'ref': mode_ref, 'amp': mode_amp, 'encodings': mode_encodings}[args.mode](args, dev)
+    {'ref': mode_ref, 'amp': mode_amp, 'encodings': mode_encodings, 'vs-transformer': mode_vs_transformer}[args.mode](args, dev)
     return 0
 
 

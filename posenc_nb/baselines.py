@@ -15,6 +15,9 @@ from .core import Positions, Site, PosEnc, register_posenc, make_posenc, list_po
 __all__ = ['NoPosEnc', 'sinusoidal_table', 'SinusoidalPosEnc', 'LearnedPosEnc', 'relative_offsets', 'ShawPosEnc', 't5_bucket',
            'T5PosEnc', 'alibi_slopes', 'ALiBiPosEnc']
 
+# %% ../nbs/01_baselines.ipynb #c6ab0a28
+from .core import known_range
+
 # %% ../nbs/01_baselines.ipynb #4f929d67
 @register_posenc('none')
 class NoPosEnc(PosEnc):
@@ -49,7 +52,7 @@ class SinusoidalPosEnc(PosEnc):
 
     def codes(self, pos: Tensor) -> Tensor:
         "Codes of `pos` read from a cached float32 table on `pos.device`, rebuilt larger when a position exceeds it."
-        need = int(pos.max()) + 1 if pos.numel() else 1
+        need = known_range(pos)[1] + 1          # read once per positions tensor, or known from the caller
         t = self._table
         if t is None or t.device != pos.device or t.shape[0] < need:
             size = max(self.max_len or 0, 1 << (need - 1).bit_length())

@@ -13,8 +13,9 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['SITE_KINDS', 'ENTRY_POINT_GROUP', 'Positions', 'Site', 'PosEnc', 'register_posenc', 'provider_modules',
-           'list_posencs', 'make_posenc', 'attention_mask', 'Attention']
+__all__ = ['SITE_KINDS', 'ENTRY_POINT_GROUP', 'Positions', 'host_fact', 'note_fact', 'whole_base', 'known_range', 'positions_max',
+           'HostReads', 'Site', 'PosEnc', 'register_posenc', 'provider_modules', 'list_posencs', 'make_posenc',
+           'attention_mask', 'Attention']
 
 # %% ../nbs/00_core.ipynb #28c4ebe3
 def _check_int(t: Tensor, what: str):
@@ -73,6 +74,77 @@ class Positions:
         vals = [t.max().item() for t in (self.pos, self.xl) if t is not None and t.numel()]
         return int(max(vals)) if vals else 0
 
+# %% ../nbs/00_core.ipynb #ee8a7adf
+import traceback, torch.utils.weak
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# %% ../nbs/00_core.ipynb #fbdd67c1
+_FACTS = torch.utils.weak.WeakIdKeyDictionary()     # tensor -> (in-place version, {name: value read to the host})
+
+def host_fact(t: Tensor, # the tensor the value is read from
+              name: str, # what the value is ('range', 'all', ...): one memo entry per name
+              fn: Callable[[Tensor], object] # reads the value (the only place the device is read)
+             ) -> object:
+    "`fn(t)`, read once per tensor and in-place version: later calls with the same tensor read nothing from the device."
+    if torch.compiler.is_compiling(): return fn(t)     # traced code: no Python-side memo
+    try: v = t._version
+    except RuntimeError: return fn(t)                  # inference tensors have no version counter: not kept
+    facts = _FACTS.get(t)
+    if facts is None or facts[0] != v: facts = _FACTS[t] = (v, {})
+    if name not in facts[1]: facts[1][name] = fn(t)
+    return facts[1][name]
+
+# %% ../nbs/00_core.ipynb #44130f46
+def note_fact(t: Tensor, # a tensor whose value the caller knows without reading it
+              name: str, # as in `host_fact`
+              value: object # the exact value `host_fact(t, name, fn)` would read
+             ) -> Tensor:
+    "Record a value of `t` known on the host (e.g. a decoding step's position), so `host_fact` reads nothing; returns `t`."
+    if torch.compiler.is_compiling(): return t
+    try: v = t._version
+    except RuntimeError: return t
+    facts = _FACTS.get(t)
+    if facts is None or facts[0] != v: facts = _FACTS[t] = (v, {})
+    facts[1][name] = value
+    return t
+
+# %% ../nbs/00_core.ipynb #aa126974
+def whole_base(t: Tensor) -> Tensor:
+    "The tensor `t` is a reshaped view of, when it holds all of its values in the same order (e.g. `p.pos[:, None]`), else `t`: facts read from one hold for both."
+    b = t._base
+    return b if b is not None and b.numel() == t.numel() and b.data_ptr() == t.data_ptr() and t.is_contiguous() and b.is_contiguous() else t
+
+def known_range(t: Tensor # integer tensor
+               ) -> tuple: # (min, max) as Python ints; (0, 0) when empty
+    "Smallest and largest value of `t`, read once per tensor (one `aminmax`, one transfer), or as noted by `note_fact(t, 'range', (lo, hi))`."
+    return host_fact(whole_base(t), 'range', lambda t: tuple(torch.stack(torch.aminmax(t)).tolist()) if t.numel() else (0, 0))   # one transfer
+
+def positions_max(p: Positions) -> int:
+    "Largest position in any stream of `p` (0 when empty), each stream read at most once: `Positions.max` without repeated syncs."
+    streams = [t for t in (p.pos, getattr(p, 'xl', None)) if t is not None and t.numel()]
+    return max((known_range(t)[1] for t in streams), default=0)
+
+# %% ../nbs/00_core.ipynb #d6cdb6d4
+_SYNC_OPS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default, torch.ops.aten.masked_select.default}
+
+class HostReads(TorchDispatchMode):
+    "Context manager listing reads of tensor values into Python: `.item()`, `int(t)`, `bool(t)`, `nonzero`, `masked_select`, boolean-mask indexing, `tolist`. On an accelerator each is a host sync; on the CPU the list shows where one would be."
+    def __init__(self): super().__init__(); self.reads = []
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        bool_index = func is torch.ops.aten.index.Tensor and any(i is not None and i.dtype == torch.bool for i in args[1])
+        if func in _SYNC_OPS or bool_index: self._note(str(func))
+        return func(*args, **(kwargs or {}))
+    def _note(self, what): self.reads.append((what, ''.join(traceback.format_stack(limit=6)[:-2])))
+    def __enter__(self):
+        self._tolist, me = Tensor.tolist, self
+        Tensor.tolist = lambda t: (me._note('tolist'), me._tolist(t))[1]
+        return super().__enter__()
+    def __exit__(self, *exc):
+        Tensor.tolist = self._tolist
+        return super().__exit__(*exc)
+    @property
+    def n(self) -> int: return len(self.reads)
+
 # %% ../nbs/00_core.ipynb #703e6a08
 SITE_KINDS = ('enc', 'dec', 'cross')
 
@@ -125,9 +197,11 @@ class PosEnc(nn.Module):
         return site.kind in self.sites
     def check_positions(self, p: Positions):
         "Raise a clear error when the encoding is `bounded` and a position reaches `max_len`; an unbounded one accepts any."
-        if not self.bounded or self.max_len is None or p.max() < self.max_len: return
+        if not self.bounded or self.max_len is None: return
+        m = positions_max(p)                    # read once per positions tensor (later hooks and layers reuse it)
+        if m < self.max_len: return
         raise ValueError(f"{getattr(self, 'registry_name', type(self).__name__)!r} positions are limited to max_len={self.max_len} but "
-                         f"position {p.max()} was requested; build the model with max_len > {p.max()} (ModelConfig.max_len) "
+                         f"position {m} was requested; build the model with max_len > {m} (ModelConfig.max_len) "
                          f"or use an encoding without a length limit")
 
     def extra_repr(self): return f"d_model={self.d_model}, n_heads={self.n_heads}, max_len={self.max_len}, causal={self.causal}"

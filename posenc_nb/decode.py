@@ -16,6 +16,9 @@ from .data import collate
 # %% auto #0
 __all__ = ['length_penalty', 'greedy_decode', 'beam_search', 'score_hyps', 'bleu', 'chrf', 'translate']
 
+# %% ../nbs/04_decode.ipynb #511e7e85
+from .core import note_fact
+
 # %% ../nbs/04_decode.ipynb #89832dd6
 def length_penalty(length, alpha: float = 0.6):
     "GNMT length normalizer $((5+|y|)/6)^\\alpha$ (Wu et al. 2016, arXiv 1609.08144); `length` an int or tensor."
@@ -42,15 +45,18 @@ def _max_lens(src, src_p, max_len, extra: int = 50) -> Tensor:
     return torch.full((src.shape[0],), int(max_len), dtype=torch.long, device=src.device)
 
 def _step_logprobs(model, tok, t, mem, sp, cache, bos, eos, pad, force_eos):
-    "One incremental decoder call: float32 log-probabilities (rows, V); BOS/PAD never generated, EOS forced where `force_eos`."
-    logits = model.decode(tok, Positions.arange(tok.shape[0], 1, offset=t, device=tok.device), mem, sp, cache=cache)
+    """One incremental decoder call: float32 log-probabilities (rows, V); BOS/PAD never generated, EOS forced where `force_eos`.
+    Reads nothing from the device: the step's position `t` is noted on the host, and forcing EOS is a `where`, not a branch."""
+    tp = Positions.arange(tok.shape[0], 1, offset=t, device=tok.device)
+    note_fact(tp.pos, 'range', (t, t))
+    logits = model.decode(tok, tp, mem, sp, cache=cache)
     lp = logits[:, -1].float().log_softmax(-1)
     lp[:, bos] = -math.inf
     if pad is not None and pad != eos: lp[:, pad] = -math.inf
-    if force_eos is not None and bool(force_eos.any()):
-        keep = lp[:, eos].clone()
-        lp[force_eos] = -math.inf
-        lp[force_eos, eos] = keep[force_eos]
+    if force_eos is not None:
+        only_eos = torch.full_like(lp, -math.inf)
+        only_eos[:, eos] = lp[:, eos]
+        lp = torch.where(force_eos[:, None], only_eos, lp)
     return lp
 
 # %% ../nbs/04_decode.ipynb #63651eed

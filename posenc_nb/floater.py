@@ -19,6 +19,9 @@ __all__ = ['SOLVERS', 'FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FLOATER_OFFICIA
            'solve_trajectory', 'sinusoidal_dynamics', 'sinusoidal_floater_dynamics', 'FloaterPE', 'FloaterBlocksPE',
            'FloaterInputPE', 'floater_from_sinusoidal']
 
+# %% ../nbs/11_floater.ipynb #e12b9e3b
+from .core import known_range, positions_max
+
 # %% ../nbs/11_floater.ipynb #ed28f059
 class FloaterDynamics(nn.Module):
     "Time-conditioned MLP h(t, p): two affine layers of width `hidden`, time appended to the input of both, ReLU between, no residual."
@@ -234,7 +237,7 @@ class FloaterPE(PosEnc):
         self._traj, self._live_key, self._has_graph, self._exact, self._consumed = None, None, False, False, False
         self._steps, self._refreshed_at, self._ref, self._loaded = 0, 0, None, False
         self._zero_key, self._kv_memo, self.n_solves = None, {}, 0     # n_solves: trajectory computations (tests, benchmarks)
-        self._q_memo, self._n_memo, self._fwd = None, ([], []), None     # inference: biases gathered per positions tensor
+        self._q_memo, self._fwd = None, None                          # inference: biases gathered per positions tensor
         self.register_load_state_dict_post_hook(FloaterPE._after_load)
 
     def _kv_flow(self, d_model, hidden):
@@ -349,7 +352,7 @@ class FloaterPE(PosEnc):
         "Pickling / deepcopy: drop the live trajectory (it may carry an autograd graph); the buffer keeps the values."
         state = self.__dict__.copy()
         state.update(_traj=None, _live_key=None, _has_graph=False, _exact=False, _consumed=False, _ref=None, _kv_memo={},
-                     _q_memo=None, _n_memo=([], []), _fwd=None)
+                     _q_memo=None, _fwd=None)
         return state
 
     @staticmethod
@@ -373,7 +376,7 @@ class FloaterPE(PosEnc):
 
     # ---- hooks
     def _prior(self, pos: Tensor) -> Tensor:
-        m = int(pos.max()) + 1 if pos.numel() else 1
+        m = known_range(pos)[1] + 1
         if not hasattr(self, '_prior_table') or self._prior_table.shape[0] < m or self._prior_table.device != pos.device:
             self._prior_table = sinusoidal_table(torch.arange(max(m, self.max_len or 1024), device=pos.device), self.d_model, self.base)
         return F.embedding(pos, self._prior_table)
@@ -383,7 +386,7 @@ class FloaterPE(PosEnc):
             self._fwd = (p.pos, self._param_key())
         if self.prior == 'sinusoidal': x = x + self._prior(p.pos).to(x.dtype)   # as the sinusoidal encoding does it
         if self.inject != 'input': return x
-        traj = self.trajectory(p.max() + 1)
+        traj = self.trajectory(self._need(p))
         return x + F.embedding(p.pos, traj[:, 0]).to(x.dtype)
 
     def _slot(self, site: Site) -> int:
@@ -395,13 +398,8 @@ class FloaterPE(PosEnc):
         return 3 * (self.kinds.index(site.kind) * self.n_layers + site.layer)
 
     def _need(self, p: Positions) -> int:
-        "Trajectory length covering `p` (p.max() + 1), memoised per positions tensor: one host sync per new tensor."
-        ts, ns = self._n_memo
-        for j, t in enumerate(ts):
-            if t[0] is p.pos and t[1] == p.pos._version: return ns[j]
-        n = p.max() + 1
-        ts.insert(0, (p.pos, p.pos._version)); ns.insert(0, n); del ts[2:], ns[2:]    # q and kv positions of a forward
-        return n
+        "Trajectory length covering `p` (its largest position + 1): read once per positions tensor, none where the caller noted it."
+        return positions_max(p) + 1
 
     def qkv_bias(self, q_p: Positions, kv_p: Positions, site: Site):
         if self.inject == 'input': return None

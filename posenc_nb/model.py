@@ -15,6 +15,9 @@ from .core import Positions, PosEnc, Attention, make_posenc, list_posencs
 __all__ = ['ModelConfig', 'EncoderLayer', 'DecoderLayer', 'Seq2Seq', 'reorder_cache', 'to_torch_transformer',
            'label_smoothed_nll', 'Classifier']
 
+# %% ../nbs/02_model.ipynb #0aac78f8
+from .core import host_fact
+
 # %% ../nbs/02_model.ipynb #c812496d
 @dataclass
 class ModelConfig:
@@ -128,8 +131,9 @@ def _embedding(n: int, d: int, pad_id: int) -> nn.Embedding:
 
 # %% ../nbs/02_model.ipynb #4a42a37e
 def _dense(p: Optional[Positions]) -> Optional[Positions]:
-    "Drop an all-True padding mask so attention can take its fast paths."
-    if p is not None and p.mask is not None and p.mask.numel() and bool(p.mask.all()): return Positions(p.pos, None, p.xl)
+    "Drop an all-True padding mask so attention can take its fast paths (the mask read once per tensor: a decoding loop reads it once)."
+    if p is not None and p.mask is not None and p.mask.numel() and host_fact(p.mask, 'all', lambda m: bool(m.all())):
+        return Positions(p.pos, None, p.xl)
     return p
 
 # %% ../nbs/02_model.ipynb #d1581d52

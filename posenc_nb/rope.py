@@ -15,6 +15,9 @@ __all__ = ['STYLES', 'LAYOUTS', 'SCALINGS', 'TABLE_FMT', 'rope_inv_freq', 'scale
            'rotate_with_table', 'get_rotary_cache', 'apply_rotary', 'rotary_dims', 'RoPE', 'elu_feature_map',
            'rope_linear_attention', 'rotary_permutation', 'permute_rotary_weights']
 
+# %% ../nbs/10_rope.ipynb #6306c75e
+from .core import known_range, host_fact, whole_base
+
 # %% ../nbs/10_rope.ipynb #0218b86e
 STYLES = ('interleaved', 'half')
 LAYOUTS = ('bhld', 'blhd')
@@ -62,20 +65,28 @@ def yarn_mscale(factor: float) -> float:
     "YaRN's factor on cos and sin ($\\sqrt{1/t} = 0.1\\ln s + 1$), so the logits are multiplied by its square."
     return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
 
-# %% ../nbs/10_rope.ipynb #ca4a4dd7
+# %% ../nbs/10_rope.ipynb #fc4a8e6b
 def _check_pos(pos: Tensor):
     if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
         raise TypeError(f"rotary positions must be an integer tensor, got {pos.dtype}; pass torch.long positions "
                         f"(angles are computed from them in fp32/fp64, never from low-precision floats)")
 
+# %% ../nbs/10_rope.ipynb #078fb3f9
 def _memo_key(pos: Tensor, dtype, key: bool, fmt: str):
     "Identity of a positions tensor's contents (address, geometry, in-place version), or None: not kept under compile or inference mode."
     if torch.compiler.is_compiling() or torch.is_inference_mode_enabled(): return None
     try: return (pos.data_ptr(), pos.device, tuple(pos.shape), pos.stride(), pos.storage_offset(), pos._version, dtype, key, fmt)
     except RuntimeError: return None
 
+# %% ../nbs/10_rope.ipynb #80403d11
+def _reads_free(t: Tensor) -> bool:
+    "Whether reading `t` into Python costs no device sync (CPU tensors): then a plain range of positions is a table slice."
+    return t.device.type == 'cpu'
+
+# %% ../nbs/10_rope.ipynb #e60aaaf8
 def _fmt_shape(dim, fmt): return {'pairs': (dim // 2, 2), 'planes': (2, dim // 2), 'wide': (dim,)}[fmt]
 
+# %% ../nbs/10_rope.ipynb #3e129b87
 def _cs_format(c: Tensor, s: Tensor, fmt: str) -> Tensor:
     "cos and sin (..., d/2) in a kernel's table format: 'pairs' (..., d/2, 2), 'planes' (..., 2, d/2), or 'wide' (3, ..., d): [c c], [-s 0], [0 s]."
     if fmt == 'pairs': return torch.stack([c, s], -1)
@@ -83,6 +94,7 @@ def _cs_format(c: Tensor, s: Tensor, fmt: str) -> Tensor:
     z = torch.zeros_like(s)
     return torch.stack([torch.cat([c, c], -1), torch.cat([-s, z], -1), torch.cat([z, s], -1)])
 
+# %% ../nbs/10_rope.ipynb #ca4a4dd7
 class RotaryCache:
     "Cos/sin tables for integer positions: grown on demand, built per (device, compute dtype) from fp64 (default) or fp32 angles, never cast down."
     def __init__(self, dim: int, base: float = 10000., scaling: Optional[str] = None, factor: float = 1.,
@@ -163,9 +175,9 @@ class RotaryCache:
 
     def _resolve(self, pos: Tensor, dtype, key: bool, fmt: str) -> Tensor:
         plain = self.split is None and self.xpos_log_zeta is None
-        if pos.device.type != 'cpu' and plain:          # accelerators: no host sync, angles straight from the positions
+        if not _reads_free(pos) and plain:              # accelerators: no host sync, angles straight from the positions
             return self._angles_table(pos, dtype, fmt)
-        lo, hi = (int(v) for v in torch.aminmax(pos))   # on the CPU a reduction, not a device sync
+        lo, hi = known_range(pos)                       # once per tensor (or as noted by the caller); on the CPU not a sync
         if lo < 0: raise ValueError(f"rotary positions must be >= 0, got {lo}; shift them (RoPE only sees differences)")
         if self.split is not None:
             cs = self._split_lookup(pos, hi, dtype)
@@ -173,7 +185,7 @@ class RotaryCache:
             return self._xpos(cs, pos, key, fmt)
         tab = self.table(hi + 1, pos.device, dtype, fmt)
         L = pos.shape[-1]
-        if plain and hi - lo + 1 == L and bool((pos == torch.arange(lo, hi + 1, device=pos.device)).all()):
+        if plain and hi - lo + 1 == L and (lo == hi or host_fact(whole_base(pos), 'is_range', lambda t: bool((t == torch.arange(lo, hi + 1, device=t.device)).all()))):
             sl = tab[:, lo:lo + L] if fmt == 'wide' else tab[lo:lo + L]          # a plain range in every row: a slice, no gather
             if fmt == 'wide': return sl.view(3, *[1] * (pos.dim() - 1), L, self.dim).expand(3, *pos.shape, self.dim)
             return sl.expand(*pos.shape, *_fmt_shape(self.dim, fmt))

@@ -22,6 +22,9 @@ __all__ = ['ORDER_MODES', 'is_permutation', 'xl_positions', 'xl_for_subwords', '
            'XLHeadPosEnc', 'XLRopePosEnc', 'random_order', 'aligned_orders', 'XLPositionProvider', 'xl_streams_for',
            'eval_xl', 'XLPairs', 'train_xl']
 
+# %% ../nbs/14_xlpe.ipynb #e2935698
+from .core import known_range
+
 # %% ../nbs/14_xlpe.ipynb #5b5046f4
 def _as_long(x, what: str) -> Tensor:
     if isinstance(x, Tensor):
@@ -78,8 +81,9 @@ class _SinCodes(nn.Module):
         self.d_model, self.base = d_model, base
         self.register_buffer('table', sinusoidal_table(torch.arange(max_len or 1024), d_model, base), persistent=False)
     def forward(self, idx: Tensor) -> Tensor:
-        if idx.numel() and int(idx.max()) >= self.table.shape[0]:
-            self.table = sinusoidal_table(torch.arange(1 << int(idx.max()).bit_length(), device=self.table.device), self.d_model, self.base)
+        hi = known_range(idx)[1]                 # read once per positions tensor
+        if hi >= self.table.shape[0]:
+            self.table = sinusoidal_table(torch.arange(1 << hi.bit_length(), device=self.table.device), self.d_model, self.base)
         return F.embedding(idx, self.table)
 
 def xl_stream(p: Positions) -> Tensor:
