@@ -179,8 +179,8 @@ def _resume_point(ckpter: Checkpointer, cfg: MLMConfig) -> Optional[dict]:
         if diff: raise ValueError(f"{ckpter.folder} holds a pre-training run with another config ({'; '.join(diff)}); use another run folder")
     return ck
 
-# %% ../nbs/26_mlm.ipynb #4256d18f
-def _mlm_learner(cfg: MLMConfig, run_dir: Path, device) -> Learner:
+# %% ../nbs/26_mlm.ipynb #8951dc4e
+def _mlm_learner(cfg: MLMConfig, run_dir: Path, device, stop_after: Optional[int] = None) -> Learner:
     "Model, optimizer, schedule, task and callbacks of a pre-training run, restored from the run folder's newest checkpoint."
     train = [x for x, _ in byte_split('imdb', 'train', cfg.max_len, cfg.n_train)]
     task = MLMTask(train, [x for x, _ in byte_split('imdb', 'validation', cfg.max_len, cfg.n_valid)], cfg, device, lambda: _amp(device, cfg.amp))
@@ -189,7 +189,7 @@ def _mlm_learner(cfg: MLMConfig, run_dir: Path, device) -> Learner:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier('linear', s + 1, cfg.warmup, (s + 1) / cfg.steps))
     ckpter = Checkpointer(run_dir, cfg.ckpt_every, keep=1, extra=lambda: {'mlm_config': asdict(cfg)}, device=device)
     ck = _resume_point(ckpter, cfg); log = _jsonl_log(run_dir / 'metrics.jsonl', True, ck['step'] if ck else 0)
-    L = Learner(model, opt, task, Budget(cfg.steps), [TrainLog(cfg.log_every, log), Evaluator(cfg.eval_every, log), ckpter], sched=sched, grad_clip=1.0)
+    L = Learner(model, opt, task, Budget(min(cfg.steps, stop_after or cfg.steps)), [TrainLog(cfg.log_every, log), Evaluator(cfg.eval_every, log), ckpter], sched=sched, grad_clip=1.0)
     if ck is not None: restore(L, ck)
     return L
 
@@ -199,11 +199,12 @@ def pretrain_mlm(cfg: MLMConfig, # the run
                  out=None, # write the record (JSON) here too
                  device=None, # default: CUDA when available
                  command: Optional[str] = None, # the command line to record (default: this process's)
+                 stop_after: Optional[int] = None, # end this process after this many updates (an interruption; the schedule follows cfg.steps)
                 ) -> dict:
     "Pre-train (or resume) `cfg` with masked language modelling; the record: curves, final validation loss, provenance."
     if cfg.encoding not in list_posencs(): raise ValueError(f"unknown encoding {cfg.encoding!r}; choose one of {list_posencs()}")
     device, run_dir, t0 = _pick_device(device, 1), Path(run_dir), time.time(); run_dir.mkdir(parents=True, exist_ok=True)
-    _seed_all(cfg.seed); L = _mlm_learner(cfg, run_dir, device); fit(L)
+    _seed_all(cfg.seed); L = _mlm_learner(cfg, run_dir, device, stop_after); fit(L)
     rec = _mlm_record(cfg, L, run_dir, device, command, time.time() - t0)
     if out is not None: atomic_write(out, json.dumps(rec, indent=1) + '\n')
     return rec

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Every run of the RoFormer experiments (notebooks 26-28), in the order they were run, in one process (each data split is
 converted to bytes once). A run whose record exists under results/ is skipped; a pre-training run resumes from its checkpoint.
-Usage: python tools/roformer_runs.py [GROUP ...]   (groups: longtext, mlm, longtext-pre, glue, linear; default: all)"""
+Usage: python tools/roformer_runs.py [GROUP ...]   (groups: longtext, mlm, longtext-pre, linear, glue, bench; default: all, in this order)"""
 import sys, time, torch
 
 SEEDS, LONG_ENCS, MLM_ENCS = (0, 1, 2), ('rope', 'sinusoidal', 'learned', 'alibi', 't5', 'none'), ('rope', 'sinusoidal', 'learned')
@@ -20,11 +20,11 @@ def mlm():
         for e in MLM_ENCS: yield 'mlm', ['pretrain', '--encoding', e, '--seed', str(s)]
 
 def glue():
-    for task in ('sst2', 'cola'):
-        for s in SEEDS:
+    for s in SEEDS:
+        for task in ('sst2', 'cola'):
             for e in MLM_ENCS:
                 for pre in ([], ['--pretrained']):
-                    yield 'mlm', ['finetune', '--task', task, '--max-len', '256', '--steps', '150', '--eval-every', '50', '--n-valid', '512',
+                    yield 'mlm', ['finetune', '--task', task, '--max-len', '256', '--steps', '100', '--eval-every', '50', '--n-valid', '512',
                                   '--max-tokens', '2048', '--lr', '2e-3', '--encoding', e, '--seed', str(s)] + pre
 
 def linear():
@@ -32,7 +32,7 @@ def linear():
         for v in ('linear', 'linear-rope', 'softmax-rope'): yield 'linear_lm', ['train', '--variant', v, '--seed', str(s)]
     yield 'linear_lm', ['bench']
 
-GROUPS = {'longtext': longtext, 'mlm': mlm, 'longtext-pre': lambda: longtext(pre=True), 'glue': glue, 'linear': linear}
+GROUPS = {'longtext': longtext, 'mlm': mlm, 'longtext-pre': lambda: longtext(pre=True), 'linear': linear, 'glue': glue, 'bench': lambda: iter([('long_text', ['bench'])])}
 
 if __name__ == '__main__':
     torch.set_num_threads(1)
