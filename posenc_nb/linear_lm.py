@@ -20,7 +20,7 @@ from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table,
 
 # %% auto #0
 __all__ = ['VARIANTS', 'LM_CONFIGS', 'causal_attention', 'LMBlock', 'ByteLM', 'byte_stream', 'LMConfig', 'LMTask', 'train_lm',
-           'bench_attention', 'attention_memory', 'main']
+           'bench_attention', 'attention_memory', 'main', 'load_lm', 'lm_curve', 'lm_table']
 
 # %% ../nbs/28_linear_lm.ipynb #03541c47
 VARIANTS = ('linear', 'linear-rope', 'softmax-rope')
@@ -186,3 +186,26 @@ def main(argv=None):
     print(f'{out}: done', flush=True)
 
 if __name__ == '__main__' and '__file__' in globals(): main()
+
+# %% ../nbs/28_linear_lm.ipynb #4ea3fb97
+def load_lm(folder='results/roformer-linear') -> list:
+    "Every language-model run record in `folder`, sorted by variant and seed."
+    recs = [json.loads(f.read_text()) for f in sorted(Path(folder).glob('*.json'))]
+    return sorted([r for r in recs if r.get('experiment') == 'linear-lm'], key=lambda r: (r['variant'], r['seed']))
+
+def lm_curve(records: list, variant: str, key: str = 'valid') -> tuple:
+    "(steps, mean, sd) over seeds of a variant's validation (or 'train') loss curve, on the steps all seeds share."
+    cs = [{c['step']: c[k] for c in r[f'{key}_curve'] for k in c if k != 'step'} for r in records if r['variant'] == variant]
+    if not cs: return [], np.zeros(0), np.zeros(0)
+    st = sorted(set.intersection(*[set(c) for c in cs])); v = np.array([[c[s] for s in st] for c in cs])
+    return st, v.mean(0), v.std(0, ddof=1) if len(cs) > 1 else np.zeros(len(st))
+
+# %% ../nbs/28_linear_lm.ipynb #e63e355d
+def lm_table(records: list, reference: str = 'linear') -> list:
+    "Per variant: final validation loss mean ± sd over seeds and its per-seed difference from `reference` (paired by seed)."
+    fin = {(r['variant'], r['seed']): r['valid_curve'][-1]['valid_loss'] for r in records if r['valid_curve']}
+    out = []
+    for v in VARIANTS:
+        xs = {s: x for (vv, s), x in fin.items() if vv == v}
+        if xs: out.append({'variant': v, 'loss': mean_sd(list(xs.values())), 'minus_ref': [xs[s] - fin[reference, s] for s in sorted(xs) if (reference, s) in fin]})
+    return out

@@ -22,7 +22,8 @@ from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table,
 # %% auto #0
 __all__ = ['BYTE_OFFSET', 'MASK_ID', 'BYTE_VOCAB', 'MLM_CONFIGS', 'FT_SIZES', 'RESULTS', 'clean_text', 'byte_ids',
            'subset_indices', 'byte_split', 'mask_tokens', 'encoder_states', 'MLM', 'MLMConfig', 'MLMTask',
-           'pretrain_mlm', 'load_encoder', 'FinetuneConfig', 'finetune', 'runs_dir', 'pretrain_dir', 'main']
+           'pretrain_mlm', 'load_encoder', 'FinetuneConfig', 'finetune', 'runs_dir', 'pretrain_dir', 'main', 'load_mlm',
+           'mlm_curve', 'mlm_table', 'load_finetune', 'finetune_table']
 
 # %% ../nbs/26_mlm.ipynb #c5330522
 BYTE_OFFSET = 4                    # ids 0-3 are the specials <pad> <s> </s> <unk> of `posenc_nb.data`; byte b is id b + 4
@@ -342,3 +343,47 @@ def main(argv=None):
     print(f'{out}: {"done" if out.exists() else "missing"}', flush=True)
 
 if __name__ == '__main__' and '__file__' in globals(): main()
+
+# %% ../nbs/26_mlm.ipynb #d928f7a2
+def load_mlm(folder='results/roformer-mlm', # where the pre-training records are
+            ) -> list:
+    "Every pre-training record in `folder`, sorted by config, encoding, seed."
+    recs = [json.loads(f.read_text()) for f in sorted(Path(folder).glob('*.json'))]
+    return sorted([r for r in recs if r.get('experiment') == 'mlm-pretrain'], key=lambda r: (r['config']['d_model'], r['encoding'], r['seed']))
+
+def mlm_curve(records: list, encoding: str, key: str = 'valid') -> tuple:
+    "(steps, mean, sd) over the seeds of `encoding`'s validation (or 'train') loss curve, on the steps all seeds share."
+    cs = [{c['step']: c[k] for c in r[f'{key}_curve'] for k in c if k != 'step'} for r in records if r['encoding'] == encoding]
+    steps = sorted(set.intersection(*[set(c) for c in cs])) if cs else []
+    vals = np.array([[c[s] for s in steps] for c in cs]) if cs else np.zeros((0, 0))
+    return steps, vals.mean(0), (vals.std(0, ddof=1) if len(cs) > 1 else np.zeros(len(steps)))
+
+# %% ../nbs/26_mlm.ipynb #83e6bf45
+def mlm_table(records: list, encodings=('rope', 'sinusoidal', 'learned'), at: Optional[int] = None) -> list:
+    "Per encoding: validation MLM loss at update `at` (default: the last shared) mean ± sd over seeds, and its per-seed difference from RoPE."
+    out = []
+    for enc in encodings:
+        st, m, sd = mlm_curve(records, enc)
+        if not st: continue
+        i = st.index(at) if at in st else -1
+        by_seed = {r['seed']: {c['step']: c['valid_loss'] for c in r['valid_curve']} for r in records if r['encoding'] == enc}
+        rope = {r['seed']: {c['step']: c['valid_loss'] for c in r['valid_curve']} for r in records if r['encoding'] == 'rope'}
+        d = [by_seed[s][st[i]] - rope[s][st[i]] for s in by_seed if s in rope and st[i] in rope[s]]
+        out.append({'encoding': enc, 'step': st[i], 'loss': float(m[i]), 'sd': float(sd[i]), 'seeds': len(by_seed), 'minus_rope': d})
+    return out
+
+# %% ../nbs/26_mlm.ipynb #cdacad3c
+def load_finetune(folder='results/roformer-glue') -> list:
+    "Every fine-tuning record in `folder`."
+    return [r for r in (json.loads(f.read_text()) for f in sorted(Path(folder).glob('*.json'))) if r.get('experiment') == 'finetune']
+
+def finetune_table(records: list) -> list:
+    "Per (task, encoding): test metric mean ± sd from scratch and pre-trained, and the per-seed gain of pre-training."
+    g = {}
+    for r in records: g.setdefault((r['task'], r['encoding']), {}).setdefault(r['pretrained'], {})[r['seed']] = r['test_' + r['metric']]
+    rows = []
+    for (task, enc), d in sorted(g.items()):
+        sc, pr = d.get(False, {}), d.get(True, {})
+        rows.append({'task': task, 'encoding': enc, 'scratch': mean_sd(list(sc.values())), 'pretrained': mean_sd(list(pr.values())),
+                     'gain': [pr[s] - sc[s] for s in sorted(pr) if s in sc]})
+    return rows
