@@ -38,7 +38,7 @@ def causal_attention(q, k, v, # (B,H,L,d) queries, keys, values
     pos = torch.arange(q.shape[2], device=q.device) * (variant == 'linear-rope')    # all zeros: rotation by 0, i.e. no RoPE
     return rope_linear_attention(q, k, v, pos, pos, cache, causal=True, chunk=chunk)
 
-# %% ../nbs/28_linear_lm.ipynb #0134cff9
+# %% ../nbs/28_linear_lm.ipynb #e438cf6a
 class LMBlock(nn.Module):
     "A pre-LN decoder block: causal attention of one variant, then a GELU feed-forward layer."
     def __init__(self, d_model: int, n_heads: int, d_ff: int, variant: str, chunk: int = 64):
@@ -51,7 +51,7 @@ class LMBlock(nn.Module):
         x = x + self.out(causal_attention(q, k, v, self.variant, self.cache, self.chunk).transpose(1, 2).reshape(B, L, D))
         return x + self.ff2(F.gelu(self.ff1(self.n2(x))))
 
-# %% ../nbs/28_linear_lm.ipynb #c5bc6e1f
+# %% ../nbs/28_linear_lm.ipynb #db8327cb
 class ByteLM(nn.Module):
     "A byte-level causal language model: embeddings, `LMBlock`s of one attention variant, output tied to the embeddings."
     def __init__(self, variant: str, d_model: int = 32, n_heads: int = 2, n_layers: int = 2, d_ff: int = 128, chunk: int = 64):
@@ -66,7 +66,7 @@ class ByteLM(nn.Module):
         for b in self.blocks: h = b(h)
         return F.linear(self.norm(h), self.emb.weight)
 
-# %% ../nbs/28_linear_lm.ipynb #a03fa1ec
+# %% ../nbs/28_linear_lm.ipynb #e08132f5
 def byte_stream(split: str, # IMDb split
                 n: Optional[int] = None, # the first n reviews (None: all)
                ) -> torch.Tensor:
@@ -75,7 +75,7 @@ def byte_stream(split: str, # IMDb split
     parts = [np.append(np.frombuffer(clean_text(t).encode('utf-8'), np.uint8).astype(np.int16) + BYTE_OFFSET, 2) for t, _ in rows]
     return torch.from_numpy(np.concatenate(parts))
 
-# %% ../nbs/28_linear_lm.ipynb #3731aa81
+# %% ../nbs/28_linear_lm.ipynb #f9410765
 @dataclass
 class LMConfig:
     "A byte-level language-model run of one attention variant."
@@ -89,7 +89,7 @@ LM_CONFIGS = {'cpu-tiny': LMConfig(),
               'gpu-base': LMConfig(seq_len=1024, batch=128, d_model=768, n_heads=12, n_layers=12, d_ff=3072, lr=1e-4, warmup=4000, steps=100_000,
                                    n_valid=512, log_every=100, eval_every=2000, ckpt_every=2000)}
 
-# %% ../nbs/28_linear_lm.ipynb #18a3837f
+# %% ../nbs/28_linear_lm.ipynb #6bde041a
 class LMTask(Task):
     "Next-byte prediction on random windows of a byte stream; fixed validation windows."
     def __init__(self, train: torch.Tensor, valid: torch.Tensor, cfg: LMConfig, device):
@@ -103,7 +103,7 @@ class LMTask(Task):
     def state_dict(self) -> dict: return {'rng': self.g.get_state()}
     def load_state_dict(self, s: dict): self.g.set_state(s['rng'])
 
-# %% ../nbs/28_linear_lm.ipynb #a151350f
+# %% ../nbs/28_linear_lm.ipynb #0027562f
 @patch
 def loss(self: LMTask, model, b):
     "Mean next-byte cross-entropy, and (sum, sum, count) for `TrainLog`."
@@ -118,7 +118,7 @@ def evaluate(self: LMTask, model) -> dict:
         for i in range(0, len(self.valid), self.cfg.batch): tot += self.loss(model, self.valid[i:i + self.cfg.batch])[1][1:].cpu()
     model.train(was); return {'valid_loss': (tot[0] / tot[1]).item()}
 
-# %% ../nbs/28_linear_lm.ipynb #d84cc728
+# %% ../nbs/28_linear_lm.ipynb #a838919d
 def _lm_learner(cfg: LMConfig, run_dir: Path, device, train: torch.Tensor, valid: torch.Tensor, stop_after=None) -> Learner:
     model = ByteLM(cfg.variant, cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.chunk).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
@@ -131,7 +131,7 @@ def _lm_learner(cfg: LMConfig, run_dir: Path, device, train: torch.Tensor, valid
     if ck is not None: restore(L, ck)
     return L
 
-# %% ../nbs/28_linear_lm.ipynb #2cdeed99
+# %% ../nbs/28_linear_lm.ipynb #d5ee49e0
 def train_lm(cfg: LMConfig, # the run
              run_dir, # its folder (checkpoints, metrics.jsonl); resumed when it holds the same run
              out=None, # write the record here too
@@ -151,7 +151,7 @@ def train_lm(cfg: LMConfig, # the run
     if out is not None: atomic_write(out, json.dumps(rec, indent=1) + '\n')
     return rec
 
-# %% ../nbs/28_linear_lm.ipynb #56aa489e
+# %% ../nbs/28_linear_lm.ipynb #ea9c492e
 def _attn_call(variant: str, L: int, d: int = 16, H: int = 2, seed: int = 0):
     "Time (s) of one forward + backward of causal attention on random (1,H,L,d) inputs."
     g = torch.Generator().manual_seed(seed); q, k, v = (torch.randn(1, H, L, d, generator=g).requires_grad_() for _ in range(3))
@@ -166,12 +166,12 @@ def bench_attention(lengths: Sequence[int] = (256, 512, 1024, 2048, 4096), reps:
     med = {f'{v}@{L}': statistics.median(t) for (v, L), t in times.items()}
     return {'median_s': med, 'ratio_linear_over_softmax': {L: med[f'{variants[0]}@{L}'] / med[f'{variants[1]}@{L}'] for L in lengths}}
 
-# %% ../nbs/28_linear_lm.ipynb #515d5e4e
+# %% ../nbs/28_linear_lm.ipynb #0bf09e09
 def attention_memory(lengths: Sequence[int] = (256, 512, 1024, 2048, 4096), variants=('linear-rope', 'softmax-rope')) -> dict:
     "Peak resident-memory rise (MiB) of one forward + backward of each variant at each length, each in a fresh process."
     return {f'{v}@{L}': peak_rss_mb(f'from posenc_nb.linear_lm import _attn_call; _attn_call({v!r}, {L})') for v in variants for L in lengths}
 
-# %% ../nbs/28_linear_lm.ipynb #86efa904
+# %% ../nbs/28_linear_lm.ipynb #38d102bc
 def main(argv=None):
     "Train one language-model arm, or run the cost benchmark; each writes one record under results/roformer-linear (skipped when present)."
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -187,7 +187,7 @@ def main(argv=None):
 
 if __name__ == '__main__' and '__file__' in globals(): main()
 
-# %% ../nbs/28_linear_lm.ipynb #4ea3fb97
+# %% ../nbs/28_linear_lm.ipynb #8b813809
 def load_lm(folder='results/roformer-linear') -> list:
     "Every language-model run record in `folder`, sorted by variant and seed."
     recs = [json.loads(f.read_text()) for f in sorted(Path(folder).glob('*.json'))]
@@ -200,7 +200,7 @@ def lm_curve(records: list, variant: str, key: str = 'valid') -> tuple:
     st = sorted(set.intersection(*[set(c) for c in cs])); v = np.array([[c[s] for s in st] for c in cs])
     return st, v.mean(0), v.std(0, ddof=1) if len(cs) > 1 else np.zeros(len(st))
 
-# %% ../nbs/28_linear_lm.ipynb #e63e355d
+# %% ../nbs/28_linear_lm.ipynb #106d12ec
 def lm_table(records: list, reference: str = 'linear') -> list:
     "Per variant: final validation loss mean ± sd over seeds and its per-seed difference from `reference` (paired by seed)."
     fin = {(r['variant'], r['seed']): r['valid_curve'][-1]['valid_loss'] for r in records if r['valid_curve']}

@@ -76,7 +76,7 @@ def format_accuracy(rows: list, markdown: bool = False) -> str:
     head = ['encoding'] + [f"{L}{' pre-trained' if p else ' scratch'}" for L, p in cols]
     return format_table(head, [[e] + [cell(get.get((L, p, e))) for L, p in cols] for e in encs], markdown=markdown)
 
-# %% ../nbs/27_long_text.ipynb #b7132b14
+# %% ../nbs/27_long_text.ipynb #66b2321d
 def paired_bootstrap_acc(correct_a: np.ndarray, # (seeds, items) 0/1 correctness of arm a (the baseline)
                          correct_b: np.ndarray, # (seeds, items) of arm b, on the same items
                          n_samples: int = 2000, seed: int = 12345) -> dict:
@@ -87,7 +87,7 @@ def paired_bootstrap_acc(correct_a: np.ndarray, # (seeds, items) 0/1 correctness
     p = min(1.0, 2 * min((boot <= 0).mean(), (boot >= 0).mean()))
     return {'diff': float(d.mean()), 'lo': float(np.quantile(boot, .025)), 'hi': float(np.quantile(boot, .975)), 'p': float(p)}
 
-# %% ../nbs/27_long_text.ipynb #6fd66674
+# %% ../nbs/27_long_text.ipynb #248f2e22
 def _correct(rs: list, labels) -> np.ndarray:
     y = np.asarray(labels); return np.stack([np.array([int(c) for c in r['test_pred']]) == y for r in sorted(rs, key=lambda r: r['seed'])]).astype(float)
 
@@ -106,7 +106,7 @@ def significance(records: list, labels, # the test subset's labels
                         'seed_diff': mean_sd(seed_d)[0], 'seed_sd': mean_sd(seed_d)[1], 'seeds': len(seed_d)})
     return out
 
-# %% ../nbs/27_long_text.ipynb #75235116
+# %% ../nbs/27_long_text.ipynb #da67d1be
 def format_significance(sig: list, alpha: float = 0.05) -> str:
     "The significance rows as a table (differences in accuracy points)."
     f = lambda v: '-' if v is None else f'{100 * v:+.1f}'
@@ -114,7 +114,7 @@ def format_significance(sig: list, alpha: float = 0.05) -> str:
                         [[s['max_len'], 'pre-trained' if s['pretrained'] else 'scratch', s['encoding'], f(s['diff']), f"[{f(s['lo'])}, {f(s['hi'])}]",
                           f"{s['p']:.3f}", f(s['seed_diff']) + ('' if s['seed_sd'] is None else f" ± {100 * s['seed_sd']:.1f}"), 'yes' if s['p'] < alpha else 'no'] for s in sig])
 
-# %% ../nbs/27_long_text.ipynb #e92d2854
+# %% ../nbs/27_long_text.ipynb #6848ea70
 def length_gain(records: list, labels, n_samples: int = 2000) -> list:
     "Per encoding and init: accuracy at 1,024 minus at 512 (paired over the same items; the paper's 512 -> 1,024 comparison)."
     g = {}
@@ -122,7 +122,7 @@ def length_gain(records: list, labels, n_samples: int = 2000) -> list:
     return [{'pretrained': pre, 'encoding': enc, **paired_bootstrap_acc(_correct(d[512], labels), _correct(d[1024], labels), n_samples)}
             for (pre, enc), d in sorted(g.items()) if 512 in d and 1024 in d]
 
-# %% ../nbs/27_long_text.ipynb #6bfed828
+# %% ../nbs/27_long_text.ipynb #d2e5e74b
 _PROBE = """
 import sys, torch; torch.set_num_threads(1)
 def kb(key): return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith(key))
@@ -140,7 +140,7 @@ def peak_rss_mb(code: str, # Python statements to measure (run twice: warm-up, t
     if r.returncode: raise RuntimeError(f"memory probe failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
     return float(r.stdout.strip().splitlines()[-1])
 
-# %% ../nbs/27_long_text.ipynb #3a8b3878
+# %% ../nbs/27_long_text.ipynb #c2f3a27d
 def _step_call(enc: str, L: int, batch_tokens: int = 4096, seed: int = 0) -> float:
     "Seconds of one training update of the runs' classifier with encoding `enc` on a random batch of `batch_tokens` bytes at length L."
     torch.manual_seed(seed)
@@ -149,7 +149,7 @@ def _step_call(enc: str, L: int, batch_tokens: int = 4096, seed: int = 0) -> flo
     x, y = torch.randint(4, BYTE_VOCAB - 1, (max(1, batch_tokens // L), L)), torch.randint(0, 2, (max(1, batch_tokens // L),))
     t = time.perf_counter(); F.cross_entropy(m(x), y).backward(); return time.perf_counter() - t
 
-# %% ../nbs/27_long_text.ipynb #745ad65e
+# %% ../nbs/27_long_text.ipynb #f76cc172
 def bench_encodings(encodings: Sequence[str] = LONG_ENCODINGS, lengths: Sequence[int] = (512, 1024), reps: int = 5,
                     memory: bool = True, reference: str = 'sinusoidal') -> dict:
     "Median seconds per training update of each encoding at each length (interleaved), ratios to `reference`, and peak memory ratios."
@@ -163,7 +163,7 @@ def bench_encodings(encodings: Sequence[str] = LONG_ENCODINGS, lengths: Sequence
                       'peak_mem_mb': mem.get((e, L)), 'mem_ratio': mem[e, L] / mem[reference, L] if mem else None} for L in lengths for e in encodings],
             'reps': reps, 'reference': reference}
 
-# %% ../nbs/27_long_text.ipynb #fdc85b3b
+# %% ../nbs/27_long_text.ipynb #c5439981
 def main(argv=None):
     "`python -m posenc_nb.long_text bench`: the cost benchmark, written to results/roformer-longtext/cost.json (skipped when present)."
     argv = sys.argv[1:] if argv is None else list(argv)
