@@ -864,18 +864,21 @@ class NonFiniteLoss(ValueError):
     "The training loss became NaN or infinite: the run diverged. Checkpoints already on disk are from before."
 
 class StopOnNonFinite(Callback):
-    "Raise `NonFiniteLoss` once a loss is NaN/inf, read at each multiple of `every` and at the end, before logs and checkpoints."
+    "Raise `NonFiniteLoss` once a loss is NaN/inf (read at multiples of `every` and at the end) or, at multiples of `weights_every`, a weight."
     order = -5
-    def __init__(self, every: Sequence[int], hint: str = ''): self.every, self.hint, self.bad, self.since = tuple(every), hint, None, 0
+    def __init__(self, every: Sequence[int], hint: str = '', weights_every: Optional[int] = None):
+        self.every, self.hint, self.wevery, self.bad, self.since = tuple(every), hint, weights_every, None, 0
     def before_fit(self, L): self.bad, self.since = None, L.state.step
     def after_step(self, L):
         f = ~torch.isfinite(L.loss.detach()).all()
         self.bad = f if self.bad is None else self.bad | f
         st = L.state.step
-        if not (L.done or any(st % e == 0 for e in self.every)): return
+        if not (L.done or any(st % e == 0 for e in self.every + ((self.wevery,) if self.wevery else ()))): return
+        if self.wevery and (L.done or st % self.wevery == 0):     # a finite loss can still give an overflowing update
+            self.bad = self.bad | ~torch.stack([torch.isfinite(p).all() for p in L.model.parameters()]).all()
         bad = self.bad.float().reshape(1)
         if _world_size() > 1: dist.all_reduce(bad, op=dist.ReduceOp.MAX)    # every rank stops together
-        if bad.item(): raise NonFiniteLoss(f"training diverged: the loss became non-finite between updates {self.since + 1} and {st}{self.hint}")
+        if bad.item(): raise NonFiniteLoss(f"training diverged: the loss or the weights became non-finite between updates {self.since + 1} and {st}{self.hint}")
         self.bad, self.since = None, st
 
 # %% ../nbs/05_train.ipynb #f0579d20
@@ -885,7 +888,7 @@ def _run_callbacks(cfg: TrainConfig, out_dir: Path, step: int, is_main: bool, ws
     tl = TrainLog(cfg.log_every, log, ws)
     show = (progress if progress is not None else sys.stderr.isatty()) and is_main
     hint = f"; lower lr (it is {cfg.lr:g})" + ('' if cfg.grad_clip else ' or set grad_clip (it is none)')
-    guard = StopOnNonFinite([cfg.log_every, cfg.ckpt_every, cfg.eval_every], hint)
+    guard = StopOnNonFinite([cfg.log_every, cfg.ckpt_every, cfg.eval_every], hint, weights_every=cfg.ckpt_every)
     cbs = [tl, guard, ProgressBar(show, cfg.name, tl), Evaluator(cfg.eval_every, log, is_main)] + ([OnStep(on_step)] if on_step is not None else [])
     return cbs, log
 
