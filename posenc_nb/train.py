@@ -198,6 +198,7 @@ def _read_ckpt(path) -> dict:
         raise ValueError(f"{path} is not a posenc_nb training checkpoint (format {ck.get('format') if isinstance(ck, dict) else type(ck).__name__!r}, expected {CKPT_FORMAT!r})")
     return ck
 
+# %% ../nbs/05_train.ipynb #55cee765
 def _build_model(ck: dict) -> Seq2Seq:
     m = Seq2Seq(ModelConfig(**ck['model_config']))
     try: m.load_state_dict(ck['model'])
@@ -206,16 +207,20 @@ def _build_model(ck: dict) -> Seq2Seq:
                          "the file was written by a different model version") from None
     return m
 
+# %% ../nbs/05_train.ipynb #b4710807
 def load_checkpoint(path, device='cpu'):
     "Load a training checkpoint (or an averaged one): `(model in eval mode, tokenizer, TrainConfig)`."
+    device = _pick_device(device, 1) if device is not None else torch.device('cpu')   # 'gpu', or CUDA without one: a clear error first
     ck = _read_ckpt(path)
     cfg = TrainConfig.from_dict(ck['config'])
     return _build_model(ck).to(device).eval(), Tokenizer.from_str(ck['tokenizer']), cfg
 
+# %% ../nbs/05_train.ipynb #1a83a61f
 def derived_state_keys(model: nn.Module) -> set:
     "State-dict keys of the buffers that encodings declare as caches of their parameters (`PosEnc.derived_buffers`)."
     return {f'{n}.{b}' if n else b for n, m in model.named_modules(remove_duplicate=False) for b in getattr(m, 'derived_buffers', ())}
 
+# %% ../nbs/05_train.ipynb #1bf94057
 def average_checkpoints(paths: Sequence, out=None) -> dict:
     "Checkpoint whose model weights are the mean of the given checkpoints' (they must share a config); saved to `out` if given."
     paths = list(paths)
