@@ -16,7 +16,7 @@ from .core import Positions
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll
 from .data import load_parallel, get_tokenizer, collate, TokenBatchSampler, Tokenizer, cache_dir
 from .decode import translate, bleu, chrf
-from .utils import atomic_save, atomic_write, provenance, WriteFailed
+from .utils import atomic_save, atomic_write, provenance, WriteFailed, _write_failed
 
 # %% auto #0
 __all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'XL_PROVIDER_FILE', 'LOCK_FILE', 'TrainConfig', 'config_fields',
@@ -815,8 +815,10 @@ def _jsonl_log(path: Path, is_main: bool, upto: int) -> Callable:
         if torn: warnings.warn(f"{path}: dropped its torn last line (the run was stopped while writing it)")
         atomic_write(path, ''.join(_dumps(r) + '\n' for r in recs if r.get('step', 0) <= upto))
     def log(rec):
-        if is_main:
+        if not is_main: return
+        try:
             with open(path, 'a') as f: f.write(_dumps(rec) + '\n')
+        except OSError as e: raise _write_failed(path, e) from e      # e.g. a full disk: named, one line
     return log
 
 # %% ../nbs/05_train.ipynb #2bfa0b50

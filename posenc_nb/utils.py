@@ -36,7 +36,7 @@ def _write_failed(path, e: BaseException) -> WriteFailed:
 # %% ../nbs/00_utils.ipynb #66ced622
 def _is_write_error(e: BaseException) -> bool:
     "An error of the writing itself: an OSError, or torch's zip writer failing (how it reports a full disk)."
-    return isinstance(e, OSError) or (isinstance(e, RuntimeError) and 'write' in str(e).lower() and 'PytorchStreamWriter' in str(e))
+    return isinstance(e, OSError) or (isinstance(e, RuntimeError) and any(k in str(e) for k in ('PytorchStreamWriter', 'inline_container')))
 
 # %% ../nbs/00_utils.ipynb #54d53366
 def _atomic(path, write: Callable, # called with the open binary temp file; writes the content

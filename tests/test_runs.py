@@ -255,10 +255,11 @@ def test_translate_keeps_going_past_an_overlong_line(run, tmp_path):
 # smaller
 def test_sigterm_is_an_interrupt(tmp_path):
     out = tmp_path / 'term'
-    env = {**os.environ, 'PYTHONPATH': str(Path(__file__).resolve().parents[1]), 'OMP_NUM_THREADS': '1'}
+    root = str(Path(__file__).resolve().parents[1])       # `python -m` puts the working folder first on the path: run from this checkout
+    env = {**os.environ, 'PYTHONPATH': root, 'OMP_NUM_THREADS': '1'}
     cmd = [sys.executable, '-m', 'posenc_nb.cli', 'train', '--config', 'synthetic-tiny', '--out', str(out), '--max-steps', '100000',
            *TINY, '--set', 'ckpt_every=3']
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
     while not list(out.glob('ckpt_*.pt')) and p.poll() is None and time.time() < deadline: time.sleep(0.2)
     p.send_signal(signal.SIGTERM)
