@@ -870,6 +870,7 @@ class OnStep(Callback):
 class NonFiniteLoss(ValueError):
     "The training loss became NaN or infinite: the run diverged. Checkpoints already on disk are from before."
 
+# %% ../nbs/05_train.ipynb #7ede5890
 class StopOnNonFinite(Callback):
     "Raise `NonFiniteLoss` once a loss is NaN/inf (read at multiples of `every` and at the end) or, at multiples of `weights_every`, a weight."
     order = -5
