@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_data.ipynb #227eac8d
 from __future__ import annotations
-import bisect, gzip, hashlib, importlib, importlib.util, json, os, pkgutil, random, re, sys, tempfile
+import bisect, gzip, hashlib, importlib, importlib.util, json, os, pkgutil, random, re, sys, tempfile, warnings, zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -44,15 +44,25 @@ def cache_dir() -> Path:
     return Path(os.environ.get('POSENC_CACHE') or '~/.cache/posenc_nb').expanduser()
 
 # %% ../nbs/03_data.ipynb #15104166
-def _read_lines(f: Path) -> list:
+def _read_text(f: Path) -> str:
+    "The UTF-8 text of a data file (gunzipped for .gz), or DataUnavailable naming the file when it is corrupt or not what its name says."
     op = gzip.open if f.suffix == '.gz' else open
-    with op(f, 'rt', encoding='utf-8') as fh: return fh.read().splitlines()
+    try:
+        with op(f, 'rt', encoding='utf-8') as fh: return fh.read()
+    except (gzip.BadGzipFile, EOFError, zlib.error, UnicodeDecodeError) as e:
+        raise DataUnavailable(f"data file {f} is corrupt or not {'gzip-compressed ' if f.suffix == '.gz' else ''}UTF-8 text ({e}); restore it from its source") from None
+
+def _read_lines(f: Path) -> list: return _read_text(f).splitlines()
 
 # %% ../nbs/03_data.ipynb #68c11d66
 def _read_jsonl(f: Path) -> list:
-    "One object a line (split on newlines only: texts may hold other Unicode line separators)."
-    op = gzip.open if f.suffix == '.gz' else open
-    with op(f, 'rt', encoding='utf-8') as fh: return [json.loads(l) for l in fh.read().split('\n') if l.strip()]
+    "One object a line (split on newlines only: texts may hold other Unicode line separators); a bad line is named."
+    rows = []
+    for i, l in enumerate(_read_text(f).split('\n')):
+        if not l.strip(): continue
+        try: rows.append(json.loads(l))
+        except ValueError as e: raise DataUnavailable(f"data file {f} line {i + 1} is not JSON ({e}); restore the file from its source") from None
+    return rows
 
 # %% ../nbs/03_data.ipynb #f14662ad
 def _hub(hub_id, config, split, what):
@@ -398,7 +408,9 @@ def get_tokenizer(name: str, # data set name: picks its declared tokenizer, name
         key = '\n'.join(texts)
     h = hashlib.sha1(key.encode('utf-8')).hexdigest()[:12]
     path = cache_dir() / 'tokenizers' / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}-bpe{vocab_size}-{h}.json"
-    if cache and path.exists(): return Tokenizer.load(path)
+    if cache and path.exists():
+        try: return Tokenizer.load(path)
+        except Exception as e: warnings.warn(f"tokenizer cache {path} is unreadable ({str(e).splitlines()[0] if str(e) else type(e).__name__}); rebuilding it")
     tok = train_bpe(_train_texts(spec) if texts is None else texts, vocab_size)
     if cache: tok.save(path)
     return tok

@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_decode.ipynb #1850856f
 from __future__ import annotations
-import math
+import math, warnings
 from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
@@ -229,6 +229,26 @@ def chrf(hyps: Sequence[str], refs, word_order: int = 0) -> dict:
     m = sacrebleu.metrics.CHRF(word_order=word_order)
     return dict(score=float(m.corpus_score(hyps, refs).score), signature=str(m.get_signature()))
 
+# %% ../nbs/04_decode.ipynb #f07114af
+def _length_limit(pe) -> Optional[int]:
+    "The positions a position encoding `pe` takes (its `max_len` when `bounded`), or None for no limit (or no encoding)."
+    return pe.max_len if pe is not None and getattr(pe, 'bounded', False) and pe.max_len is not None else None
+
+def _fit_lines(ids: list, limit: Optional[int]) -> set:
+    "Truncate (in place) each token list longer than `limit` positions (EOS included), warning with its line number; the indices cut."
+    cut = {i for i, x in enumerate(ids) if limit is not None and len(x) + 1 > limit}
+    for i in sorted(cut):
+        warnings.warn(f"input line {i + 1} has {len(ids[i])} tokens, more than the model takes ({limit - 1}); translating its first {limit - 1} tokens")
+        ids[i] = ids[i][:limit - 1]
+    return cut
+
+# %% ../nbs/04_decode.ipynb #271e968a
+def _check_finite(model):
+    "A ValueError when any floating-point weight of `model` is NaN or infinite."
+    ps = [p for p in model.parameters() if p.is_floating_point()]
+    if ps and not bool(torch.stack([torch.isfinite(p).all() for p in ps]).all()):
+        raise ValueError("the model has non-finite (NaN or infinite) weights, e.g. from a diverged training run, and cannot translate; use an earlier checkpoint")
+
 # %% ../nbs/04_decode.ipynb #a31fd217
 def translate(model, tokenizer, sentences: Sequence[str], beam: int = 4, batch_tokens: int = 4096, len_penalty: float = 0.6,
               max_len: Optional[int] = None, progress: bool = False, xl: Optional[Sequence] = None) -> list:
@@ -240,6 +260,9 @@ def translate(model, tokenizer, sentences: Sequence[str], beam: int = 4, batch_t
     pad, bos, eos = (getattr(tgt_tok, a, d) for a, d in (('pad_id', 0), ('bos_id', 1), ('eos_id', 2)))
     dev = _model_device(model)
     ids = [src_tok.encode(s) if s.strip() else [] for s in sentences]
+    cut = _fit_lines(ids, _length_limit(getattr(model, 'enc_pe', None)))        # an over-long line is shortened, not fatal
+    if xl is not None and cut: xl = [x[:len(ids[i])] if i in cut else x for i, x in enumerate(xl)]
+    _check_finite(model)
     order = sorted((i for i, x in enumerate(ids) if x), key=lambda i: (-len(ids[i]), i))
     batches, cur, cur_max = [], [], 0
     for i in order:
@@ -254,7 +277,9 @@ def translate(model, tokenizer, sentences: Sequence[str], beam: int = 4, batch_t
         it = tqdm(batches, desc='translate', leave=False)
     for b in it:
         batch = collate([(ids[i], []) for i in b], pad_id=getattr(src_tok, 'pad_id', 0), xl=None if xl is None else [xl[i] for i in b]).to(dev)
-        if beam == 1: hyps = greedy_decode(model, batch.src, batch.src_p, max_len=max_len, bos=bos, eos=eos, pad=pad)
-        else: hyps = beam_search(model, batch.src, batch.src_p, beam=beam, len_penalty=len_penalty, max_len=max_len, bos=bos, eos=eos, pad=pad)
+        dec_lim, cap = _length_limit(getattr(model, 'dec_pe', None)), max_len      # decoder positions stay within its limit
+        if dec_lim is not None and (cap if cap is not None else max(len(ids[i]) for i in b) + 51) >= dec_lim: cap = dec_lim - 1
+        if beam == 1: hyps = greedy_decode(model, batch.src, batch.src_p, max_len=cap, bos=bos, eos=eos, pad=pad)
+        else: hyps = beam_search(model, batch.src, batch.src_p, beam=beam, len_penalty=len_penalty, max_len=cap, bos=bos, eos=eos, pad=pad)
         for i, h in zip(b, hyps): out[i] = tgt_tok.decode(h)
     return out

@@ -43,6 +43,11 @@ class ModelConfig:
     activation: str = 'relu'              # 'relu' or 'gelu' in the FFN
 
     def __post_init__(self):
+        for k in ('d_model', 'n_heads', 'd_ff', 'max_len'):
+            v = getattr(self, k)
+            if not (isinstance(v, int) and v >= 1) and not (k == 'max_len' and v is None): raise ValueError(f"{k} must be a positive integer, got {v!r}")
+        for k in ('n_enc', 'n_dec', 'src_vocab', 'tgt_vocab'):
+            if not isinstance(getattr(self, k), int) or getattr(self, k) < 0: raise ValueError(f"{k} must be an integer >= 0, got {getattr(self, k)!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; pick n_heads that divides d_model")
         if self.activation not in ('relu', 'gelu'):
@@ -136,6 +141,16 @@ def _dense(p: Optional[Positions]) -> Optional[Positions]:
         return Positions(p.pos, None, p.xl)
     return p
 
+# %% ../nbs/02_model.ipynb #1d09e78c
+def _check_input(ids: Tensor, vocab: int, p: Positions, what: str, training: bool = False):
+    "Integer token ids in [0, vocab) and non-negative positions, or a ValueError naming what is wrong."
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise ValueError(f"{what} token ids must be an integer tensor, got {ids.dtype}; convert them with .long()")
+    if not ids.numel() or (training and ids.is_cuda): return
+    lo, hi, pmin = torch.stack([ids.min().long(), ids.max().long(), p.pos.min().long() if p.pos.numel() else ids.new_zeros((), dtype=torch.long)]).tolist()
+    if lo < 0 or hi >= vocab: raise ValueError(f"{what} token id {lo if lo < 0 else hi} is outside the vocabulary [0, {vocab}); check the tokenizer matches the model")
+    if pmin < 0: raise ValueError(f"{what} has a negative position ({pmin}); positions count from 0")
+
 # %% ../nbs/02_model.ipynb #d1581d52
 class Seq2Seq(nn.Module):
     "Encoder-decoder Transformer whose encoder and decoder each use one named position encoding."
@@ -163,6 +178,7 @@ class Seq2Seq(nn.Module):
     def encode(self, src: Tensor, src_p: Optional[Positions] = None) -> Tensor:
         "Encoder output (B,S,D)."
         src_p = _dense(Positions.from_mask(src != self.cfg.pad_id) if src_p is None else src_p.to(src.device))
+        _check_input(src, self.cfg.src_vocab, src_p, 'source', self.training)
         self.enc_pe.check_positions(src_p)
         x = self._embed(self.src_emb, self.enc_pe, src, src_p)
         for layer in self.enc_layers: x = layer(x, src_p, self.enc_pe)
@@ -178,6 +194,7 @@ class Seq2Seq(nn.Module):
         tgt_p, src_p = _dense(tgt_p.to(tgt_in.device)), _dense(src_p.to(mem.device))
         if cache is not None and len(cache) != 2 * len(self.dec_layers):
             raise ValueError(f"cache has {len(cache)} entries but the decoder needs {2 * len(self.dec_layers)}; build it with model.new_cache()")
+        if cache is None or not cache[0]: _check_input(tgt_in, self.cfg.tgt_vocab, tgt_p, 'target', self.training)   # once, not per decoding step
         self.dec_pe.check_positions(tgt_p)
         x = self._embed(self.tgt_emb, self.dec_pe, tgt_in, tgt_p)
         for i, layer in enumerate(self.dec_layers):

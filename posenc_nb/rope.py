@@ -423,8 +423,8 @@ class RoPE(PosEnc):
     """Rotary position embedding (Su et al. 2021, arXiv 2104.09864) on q and k of self-attention sites.
     Options: base, rotary_frac, style ('interleaved'|'half'), scaling (None|'linear'|'ntk'|'yarn'|'xpos'), factor,
     orig_len (YaRN; default max_len), angle_dtype, beta_fast/beta_slow (YaRN), xpos_gamma/xpos_scale_base, split (two-level tables).
-    `max_len` is a hard cap on positions (None: no cap)."""
-    bounded = True      # max_len caps the rotary tables
+    `max_len` is a size hint (and YaRN's default `orig_len`), not a limit: rotary angles exist at every position."""
+    bounded = False     # any length: the tables grow on demand (RotaryCache's max_positions is the opt-in cap)
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None, causal: bool = False,
                  base: float = 10000., rotary_frac: float = 1.0, style: str = 'interleaved', scaling: Optional[str] = None,
                  factor: float = 1.0, orig_len: Optional[int] = None, angle_dtype='float64', beta_fast: float = 32.,
@@ -433,9 +433,12 @@ class RoPE(PosEnc):
         if d_model % n_heads: raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         if style not in STYLES: raise ValueError(f"unknown style {style!r}; use 'interleaved' (paper) or 'half' (GPT-NeoX/Llama)")
         self.head_dim, self.style = d_model // n_heads, style
+        if self.head_dim % 2 and rotary_frac == 1.0:
+            raise ValueError(f"RoPE rotates pairs of dims, but the head dim d_model/n_heads = {d_model}/{n_heads} = {self.head_dim} is odd and "
+                             "one dim would stay unrotated; pick an even head dim, or rotary_frac < 1 to rotate part of each head on purpose")
         self.rot_dim = rotary_dims(self.head_dim, rotary_frac)
         self.cache = RotaryCache(self.rot_dim, base, scaling, factor, orig_len if orig_len is not None else max_len,
-                                 beta_fast, beta_slow, xpos_gamma, xpos_scale_base, angle_dtype, max_len, split)
+                                 beta_fast, beta_slow, xpos_gamma, xpos_scale_base, angle_dtype, None, split)
 
     def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site):
         "Rotate q and k by their own positions (independently); called at self-attention sites only (`sites`)."

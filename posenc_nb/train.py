@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_train.ipynb #b649f301
 from __future__ import annotations
-import contextlib, copy, functools, hashlib, importlib, json, math, os, random, sys, time, warnings
+import contextlib, copy, errno, fcntl, functools, hashlib, importlib, json, math, os, random, signal, sys, threading, time, warnings
 from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
@@ -16,14 +16,15 @@ from .core import Positions
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll
 from .data import load_parallel, get_tokenizer, collate, TokenBatchSampler, Tokenizer, cache_dir
 from .decode import translate, bleu, chrf
-from .utils import atomic_save, atomic_write, provenance
+from .utils import atomic_save, atomic_write, provenance, WriteFailed, _write_failed
 
 # %% auto #0
-__all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'XL_PROVIDER_FILE', 'TrainConfig', 'config_fields', 'config_from_name',
-           'inverse_sqrt', 'lr_multiplier', 'budget_progress', 'load_checkpoint', 'derived_state_keys',
-           'average_checkpoints', 'load_xl_provider', 'BatchStream', 'RunState', 'Clock', 'Budget', 'Task', 'Callback',
-           'Learner', 'train_step', 'fit', 'TrainLog', 'ProgressBar', 'Evaluator', 'KeepBest', 'Checkpointer',
-           'restore', 'cpu_bf16_supported', 'valid_loss', 'TranslationTask', 'RunFolderConflict', 'OnStep', 'train',
+__all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'XL_PROVIDER_FILE', 'LOCK_FILE', 'TrainConfig', 'config_fields',
+           'config_from_name', 'inverse_sqrt', 'lr_multiplier', 'budget_progress', 'load_checkpoint',
+           'derived_state_keys', 'average_checkpoints', 'load_xl_provider', 'BatchStream', 'RunState', 'Clock',
+           'Budget', 'Task', 'Callback', 'Learner', 'train_step', 'fit', 'TrainLog', 'ProgressBar', 'Evaluator',
+           'KeepBest', 'Checkpointer', 'restore', 'cpu_bf16_supported', 'valid_loss', 'TranslationTask',
+           'RunFolderConflict', 'RunLocked', 'RunLock', 'OnStep', 'NonFiniteLoss', 'StopOnNonFinite', 'train',
            'read_metrics', 'plot_curves']
 
 # %% ../nbs/05_train.ipynb #18ca48be
@@ -197,6 +198,7 @@ def _read_ckpt(path) -> dict:
         raise ValueError(f"{path} is not a posenc_nb training checkpoint (format {ck.get('format') if isinstance(ck, dict) else type(ck).__name__!r}, expected {CKPT_FORMAT!r})")
     return ck
 
+# %% ../nbs/05_train.ipynb #55cee765
 def _build_model(ck: dict) -> Seq2Seq:
     m = Seq2Seq(ModelConfig(**ck['model_config']))
     try: m.load_state_dict(ck['model'])
@@ -205,16 +207,20 @@ def _build_model(ck: dict) -> Seq2Seq:
                          "the file was written by a different model version") from None
     return m
 
+# %% ../nbs/05_train.ipynb #b4710807
 def load_checkpoint(path, device='cpu'):
     "Load a training checkpoint (or an averaged one): `(model in eval mode, tokenizer, TrainConfig)`."
+    device = _pick_device(device, 1) if device is not None else torch.device('cpu')   # 'gpu', or CUDA without one: a clear error first
     ck = _read_ckpt(path)
     cfg = TrainConfig.from_dict(ck['config'])
     return _build_model(ck).to(device).eval(), Tokenizer.from_str(ck['tokenizer']), cfg
 
+# %% ../nbs/05_train.ipynb #1a83a61f
 def derived_state_keys(model: nn.Module) -> set:
     "State-dict keys of the buffers that encodings declare as caches of their parameters (`PosEnc.derived_buffers`)."
     return {f'{n}.{b}' if n else b for n, m in model.named_modules(remove_duplicate=False) for b in getattr(m, 'derived_buffers', ())}
 
+# %% ../nbs/05_train.ipynb #1bf94057
 def average_checkpoints(paths: Sequence, out=None) -> dict:
     "Checkpoint whose model weights are the mean of the given checkpoints' (they must share a config); saved to `out` if given."
     paths = list(paths)
@@ -326,11 +332,19 @@ def _dist_setup(device):
     dist.init_process_group(backend)
     return dist.get_rank(), dist.get_world_size(), True
 
-def _pick_device(device, ws):
-    if device is not None: return torch.device(device)
-    if torch.cuda.is_available():
-        return torch.device('cuda', int(os.environ.get('LOCAL_RANK', '0')) if ws > 1 else 0)
-    return torch.device('cpu')
+# %% ../nbs/05_train.ipynb #53821ead
+def _pick_device(device, ws: int) -> torch.device:
+    "`device` checked to exist on this machine, or by default CUDA (this rank's GPU) when available, else the CPU."
+    if device is None:
+        if torch.cuda.is_available(): return torch.device('cuda', int(os.environ.get('LOCAL_RANK', '0')) if ws > 1 else 0)
+        return torch.device('cpu')
+    try: dev = torch.device(device)
+    except (RuntimeError, TypeError): raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    if dev.type == 'cuda' and not torch.cuda.is_available(): raise ValueError(f"device {device!r}: this machine has no usable CUDA GPU; use cpu")
+    if dev.type == 'cuda' and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s); use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    if dev.type not in ('cpu', 'cuda'): raise ValueError(f"device {device!r}: training runs on cpu or cuda")
+    return dev
 
 # %% ../nbs/05_train.ipynb #11c68a6c
 def _rng_state(device):
@@ -599,6 +613,11 @@ def _precision(device, amp, amp_cpu=False) -> str:
     if dt is None: return 'fp32 (tf32 matmuls)' if device.type == 'cuda' and torch.backends.cuda.matmul.allow_tf32 else 'fp32'
     return f'{dt} autocast' + (' + grad scaler' if dt == 'fp16' else '')
 
+# %% ../nbs/05_train.ipynb #1f02c7da
+def _ppl(nll: float) -> float:
+    "Perplexity e^nll, capped at e^50 for a huge finite loss; a NaN loss (a diverged model) has no perplexity: NaN."
+    return nll if math.isnan(nll) else math.exp(min(50., nll))
+
 # %% ../nbs/05_train.ipynb #09431bac
 @torch.no_grad()
 def valid_loss(model, batches, eps, pad, amp_ctx) -> dict:
@@ -611,7 +630,7 @@ def valid_loss(model, batches, eps, pad, amp_ctx) -> dict:
         l, n, k = label_smoothed_nll(logits.float(), b.tgt_out, eps=eps, ignore_index=pad)
         tot += torch.tensor([float(l), float(n), float(k)], dtype=torch.float64)
     model.train(was)
-    return {'valid_loss': (tot[0] / tot[2]).item(), 'valid_nll': (tot[1] / tot[2]).item(), 'valid_ppl': math.exp(min(50., (tot[1] / tot[2]).item()))}
+    return {'valid_loss': (tot[0] / tot[2]).item(), 'valid_nll': (tot[1] / tot[2]).item(), 'valid_ppl': _ppl((tot[1] / tot[2]).item())}
 
 # %% ../nbs/05_train.ipynb #e9cff408
 class TranslationTask(Task):
@@ -690,28 +709,116 @@ class RunFolderConflict(ValueError):
         self.out_dir, self.diff = Path(out_dir), list(diff)
         super().__init__(f"{out_dir} holds a run with a different config ({'; '.join(diff)}); {hint}")
 
+# %% ../nbs/05_train.ipynb #f1a4d763
+LOCK_FILE = '.lock'
+
+class RunLocked(ValueError):
+    "`out_dir` is in use by another training process `pid`: two runs in one folder would mix their files."
+    def __init__(self, out_dir, pid: str):
+        self.out_dir, self.pid = Path(out_dir), pid
+        super().__init__(f"{out_dir} is in use by another training (pid {pid or 'unknown'}); wait for it to end, or pass another --out")
+
+# %% ../nbs/05_train.ipynb #95a9aed3
+class RunLock:
+    "An exclusive `flock` on `folder/.lock` holding this process id; `acquire` raises `RunLocked` when another process has it."
+    def __init__(self, folder): self.folder, self.path, self.f = Path(folder), Path(folder) / LOCK_FILE, None
+    def __enter__(self): return self if self.f is not None else self.acquire()
+    def __exit__(self, *exc): self.release()
+    def release(self):
+        "Remove the lock file, then let go (removing it first means no one can lock the old file in between)."
+        if self.f is None: return
+        with contextlib.suppress(OSError): os.unlink(self.path)
+        self.f.close(); self.f = None
+
+# %% ../nbs/05_train.ipynb #d2eb2728
+@patch
+def acquire(self: RunLock) -> RunLock:
+    "Take the lock (without waiting) and write this pid into the lock file."
+    while True:
+        f = open(self.path, 'a+')
+        try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0); pid = f.read().strip(); f.close()
+            raise RunLocked(self.folder, pid) from None
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(self.path).st_ino == os.fstat(f.fileno()).st_ino: break    # not a file the holder removed as we opened it
+        f.close()
+    f.seek(0); f.truncate(); f.write(f'{os.getpid()}\n'); f.flush(); self.f = f
+    return self
+
+# %% ../nbs/05_train.ipynb #28dfe0bd
+def _lock_run(out_dir: Path, is_main: bool):
+    "The folder's lock for rank 0 (created if needed), or a no-op for the other ranks; an unwritable folder is named."
+    if not is_main: return contextlib.nullcontext()
+    try: out_dir.mkdir(parents=True, exist_ok=True); return RunLock(out_dir).acquire()
+    except OSError as e:
+        raise WriteFailed(e.errno or errno.EACCES, f"run folder {out_dir} is not writable ({e.strerror or e}); pass another out_dir, or fix its permissions") from None
+
 # %% ../nbs/05_train.ipynb #e53b91f4
+def _results_config(out_dir: Path) -> Optional[TrainConfig]:
+    "The config recorded in `out_dir/results.json` (a finished run), or None when there is none."
+    p = out_dir / 'results.json'
+    if not p.is_file(): return None
+    try: return TrainConfig.from_dict(json.loads(p.read_text())['config'])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{p} cannot be read ({e}); move it away, or pass another out_dir") from None
+
+# %% ../nbs/05_train.ipynb #1ad4071c
 def _prepare_run_dir(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: bool, ckpter: Checkpointer) -> Optional[dict]:
-    "Clean `out_dir` for the run; the checkpoint to resume from, or None."
+    "With the folder's lock held: drop stale temp files, check a resumed run matches `cfg`; the checkpoint to resume from, or None."
     if is_main:
-        for tmp in out_dir.glob('*.tmp'): tmp.unlink()
-    if resume:
-        ck = ckpter.latest()
-        diff = _config_diff(TrainConfig.from_dict(ck['config']), cfg) if ck is not None else []
-        if diff: raise RunFolderConflict(out_dir, diff)
-        return ck
-    if is_main:
-        for p in ckpter.paths() + [out_dir / f for f in ('metrics.jsonl', 'results.json', XL_PROVIDER_FILE)]: p.unlink(missing_ok=True)
+        for tmp in out_dir.glob('*.tmp'): tmp.unlink()     # no live run owns them: we hold the lock
+    if not resume: return None
+    ck = ckpter.latest()
+    old = TrainConfig.from_dict(ck['config']) if ck is not None else (_results_config(out_dir) if is_main else None)
+    diff = _config_diff(old, cfg) if old is not None else []
+    if diff: raise RunFolderConflict(out_dir, diff)
+    if ck is not None and cfg.max_steps is not None and ck['step'] > cfg.max_steps:
+        raise ValueError(f"{out_dir} is at update {ck['step']} already, past max_steps={cfg.max_steps} (--max-steps); "
+                         f"give at least {ck['step']} to resume it, or start over (--fresh)")
+    return ck
+
+# %% ../nbs/05_train.ipynb #da5edfed
+_RUN_FILES = ('metrics.jsonl', 'results.json', 'averaged.pt', XL_PROVIDER_FILE)
+
+def _clear_run(out_dir: Path, ckpter: Checkpointer):
+    "A fresh start, once everything is checked: remove what an earlier run left (checkpoints, log, results, averaged model, hypotheses)."
+    for p in ckpter.paths() + [out_dir / f for f in _RUN_FILES] + sorted(out_dir.glob('*.hyp')): p.unlink(missing_ok=True)
 
 # %% ../nbs/05_train.ipynb #3a9426ed
+def _finite(x):
+    "`x` with every NaN or infinite float replaced by None, so that it is standard JSON (json.dumps would write a bare NaN)."
+    if isinstance(x, float) and not math.isfinite(x): return None
+    if isinstance(x, dict): return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)): return [_finite(v) for v in x]
+    return x
+
+def _dumps(rec, **kw) -> str: return json.dumps(_finite(rec), allow_nan=False, **kw)
+
+# %% ../nbs/05_train.ipynb #fa5df247
+def _read_records(path: Path) -> tuple:
+    "(records, torn) of a JSON-lines log: a torn last line is left out (torn=True); any other bad line is an error naming it."
+    lines, recs = path.read_text(encoding='utf-8', errors='replace').split('\n'), []
+    for i, l in enumerate(lines):
+        if not l.strip(): continue
+        try: recs.append(json.loads(l))
+        except ValueError as e:
+            if not any(x.strip() for x in lines[i + 1:]): return recs, True
+            raise ValueError(f"{path} line {i + 1} is not JSON ({e}); fix or delete that line") from None
+    return recs, False
+
+# %% ../nbs/05_train.ipynb #fbb33363
 def _jsonl_log(path: Path, is_main: bool, upto: int) -> Callable:
     "A function appending records to `path` (rank 0 only), after dropping records past step `upto` (left by a killed run)."
     if is_main and path.exists():
-        lines = [l for l in path.read_text().splitlines() if l.strip() and json.loads(l).get('step', 0) <= upto]
-        atomic_write(path, ''.join(l + '\n' for l in lines))
+        recs, torn = _read_records(path)
+        if torn: warnings.warn(f"{path}: dropped its torn last line (the run was stopped while writing it)")
+        atomic_write(path, ''.join(_dumps(r) + '\n' for r in recs if r.get('step', 0) <= upto))
     def log(rec):
-        if is_main:
-            with open(path, 'a') as f: f.write(json.dumps(rec) + '\n')
+        if not is_main: return
+        try:
+            with open(path, 'a') as f: f.write(_dumps(rec) + '\n')
+        except OSError as e: raise _write_failed(path, e) from e      # e.g. a full disk: named, one line
     return log
 
 # %% ../nbs/05_train.ipynb #2bfa0b50
@@ -740,14 +847,15 @@ def _final_test(cfg: TrainConfig, L: Learner, ckpter: Checkpointer, last_eval: O
     src, ref = _load_data(cfg, cfg.test_split)
     if cfg.test_max_sents: src, ref = src[:cfg.test_max_sents], ref[:cfg.test_max_sents]
     t0, st, task = time.time(), L.state, L.task
-    with task.amp(): hyps = translate(model, task.tok, src, beam=cfg.beam, len_penalty=cfg.len_penalty, batch_tokens=cfg.max_tokens, xl=task.xl_of(src))
+    show = any(isinstance(c, ProgressBar) and c.show for c in L.cbs)      # the progress bar's choice, for the test decoding too
+    with task.amp(): hyps = translate(model, task.tok, src, beam=cfg.beam, len_penalty=cfg.len_penalty, batch_tokens=cfg.max_tokens, xl=task.xl_of(src), progress=show)
     b, c = bleu(hyps, ref), chrf(hyps, ref)
     res = dict(step=st.step, bleu=b['score'], chrf=c['score'], bleu_signature=b['signature'], chrf_signature=c['signature'], test_sents=len(src),
                decode_s=time.time() - t0, averaged=n_avg, **{k: v for k, v in (last_eval or {}).items() if k != 'step'},
                train_time_s=st.train_time, wall_time_s=st.wall_time + time.time() - L.started, segments=st.segments, tokens_seen=st.tokens_seen,
                tok_s=st.tokens_seen / max(st.train_time, 1e-9), n_params=sum(p.numel() for p in L.model.parameters()), world_size=ws,
                **provenance(cfg.seed, _precision(device, cfg.amp, cfg.amp_cpu), device, ws), device=str(device), config=asdict(cfg))
-    atomic_write(ckpter.folder / 'results.json', json.dumps(res, indent=1))
+    atomic_write(ckpter.folder / 'results.json', _dumps(res, indent=1))
     atomic_write(ckpter.folder / f'{cfg.test_split}.hyp', ''.join(h + '\n' for h in hyps))
     return {**res, 'hyps': hyps}
 
@@ -758,20 +866,74 @@ class OnStep(Callback):
     def __init__(self, f: Callable): self.f = f
     def after_step(self, L): self.f(L.state.step)
 
+# %% ../nbs/05_train.ipynb #44da25b4
+class NonFiniteLoss(ValueError):
+    "The training loss became NaN or infinite: the run diverged. Checkpoints already on disk are from before."
+
+# %% ../nbs/05_train.ipynb #7ede5890
+class StopOnNonFinite(Callback):
+    "Raise `NonFiniteLoss` once a loss is NaN/inf (read at multiples of `every` and at the end) or, at multiples of `weights_every`, a weight."
+    order = -5
+    def __init__(self, every: Sequence[int], hint: str = '', weights_every: Optional[int] = None):
+        self.every, self.hint, self.wevery, self.bad, self.since = tuple(every), hint, weights_every, None, 0
+    def before_fit(self, L): self.bad, self.since = None, L.state.step
+    def after_step(self, L):
+        f = ~torch.isfinite(L.loss.detach()).all()
+        self.bad = f if self.bad is None else self.bad | f
+        st = L.state.step
+        if not (L.done or any(st % e == 0 for e in self.every + ((self.wevery,) if self.wevery else ()))): return
+        if self.wevery and (L.done or st % self.wevery == 0):     # a finite loss can still give an overflowing update
+            self.bad = self.bad | ~torch.stack([torch.isfinite(p).all() for p in L.model.parameters()]).all()
+        bad = self.bad.float().reshape(1)
+        if _world_size() > 1: dist.all_reduce(bad, op=dist.ReduceOp.MAX)    # every rank stops together
+        if bad.item(): raise NonFiniteLoss(f"training diverged: the loss or the weights became non-finite between updates {self.since + 1} and {st}{self.hint}")
+        self.bad, self.since = None, st
+
 # %% ../nbs/05_train.ipynb #f0579d20
 def _run_callbacks(cfg: TrainConfig, out_dir: Path, step: int, is_main: bool, ws: int, progress, on_step, device):
-    "The callbacks of a translation run: caller's hook, training log, progress bar, evaluation, checkpoints."
+    "The callbacks of a translation run: caller's hook, divergence check, training log, progress bar, evaluation."
     log = _jsonl_log(out_dir / 'metrics.jsonl', is_main, step)
     tl = TrainLog(cfg.log_every, log, ws)
     show = (progress if progress is not None else sys.stderr.isatty()) and is_main
-    cbs = [tl, ProgressBar(show, cfg.name, tl), Evaluator(cfg.eval_every, log, is_main)] + ([OnStep(on_step)] if on_step is not None else [])
+    hint = f"; lower lr (it is {cfg.lr:g})" + ('' if cfg.grad_clip else ' or set grad_clip (it is none)')
+    guard = StopOnNonFinite([cfg.log_every, cfg.ckpt_every, cfg.eval_every], hint, weights_every=cfg.ckpt_every)
+    cbs = [tl, guard, ProgressBar(show, cfg.name, tl), Evaluator(cfg.eval_every, log, is_main)] + ([OnStep(on_step)] if on_step is not None else [])
     return cbs, log
+
+# %% ../nbs/05_train.ipynb #129ba412
+def _start_note(cfg: TrainConfig, out_dir: Path, ck: Optional[dict], resume: bool):
+    "Two lines on stderr before training: where the run's files go, and whether it resumes or starts."
+    print(f"{cfg.name}: run folder {out_dir} (checkpoints, metrics.jsonl, results.json)", file=sys.stderr, flush=True)
+    how = (f"resuming from update {ck['step']}" if ck is not None else
+           'starting a new run' + (' (an earlier run there was removed)' if not resume else ''))
+    print(f"{cfg.name}: {how}, to {cfg.max_steps if cfg.max_steps is not None else '-'} updates" +
+          (f" / {cfg.max_minutes:g} min" if cfg.max_minutes else ''), file=sys.stderr, flush=True)
+
+# %% ../nbs/05_train.ipynb #452fea0e
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    "Within: SIGTERM raises KeyboardInterrupt, as Ctrl-C does (main thread only: signals reach no other)."
+    if threading.current_thread() is not threading.main_thread(): yield; return
+    def stop(signum, frame): raise KeyboardInterrupt(f"stopped by signal {signum}")
+    old = signal.signal(signal.SIGTERM, stop)
+    try: yield
+    finally: signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
+
+# %% ../nbs/05_train.ipynb #7d8c05a0
+def _preflight(cfg: TrainConfig, is_main: bool):
+    "Build the model's shapes and load every split the run reads, so that bad settings fail before anything is written."
+    try:
+        with torch.device('meta'): Seq2Seq(cfg.model_config(cfg.vocab_size, cfg.vocab_size))
+    except (NotImplementedError, RuntimeError): Seq2Seq(cfg.model_config(cfg.vocab_size, cfg.vocab_size))   # an encoding that reads values at build time
+    if is_main:
+        for split in dict.fromkeys(['train', cfg.valid_split, cfg.test_split]): _load_data(cfg, split)
 
 # %% ../nbs/05_train.ipynb #35259940
 def _logged_eval(out_dir, step: int) -> Optional[dict]:
     "The validation record of `step` in the run's log (a resumed run whose budget was spent evaluates nothing new)."
     return next((r for r in reversed(read_metrics(out_dir)) if r.get('step') == step and 'valid_loss' in r), None)
 
+# %% ../nbs/05_train.ipynb #38bd418b
 def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress: Optional[bool] = None,
           on_step: Optional[Callable] = None) -> dict:
     """Train `cfg` into `out_dir` (resuming from its latest checkpoint when `resume`), evaluate on the test split
@@ -781,25 +943,36 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
     device = _pick_device(device, int(os.environ.get('WORLD_SIZE', '1')))
     rank, ws, created_pg = _dist_setup(device)
     if device.type == 'cuda': torch.cuda.set_device(device); torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True
-    if rank == 0: out_dir.mkdir(parents=True, exist_ok=True)
     if rank == 0 and device.type == 'cpu' and cfg.amp_cpu and not cpu_bf16_supported():
         warnings.warn("this CPU has no native bf16 (AVX512-BF16/AMX), so amp_cpu is ignored and the run trains in fp32 "
                       "(recorded as precision 'fp32' in results.json); bf16 here would be many times slower")
-    try: return _train(cfg, out_dir, resume, device, progress, on_step, rank, ws, started)
+    try:
+        _preflight(cfg, rank == 0)
+        with _lock_run(out_dir, rank == 0), _sigterm_as_interrupt(): return _train(cfg, out_dir, resume, device, progress, on_step, rank, ws, started)
     finally:
         if created_pg and dist.is_initialized(): dist.destroy_process_group()
+
+# %% ../nbs/05_train.ipynb #a7e39658
+def _fit_run(L: Learner, ckpter: Checkpointer):
+    "`fit`, with a diverged run's error naming the checkpoint that is kept."
+    try: fit(L)
+    except NonFiniteLoss as e:
+        last = ckpter.paths()[-1] if ckpter.paths() else None
+        raise NonFiniteLoss(f"{e}; the run stopped" + (f", and its last checkpoint {last} is from before the divergence" if last else ' before any checkpoint')) from None
 
 # %% ../nbs/05_train.ipynb #f3f23325
 def _train(cfg, out_dir, resume, device, progress, on_step, rank, ws, started) -> dict:
     ckpter = Checkpointer(out_dir, cfg.ckpt_every, cfg.keep_ckpts, is_main=rank == 0, device=device)
     ck = _prepare_run_dir(cfg, out_dir, resume, rank == 0, ckpter)
+    if not resume and rank == 0: _clear_run(out_dir, ckpter)       # last: every check has passed
+    if (progress if progress is not None else sys.stderr.isatty()) and rank == 0: _start_note(cfg, out_dir, ck, resume)
     _seed_all(cfg.seed + rank)
     task = _translation_task(cfg, out_dir, ck, rank, ws, device)
     cbs, log = _run_callbacks(cfg, out_dir, ck['step'] if ck is not None else 0, rank == 0, ws, progress, on_step, device)
     L = _translation_learner(cfg, task, cbs + [ckpter], device, ws, started)
     ckpter.extra = lambda: {'config': asdict(cfg), 'model_config': asdict(L.model.cfg), 'tokenizer': task.tok_str}
     if ck is not None: restore(L, ck, rank)
-    step0 = L.state.step; fit(L)
+    step0 = L.state.step; _fit_run(L, ckpter)
     if ck is None and L.state.step == 0: ckpter.save(L)     # max_steps=0: still leave a loadable checkpoint
     if ws > 1: dist.barrier()
     ev = next(c for c in cbs if isinstance(c, Evaluator)).last if L.state.step > step0 else (_logged_eval(out_dir, L.state.step) if rank == 0 else None)
@@ -808,9 +981,9 @@ def _train(cfg, out_dir, resume, device, progress, on_step, rank, ws, started) -
 
 # %% ../nbs/05_train.ipynb #99e8a2e8
 def read_metrics(out_dir) -> list:
-    "The records of `out_dir/metrics.jsonl`."
+    "The records of `out_dir/metrics.jsonl` (without a torn last line; NaN values are stored as null)."
     p = Path(out_dir) / 'metrics.jsonl'
-    return [json.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.exists() else []
+    return _read_records(p)[0] if p.exists() else []
 
 def plot_curves(runs, ax=None, title=None):
     "Train/valid loss against step (left axis) and valid BLEU (right axis); `runs`: one out_dir or {label: out_dir}."
@@ -820,9 +993,9 @@ def plot_curves(runs, ax=None, title=None):
     ax2 = ax.twinx()
     for i, (label, d) in enumerate(runs.items()):
         recs = read_metrics(d); c = f'C{i}'
-        tr = [(r['step'], r['loss']) for r in recs if 'loss' in r]
-        va = [(r['step'], r['valid_loss']) for r in recs if 'valid_loss' in r]
-        bl = [(r['step'], r['valid_bleu']) for r in recs if 'valid_bleu' in r]
+        tr = [(r['step'], r['loss']) for r in recs if r.get('loss') is not None]
+        va = [(r['step'], r['valid_loss']) for r in recs if r.get('valid_loss') is not None]
+        bl = [(r['step'], r['valid_bleu']) for r in recs if r.get('valid_bleu') is not None]
         if tr: ax.plot(*zip(*tr), color=c, label=f'{label} train loss'.strip())
         if va: ax.plot(*zip(*va), 'o--', color=c, label=f'{label} valid loss'.strip())
         if bl: ax2.plot(*zip(*bl), 's:', color=c, alpha=.7, label=f'{label} valid BLEU'.strip())

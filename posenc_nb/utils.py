@@ -4,28 +4,55 @@
 
 # %% ../nbs/00_utils.ipynb #19ebd73f
 from __future__ import annotations
-import contextlib, math, os, platform, shlex, statistics, subprocess, sys, tempfile, time
+import contextlib, errno, math, os, platform, shlex, shutil, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 import torch
 
 # %% auto #0
-__all__ = ['atomic_write', 'atomic_save', 'git', 'hardware', 'provenance', 'slow_cells_enabled', 'mean_sd', 'fmt_mean_sd',
-           'format_table']
+__all__ = ['WriteFailed', 'atomic_write', 'atomic_save', 'git', 'hardware', 'provenance', 'slow_cells_enabled', 'mean_sd',
+           'fmt_mean_sd', 'format_table']
 
 # %% ../nbs/00_utils.ipynb #930c3c5d
+def _fsync_dir(folder: Path):
+    "Make a rename in `folder` durable (a crash right after it keeps the new name); a no-op where folders cannot be synced."
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try: os.fsync(fd)
+        finally: os.close(fd)
+
+# %% ../nbs/00_utils.ipynb #e99e79b8
+class WriteFailed(OSError, ValueError):
+    "A file could not be written (disk full, quota, unwritable folder); the message names the file. Nothing half-written is left."
+    def __str__(self): return self.strerror
+
+def _write_failed(path, e: BaseException) -> WriteFailed:
+    "The `WriteFailed` for `e`, raised while writing `path` (an OSError, or torch's RuntimeError from a failed stream write)."
+    code = getattr(e, 'errno', None) or errno.EIO
+    full = code in (errno.ENOSPC, errno.EDQUOT) or (isinstance(e, RuntimeError) and shutil.disk_usage(Path(path).parent).free < 2 ** 20)
+    why = 'no space left on device' if full else (os.strerror(code) if isinstance(e, OSError) else str(e).strip().splitlines()[-1])
+    return WriteFailed(errno.ENOSPC if full else code, f"could not write {path}: {why}; free some space or write elsewhere (no partial file was left)")
+
+# %% ../nbs/00_utils.ipynb #66ced622
+def _is_write_error(e: BaseException) -> bool:
+    "An error of the writing itself: an OSError, or torch's zip writer failing (how it reports a full disk)."
+    return isinstance(e, OSError) or (isinstance(e, RuntimeError) and any(k in str(e) for k in ('PytorchStreamWriter', 'inline_container')))
+
+# %% ../nbs/00_utils.ipynb #54d53366
 def _atomic(path, write: Callable, # called with the open binary temp file; writes the content
             ) -> Path:
-    "Run `write(f)` on a temp file next to `path`, fsync it, give it the usual permissions, then rename it onto `path`."
+    "Run `write(f)` on a temp file next to `path`, fsync it, give it the usual permissions, rename it onto `path`, fsync the folder."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + '.', suffix='.tmp')
     try:
         with os.fdopen(fd, 'wb') as f: write(f); f.flush(); os.fsync(f.fileno())
         umask = os.umask(0); os.umask(umask); os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError): os.unlink(tmp)
+        if _is_write_error(e) and not isinstance(e, WriteFailed): raise _write_failed(path, e) from e
         raise
+    _fsync_dir(path.parent)
     return path
 
 # %% ../nbs/00_utils.ipynb #abb4f520
