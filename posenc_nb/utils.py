@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_utils.ipynb #19ebd73f
 from __future__ import annotations
-import contextlib, errno, math, os, platform, shlex, shutil, statistics, subprocess, sys, tempfile, time
+import contextlib, errno, math, os, platform, shlex, shutil, signal, threading, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 import torch
@@ -38,6 +38,21 @@ def _is_write_error(e: BaseException) -> bool:
     "An error of the writing itself: an OSError, or torch's zip writer failing (how it reports a full disk)."
     return isinstance(e, OSError) or (isinstance(e, RuntimeError) and any(k in str(e) for k in ('PytorchStreamWriter', 'inline_container')))
 
+# %% ../nbs/00_utils.ipynb #0a8e1b10
+@contextlib.contextmanager
+def _signals_deferred():
+    "Within: SIGINT and SIGTERM are held and delivered to their handlers on exit, so a write is never cut in two by them."
+    if threading.current_thread() is not threading.main_thread(): yield; return   # signals only reach the main thread
+    got, sigs = [], (signal.SIGINT, signal.SIGTERM)
+    old = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in sigs}
+    try: yield
+    finally:
+        for s, h in old.items(): signal.signal(s, h)
+        for s in got[:1]:
+            h = old[s]
+            if callable(h): h(s, None)
+            elif h == signal.SIG_DFL: signal.raise_signal(s)
+
 # %% ../nbs/00_utils.ipynb #54d53366
 def _atomic(path, write: Callable, # called with the open binary temp file; writes the content
             ) -> Path:
@@ -45,7 +60,7 @@ def _atomic(path, write: Callable, # called with the open binary temp file; writ
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + '.', suffix='.tmp')
     try:
-        with os.fdopen(fd, 'wb') as f: write(f); f.flush(); os.fsync(f.fileno())
+        with _signals_deferred(), os.fdopen(fd, 'wb') as f: write(f); f.flush(); os.fsync(f.fileno())
         umask = os.umask(0); os.umask(umask); os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException as e:
