@@ -8,11 +8,11 @@ import argparse, contextlib, dataclasses, io, json, math, os, statistics, sys, t
 from pathlib import Path
 from typing import Optional, Sequence
 import torch
-from .core import list_posencs
+from .core import list_posencs, encoding_streams
 from .utils import atomic_write, mean_sd
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
-from .train import RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_xl_provider, read_metrics, train
+from .train import RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_stream_provider, read_metrics, train
 
 # %% auto #0
 __all__ = ['CLIError', 'build_parser', 'cmd_list', 'parse_sets', 'make_config', 'main', 'run_cli', 'cmd_train', 'find_checkpoint',
@@ -266,11 +266,11 @@ def cmd_translate(args) -> int:
     if args.output and Path(args.output).is_dir(): raise CLIError(f"--output {args.output} is a folder; pass a file name")
     model, tok, cfg = _load(args.ckpt, args.device)          # check the checkpoint before waiting on stdin
     lines = [l.rstrip('\r') for l in _lines(_read_text(args.input, 'input'))]
-    xl = None
-    if cfg.xl:                                               # a run with cross-lingual positions: rebuild them for this input
-        try: xl = load_xl_provider(find_checkpoint(args.ckpt).parent).streams(lines, tok)
+    streams = None
+    if cfg.streams:                                          # a run with extra position streams: its provider rebuilds them for this input
+        try: streams = load_stream_provider(find_checkpoint(args.ckpt).parent).streams(lines, tok)
         except ValueError as e: raise CLIError(str(e)) from None
-    hyps = translate(model, tok, lines, beam=args.beam, len_penalty=args.len_penalty, batch_tokens=args.batch_tokens, xl=xl)
+    hyps = translate(model, tok, lines, beam=args.beam, len_penalty=args.len_penalty, batch_tokens=args.batch_tokens, streams=streams)
     text = ''.join(' '.join(h.split('\n')) + '\n' for h in hyps)
     if args.output: atomic_write(args.output, text)
     elif hasattr(sys.stdout, 'buffer'): sys.stdout.flush(); sys.stdout.buffer.write(text.encode('utf-8')); sys.stdout.buffer.flush()
@@ -358,10 +358,12 @@ def _run_one(cfg: TrainConfig, run_dir: Path, device) -> dict:
     return {'encoding': cfg.enc_pe, 'seed': cfg.seed, 'run_dir': str(run_dir), **{k: res.get(k) for k in _SUMMARY}}
 
 def cmd_compare(args) -> int:
-    encs = list(dict.fromkeys(args.encodings or list_posencs()))
+    base = make_config(args.config, args.set, max_steps=args.max_steps, max_minutes=args.max_minutes)
+    # by default, encodings that read extra position streams run only when the config names a provider (--set streams=...):
+    # without their stream they reduce to their base encoding and would be credited with gains they did not earn
+    encs = list(dict.fromkeys(args.encodings or [e for e in list_posencs() if base.streams or not encoding_streams(e)]))
     if not encs: raise CLIError("--encodings is empty; give a comma list such as sinusoidal,learned")
     for e in encs: _check_encoding(e, '--encodings')
-    base = make_config(args.config, args.set, max_steps=args.max_steps, max_minutes=args.max_minutes)
     out = Path(args.out) if args.out else Path('runs') / f'compare-{args.config}'
     if out.exists() and not out.is_dir(): raise CLIError(f"--out {out} is a file; pass a folder")
     jobs = [(e, s) for e in encs for s in dict.fromkeys(args.seeds)]
@@ -385,7 +387,7 @@ def cmd_compare(args) -> int:
         raise CLIError(f"every run failed: {failed[0]['error']}")
     rows = summarize(runs)
     if args.json: print(json.dumps({'runs': runs, 'summary': rows}))
-    else: print(format_table(rows))
+    else: print(format_table(rows) + '\n' + _smoke_note(base, args.seeds).rstrip())   # the table, then what it is worth
     if not args.no_plot and any(r['seeds'] for r in rows):
         curves = {}
         for e in encs:
@@ -398,6 +400,14 @@ def cmd_compare(args) -> int:
         print(f"{len(runs) - len(failed)} runs in {time.time() - t0:.0f}s; results: {out / 'results.json'}"
               + ('' if args.no_plot else f", plot: {out / 'compare.png'}"))
     return 1 if failed else 0
+
+# %% ../nbs/06_cli.ipynb #23686268
+def _smoke_note(cfg, seeds) -> str:
+    "A heading that says what a comparison table is worth: one seed of a short run ranks nothing."
+    n = len(dict.fromkeys(seeds))
+    if n > 1: return f"{n} seeds, {cfg.max_steps or cfg.max_minutes} {'updates' if cfg.max_steps else 'minutes'} per run (mean ± sd over seeds):\n"
+    return (f"SMOKE COMPARISON: one seed, {cfg.max_steps or cfg.max_minutes} {'updates' if cfg.max_steps else 'minutes'} per run. Differences between "
+            "encodings here are within seed-to-seed noise; the experiment notebooks give 3-seed results with paired bootstrap tests.\n")
 
 # %% ../nbs/06_cli.ipynb #7ae8d50f
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())

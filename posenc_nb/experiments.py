@@ -4,27 +4,25 @@
 
 # %% ../nbs/20_experiments.ipynb #9d55cc84
 from __future__ import annotations
-import argparse, copy, json, math, os, platform, shlex, shutil, statistics, subprocess, sys, time
+import argparse, copy, importlib, json, math, os, platform, shlex, shutil, statistics, subprocess, sys, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 import torch
-from .core import list_posencs
+from .core import list_posencs, provider_modules
 from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd
 from .data import load_parallel, cache_dir
 from .decode import translate, bleu, chrf
 from .train import TrainConfig, CONFIGS, config_from_name, train, read_metrics
 
 # %% auto #0
-__all__ = ['ENCODINGS', 'XL_VARIANTS', 'LENGTH_BINS', 'EVAL_FNS', 'EXPERIMENTS', 'Experiment', 'length_bins', 'eval_length_bins',
-           'run_record', 'run_one', 'run_experiment', 'load_results', 'summarize', 'format_table', 'paired_bootstrap',
-           'test_references', 'significance', 'format_significance', 'main']
+__all__ = ['ENCODINGS', 'LENGTH_BINS', 'EVAL_FNS', 'EXPERIMENTS', 'Experiment', 'length_bins', 'eval_length_bins',
+           'register_experiment', 'list_experiments', 'run_record', 'run_one', 'run_experiment', 'load_results',
+           'summarize', 'format_table', 'paired_bootstrap', 'test_references', 'significance', 'format_significance',
+           'main']
 
 # %% ../nbs/20_experiments.ipynb #06ee6ad2
 ENCODINGS = ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'rope', 'floater', 'floater-input')
-# cross-lingual variants: ENCODING@ORDER trains ENCODING with TrainConfig.xl = ORDER (notebook 14)
-XL_VARIANTS = ('sinusoidal', 'xl-input@predicted', 'xl-input@oracle', 'xl-input@random', 'xl-input@monotone',
-               'xl-head@predicted', 'xl-rope@predicted', 'rope')
 
 @dataclass
 class Experiment:
@@ -32,7 +30,8 @@ class Experiment:
     name: str
     config: str                                  # key of `posenc_nb.train.CONFIGS`
     overrides: dict = field(default_factory=dict)
-    encodings: tuple = ENCODINGS
+    encodings: tuple = ENCODINGS                 # run labels: registered encodings, or keys of `variants`
+    variants: dict = field(default_factory=dict)  # run label -> TrainConfig overrides, e.g. dict(enc_pe=..., streams='provider:variant')
     seeds: tuple = (0,)
     extra_seeds: dict = field(default_factory=dict)  # encoding -> more seeds for it, run after every encoding's `seeds`
     minutes: Optional[float] = None              # wall-clock training budget per run (None: use steps)
@@ -46,8 +45,7 @@ class Experiment:
         "The `TrainConfig` of one run; `minutes`/`steps` (either replaces the experiment's budget) and `extra` fields override."
         if minutes is None and steps is None: minutes, steps = self.minutes, self.steps   # a given budget replaces the experiment's
         ov = dict(copy.deepcopy(self.overrides)); ov.update(extra)
-        enc, _, xl = encoding.partition('@')             # 'xl-input@predicted': the encoder's encoding @ its XL order source
-        ov.update(enc_pe=enc, seed=seed, xl=xl or None); ov.setdefault('dec_pe', None)
+        ov.update(enc_pe=encoding, seed=seed); ov.update(copy.deepcopy(self.variants.get(encoding, {}))); ov.setdefault('dec_pe', None)
         if minutes is not None: ov.update(max_minutes=float(minutes), max_steps=steps)   # steps=None: time only
         elif steps is not None: ov.update(max_steps=int(steps), max_minutes=None)
         cfg = config_from_name(self.config, **ov)
@@ -117,20 +115,27 @@ EXPERIMENTS: dict = {e.name: e for e in [
         overrides=dict(max_train_len=12, test_split='test_long', test_max_sents=400),
         description='synthetic BTG corpus: train on <=12 tokens, BLEU by source length up to 40 words, 600 updates per run',
         command='python -m posenc_nb.experiments run extrapolation --threads 1'),
-    Experiment('xl-synthetic', 'synthetic-tiny', steps=600, encodings=XL_VARIANTS, seeds=(0, 1, 2), overrides=dict(dec_pe='sinusoidal'),
-        description='synthetic BTG corpus (SVO -> SOV-like): sinusoidal against XL positions from predicted, oracle, random and '
-                    'source (monotone) orders, 600 updates per run, decoder sinusoidal',
-        command='python -m posenc_nb.experiments run xl-synthetic --threads 1'),
-    Experiment('xl-enja', 'enja-base', steps=600, encodings=XL_VARIANTS, seeds=(0, 1, 2),
-        overrides=dict(dec_pe='sinusoidal', d_model=128, n_enc=2, n_dec=2, d_ff=512, max_tokens=1500, lr=2e-3, warmup=200,
-                       log_every=20, eval_every=200, ckpt_every=200, keep_ckpts=1, n_avg=1, eval_bleu_sents=0, beam=4),
-        description='PILOT: Japanese->English small_parallel_enja (50k pairs, dev 500 as test), 2+2 layers d=128, 600 updates of '
-                    '1500-token batches per run (about 5 min of one CPU thread), beam 4; sinusoidal against XL positions (not converged)',
-        command='python -m posenc_nb.experiments run xl-enja --threads 1'),
     Experiment('wmt14-base', 'wmt14-base', seeds=(0,), ci=False,
         description='WMT14 en-de Transformer-base, 100k updates, 8 GPUs, average of the last 5 checkpoints',
         command='torchrun --nproc_per_node=8 -m posenc_nb.experiments run wmt14-base --full --device cuda'),
 ]}
+
+# %% ../nbs/20_experiments.ipynb #22a85727
+_EXPERIMENTS_DISCOVERED = []
+
+def register_experiment(exp: Experiment # the declaration; its name must be new (or the same declaration again)
+                       ) -> Experiment:
+    "Add `exp` to `EXPERIMENTS` (a later notebook's module calls this at import)."
+    if exp.name in EXPERIMENTS and EXPERIMENTS[exp.name] != exp: raise ValueError(f"a different experiment {exp.name!r} is already registered; pick another name")
+    EXPERIMENTS[exp.name] = exp
+    return exp
+
+def list_experiments() -> list:
+    "Every experiment, those registered by other modules of the package included (imported once, found by a source scan)."
+    if not _EXPERIMENTS_DISCOVERED:
+        _EXPERIMENTS_DISCOVERED.append(True)
+        for m in provider_modules('posenc_nb', marker=r'^register_experiment\('): importlib.import_module(m)
+    return list(EXPERIMENTS.values())
 
 # %% ../nbs/20_experiments.ipynb #7dacec5a
 def run_record(seed: int, # the run's seed
@@ -185,7 +190,7 @@ def run_experiment(name, encodings=None, seeds=None, minutes=None, steps=None, o
     "Run every (encoding, seed) of experiment `name`; returns {'done': [...], 'skipped': [...], 'failed': [(run, error)]}."
     exp = _get_experiment(name)
     plan = exp.runs(encodings, seeds)
-    bad = sorted({e for e, _ in plan if e.partition('@')[0] not in list_posencs()})
+    bad = sorted({e for e, _ in plan if exp.variants.get(e, {}).get('enc_pe', e) not in list_posencs()})
     if bad: raise ValueError(f"unknown encoding(s) {bad}; choose from {', '.join(list_posencs())}")
     out = Path(out if out is not None else Path('results') / exp.name)
     report = {'done': [], 'skipped': [], 'failed': []}
@@ -205,6 +210,7 @@ def run_experiment(name, encodings=None, seeds=None, minutes=None, steps=None, o
 
 def _get_experiment(name) -> Experiment:
     if isinstance(name, Experiment): return name
+    if name not in EXPERIMENTS: list_experiments()                # experiments registered by other modules
     if name not in EXPERIMENTS: raise ValueError(f"unknown experiment {name!r}; choose one of: {', '.join(EXPERIMENTS)}")
     return EXPERIMENTS[name]
 
@@ -335,7 +341,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     a = _parser().parse_args(argv)
     if a.cmd == 'list':
-        for e in EXPERIMENTS.values(): print(f"{e.name:15s} {'' if e.ci else '[full scale, never in CI] '}{e.description}\n{'':15s} $ {e.command}")
+        for e in list_experiments(): print(f"{e.name:15s} {'' if e.ci else '[full scale, never in CI] '}{e.description}\n{'':15s} $ {e.command}")
         return 0
     if a.cmd == 'summarize':
         print(format_table(summarize(load_results(a.experiment, a.root)))); return 0

@@ -129,7 +129,7 @@ def _embedding(n: int, d: int, pad_id: int) -> nn.Embedding:
 # %% ../nbs/02_model.ipynb #4a42a37e
 def _dense(p: Optional[Positions]) -> Optional[Positions]:
     "Drop an all-True padding mask so attention can take its fast paths."
-    if p is not None and p.mask is not None and p.mask.numel() and bool(p.mask.all()): return Positions(p.pos, None, p.xl)
+    if p is not None and p.mask is not None and p.mask.numel() and bool(p.mask.all()): return Positions(p.pos, None, p.streams)
     return p
 
 # %% ../nbs/02_model.ipynb #d1581d52
