@@ -135,6 +135,8 @@ def list_experiments() -> list:
     if not _EXPERIMENTS_DISCOVERED:
         _EXPERIMENTS_DISCOVERED.append(True)
         for m in provider_modules('posenc_nb', marker=r'^register_experiment\('): importlib.import_module(m)
+        canon = importlib.import_module('posenc_nb.experiments')    # under `python -m`, this module runs as __main__
+        for k, v in canon.EXPERIMENTS.items(): EXPERIMENTS.setdefault(k, v)
     return list(EXPERIMENTS.values())
 
 # %% ../nbs/20_experiments.ipynb #7dacec5a
