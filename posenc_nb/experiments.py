@@ -211,7 +211,7 @@ def run_experiment(name, encodings=None, seeds=None, minutes=None, steps=None, o
     return report
 
 def _get_experiment(name) -> Experiment:
-    if isinstance(name, Experiment): return name
+    if not isinstance(name, str): return name                    # an Experiment (possibly the canonical module's, under python -m)
     if name not in EXPERIMENTS: list_experiments()                # experiments registered by other modules
     if name not in EXPERIMENTS: raise ValueError(f"unknown experiment {name!r}; choose one of: {', '.join(EXPERIMENTS)}")
     return EXPERIMENTS[name]
