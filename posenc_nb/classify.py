@@ -11,16 +11,16 @@ from pathlib import Path
 from typing import Optional
 import numpy as np
 import torch, torch.nn as nn, torch.nn.functional as F
-from .core import Positions, list_posencs
+from .core import Positions, list_posencs, encoding_streams
 from .model import ModelConfig, Classifier
 from .data import load_glue, get_tokenizer, pad_batch, TokenBatchSampler, GLUE_TASKS, UNK
 from .train import inverse_sqrt
 from .utils import atomic_write, provenance, mean_sd
 
 # %% auto #0
-__all__ = ['GLUE_METRIC', 'ENCODER_SKIP', 'classification_metrics', 'ClassifyConfig', 'glue_data', 'predict', 'evaluate',
-           'write_result', 'ClassifyTask', 'train_classifier', 'order_toy', 'glue_encodings', 'glue_run', 'main',
-           'load_results', 'glue_summary']
+__all__ = ['GLUE_METRIC', 'classification_metrics', 'ClassifyConfig', 'glue_data', 'predict', 'evaluate', 'write_result',
+           'ClassifyTask', 'train_classifier', 'order_toy', 'glue_encodings', 'glue_run', 'main', 'load_results',
+           'glue_summary']
 
 # %% ../nbs/23_glue.ipynb #2c2011eb
 def classification_metrics(y_true, y_pred) -> dict:
@@ -182,13 +182,9 @@ def order_toy(n_pairs: int, length: int = 8, vocab: int = 12, seed: int = 0) -> 
     return out
 
 # %% ../nbs/23_glue.ipynb #1744cf84
-ENCODER_SKIP = {'xl-input': 'needs a cross-lingual xl position stream; without one it reduces to its base encoding',
-                'xl-head': 'needs a cross-lingual xl position stream; without one it reduces to its base encoding',
-                'xl-rope': 'needs a cross-lingual xl position stream; without one it reduces to its base encoding'}
-
 def glue_encodings() -> list:
-    "Registered encodings that apply to a single-sentence encoder (the xl-* family needs a second, cross-lingual position stream)."
-    return [e for e in list_posencs() if e not in ENCODER_SKIP and not e.startswith('xl-')]
+    "Registered encodings that apply to a single-sentence encoder: those that read no extra position stream (a classifier has none)."
+    return [e for e in list_posencs() if not encoding_streams(e)]
 
 # %% ../nbs/23_glue.ipynb #560e796d
 from fastcore.script import Param

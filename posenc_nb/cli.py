@@ -11,11 +11,11 @@ import torch
 from fastcore.docments import docments
 from fastcore.script import Param
 from . import __version__
-from .core import list_posencs
+from .core import list_posencs, encoding_streams
 from .utils import atomic_write, mean_sd, fmt_mean_sd, provenance, format_table as text_table
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
-from .train import RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_xl_provider, read_metrics, train
+from .train import RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_stream_provider, read_metrics, train
 
 # %% auto #0
 __all__ = ['COMMANDS', 'INPUT_ERRORS', 'RECORD_KEYS', 'SUMMARY_KEYS', 'COLUMNS', 'COMPARE_KEYS', 'CLIError', 'add_params',
@@ -414,10 +414,10 @@ def _read_lines(path) -> list:
     return [l.rstrip('\r') for l in _lines(_read_text(path, 'input'))]
 
 # %% ../nbs/06_cli.ipynb #f45420bd
-def _xl_streams(cfg: TrainConfig, ckpt, lines: list, tok):
-    "Cross-lingual position streams for `lines` when the checkpoint's run used them (`cfg.xl`), else None."
-    if not cfg.xl: return None                               # a run with cross-lingual positions: rebuild them for this input
-    return load_xl_provider(find_checkpoint(ckpt).parent).streams(lines, tok)
+def _run_streams(cfg: TrainConfig, ckpt, lines: list, tok):
+    "Extra position streams for `lines` when the checkpoint's run used them (`cfg.streams`), else None."
+    if not cfg.streams: return None                          # a run with extra position streams: its provider rebuilds them
+    return load_stream_provider(find_checkpoint(ckpt).parent).streams(lines, tok)
 
 # %% ../nbs/06_cli.ipynb #b2415749
 def _write_lines(hyps: list, output: Optional[str]):
@@ -453,7 +453,7 @@ def cmd_translate(*, ckpt: str, # a checkpoint file, or a run folder (its averag
     model, tok, cfg = _load(ckpt, check_device(device))         # check the checkpoint before waiting on stdin
     lines = _read_lines(input)
     hyps = translate(model, tok, lines, beam=beam, len_penalty=len_penalty, batch_tokens=batch_tokens,
-                     xl=_xl_streams(cfg, ckpt, lines, tok), progress=_isatty(sys.stderr))
+                     streams=_run_streams(cfg, ckpt, lines, tok), progress=_isatty(sys.stderr))
     _write_lines(hyps, output)
     return 0
 
@@ -644,8 +644,10 @@ def compare_runs(base: TrainConfig, # the config every run shares
     return runs
 
 # %% ../nbs/06_cli.ipynb #c1e596ab
-def _compare_encodings(encodings: Optional[list]) -> list:
-    encs = list(dict.fromkeys(encodings or list_posencs()))
+def _compare_encodings(encodings: Optional[list], base: TrainConfig) -> list:
+    # by default, encodings that read extra position streams run only when the config names a provider (--set streams=...):
+    # without their stream they reduce to their base encoding and would be credited with gains they did not earn
+    encs = list(dict.fromkeys(encodings or [e for e in list_posencs() if base.streams or not encoding_streams(e)]))
     if not encs: raise CLIError("--encodings is empty; give a comma list such as sinusoidal,learned")
     for e in encs: _check_encoding(e, '--encodings')
     return encs
@@ -724,19 +726,28 @@ def cmd_compare(*, config: str, # a named config (see `posenc list`)
       posenc compare --config synthetic-tiny --out runs/demo
       posenc compare --config synthetic-tiny --encodings sinusoidal,rope,alibi --seeds 0 1 2 --max-steps 300"""
     device = check_device(device); use_threads(threads)
-    encs, seeds = _compare_encodings(encodings), list(dict.fromkeys(seeds))
     base = make_config(config, set_, max_steps=max_steps, max_minutes=max_minutes)
+    encs, seeds = _compare_encodings(encodings, base), list(dict.fromkeys(seeds))
     out = Path(out) if out else Path('runs') / f'compare-{config}'
     if out.exists() and not out.is_dir(): raise CLIError(f"--out {out} is a file; pass a folder")
     t0 = time.time()
     runs = compare_runs(base, encs, seeds, out, device, command_line(), save=lambda runs: _save_compare(out, config, base, encs, seeds, runs))
     _check_failures(runs)
     rows = summarize(runs, COMPARE_KEYS)
-    print(json.dumps({'runs': runs, 'summary': rows}, default=str) if json_ else format_table(_by_bleu(rows), COMPARE_KEYS, markdown=False))
+    print(json.dumps({'runs': runs, 'summary': rows}, default=str) if json_ else format_table(_by_bleu(rows), COMPARE_KEYS, markdown=False)
+          + '\n' + _smoke_note(base, seeds).rstrip())   # the table, then what it is worth
     if not no_plot and any(r['n'] for r in rows): _save_plot(out, rows, _first_curves(runs, encs), config)
     if not json_: print(f"{sum(r['n'] for r in rows)} runs in {time.time() - t0:.0f}s; results: {out / 'results.json'}"
                         + ('' if no_plot else f", plot: {out / 'compare.png'}"))
     return 1 if any('error' in r for r in runs) else 0
+
+# %% ../nbs/06_cli.ipynb #23686268
+def _smoke_note(cfg, seeds) -> str:
+    "A heading that says what a comparison table is worth: one seed of a short run ranks nothing."
+    n = len(dict.fromkeys(seeds))
+    if n > 1: return f"{n} seeds, {cfg.max_steps or cfg.max_minutes} {'updates' if cfg.max_steps else 'minutes'} per run (mean ± sd over seeds):\n"
+    return (f"SMOKE COMPARISON: one seed, {cfg.max_steps or cfg.max_minutes} {'updates' if cfg.max_steps else 'minutes'} per run. Differences between "
+            "encodings here are within seed-to-seed noise; the experiment notebooks give 3-seed results with paired bootstrap tests.\n")
 
 # %% ../nbs/06_cli.ipynb #7ae8d50f
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())

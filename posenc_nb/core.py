@@ -5,17 +5,18 @@
 # %% ../nbs/00_core.ipynb #c6463148
 from __future__ import annotations
 import importlib, importlib.util, math, pkgutil, re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Callable, Optional, Union
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['SITE_KINDS', 'ENTRY_POINT_GROUP', 'Positions', 'host_fact', 'note_fact', 'whole_base', 'known_range', 'positions_max',
            'HostReads', 'Site', 'PosEnc', 'register_posenc', 'provider_modules', 'list_posencs', 'make_posenc',
-           'attention_mask', 'Attention']
+           'encoding_streams', 'attention_mask', 'Attention']
 
 # %% ../nbs/00_core.ipynb #28c4ebe3
 def _check_int(t: Tensor, what: str):
@@ -26,53 +27,77 @@ def _check_int(t: Tensor, what: str):
 # %% ../nbs/00_core.ipynb #f49fd8d9
 @dataclass
 class Positions:
-    "Integer positions of a batch: `pos` (B,L), `mask` (B,L) True on real tokens, optional second stream `xl` (B,L)."
+    "Integer positions of a batch: `pos` (B,L), `mask` (B,L) True on real tokens, and named extra integer `streams`, each (B,L)."
     pos: Tensor                     # (B,L) integer positions
     mask: Optional[Tensor] = None   # (B,L) bool, True on real tokens; None: no padding
-    xl: Optional[Tensor] = None     # (B,L) integer second stream (cross-lingual order); None: absent
+    streams: dict = field(default_factory=dict)   # name -> (B,L) integer stream: another order of the same tokens
 
     def __post_init__(self):
         _check_int(self.pos, 'positions')
         if self.pos.dim() != 2: raise ValueError(f"positions must have shape (batch, length), got {tuple(self.pos.shape)}")
-        for name in ('mask', 'xl'):
-            t = getattr(self, name)
+        self.streams = {k: v for k, v in (self.streams or {}).items() if v is not None}
+        for name, t in [('mask', self.mask)] + [(f'streams[{k!r}]', v) for k, v in self.streams.items()]:
             if t is not None and t.shape != self.pos.shape:
                 raise ValueError(f"Positions.{name} has shape {tuple(t.shape)} but pos has {tuple(self.pos.shape)}; they must match")
-        if self.xl is not None: _check_int(self.xl, 'cross-lingual positions (xl)')
+        for k, v in self.streams.items(): _check_int(v, f'position stream {k!r}')
         if self.mask is not None and self.mask.dtype != torch.bool: self.mask = self.mask.bool()
 
-    @classmethod
-    def from_mask(cls, mask: Tensor, offset: Union[int, Tensor] = 0, xl: Optional[Tensor] = None) -> 'Positions':
-        "Positions counted over real tokens only (left or right padding), plus `offset` (int or per-row (B,))."
-        mask = mask.bool()
-        pos = (mask.long().cumsum(-1) - 1).clamp_min(0)
-        if isinstance(offset, Tensor): offset = offset.view(-1, 1)
-        pos = (pos + offset).masked_fill(~mask, 0)
-        return cls(pos, mask, xl)
 
-    @classmethod
-    def arange(cls, batch: int, length: int, offset: Union[int, Tensor] = 0, device=None) -> 'Positions':
-        "Unpadded positions `offset, offset+1, ...` for every row (`mask` is None: no padding)."
-        pos = torch.arange(length, device=device)[None].expand(batch, length)
-        if isinstance(offset, Tensor): offset = offset.view(-1, 1).to(pos.device)
-        return cls(pos + offset)
+# %% ../nbs/00_core.ipynb #e61e4838
+@patch(cls_method=True)
+def from_mask(cls: Positions, mask: Tensor, # (B,L), True (or 1) on real tokens
+              offset: Union[int, Tensor] = 0, # added to every position: an int, or one per row (B,)
+              streams: Optional[dict] = None # extra streams, name -> (B,L) integer tensor, kept as given
+             ) -> Positions:
+    "Positions counted over real tokens only (left or right padding), plus `offset` (int or per-row (B,))."
+    mask = mask.bool()
+    pos = (mask.long().cumsum(-1) - 1).clamp_min(0)
+    if isinstance(offset, Tensor): offset = offset.view(-1, 1)
+    pos = (pos + offset).masked_fill(~mask, 0)
+    return cls(pos, mask, streams or {})
 
-    @property
-    def shape(self): return self.pos.shape
+# %% ../nbs/00_core.ipynb #2b99ccbb
+@patch(cls_method=True)
+def arange(cls: Positions, batch: int, # rows B
+           length: int, # columns L
+           offset: Union[int, Tensor] = 0, # first position: an int, or one per row (B,)
+           device=None) -> Positions:
+    "Unpadded positions `offset, offset+1, ...` for every row (`mask` is None: no padding)."
+    pos = torch.arange(length, device=device)[None].expand(batch, length)
+    if isinstance(offset, Tensor): offset = offset.view(-1, 1).to(pos.device)
+    return cls(pos + offset)
 
-    def slice(self, start: int, end: Optional[int] = None) -> 'Positions':
-        "The columns `start:end` of every stream."
-        f = lambda t: None if t is None else t[:, start:end]
-        return Positions(f(self.pos), f(self.mask), f(self.xl))
+# %% ../nbs/00_core.ipynb #81054530
+@patch
+def map(self: Positions, f: Callable # applied to `pos`, `mask` and every stream (never to None)
+       ) -> Positions:
+    "New `Positions` with `f` applied to every tensor: the one place that lists what a `Positions` holds."
+    g = lambda t: None if t is None else f(t)
+    return Positions(g(self.pos), g(self.mask), {k: g(v) for k, v in self.streams.items()})
 
-    def to(self, device) -> 'Positions':
-        f = lambda t: None if t is None else t.to(device)
-        return Positions(f(self.pos), f(self.mask), f(self.xl))
+# %% ../nbs/00_core.ipynb #ae038220
+@patch
+def slice(self: Positions, start: int, end: Optional[int] = None) -> Positions:
+    "The columns `start:end` of every stream."
+    return self.map(lambda t: t[:, start:end])
 
-    def max(self) -> int:
-        "Largest position in any stream (0 for an empty batch)."
-        vals = [t.max().item() for t in (self.pos, self.xl) if t is not None and t.numel()]
-        return int(max(vals)) if vals else 0
+@patch
+def index_select(self: Positions, rows: Tensor) -> Positions:
+    "The rows `rows` (1-D integer tensor) of every stream, in that order (repeats allowed)."
+    return self.map(lambda t: t.index_select(0, rows.to(t.device)))
+
+@patch
+def to(self: Positions, device) -> Positions: return self.map(lambda t: t.to(device))
+
+# %% ../nbs/00_core.ipynb #ed4a8f40
+@patch(as_prop=True)
+def shape(self: Positions): return self.pos.shape
+
+@patch
+def max(self: Positions) -> int:
+    "Largest position in any stream (0 for an empty batch)."
+    vals = [t.max().item() for t in (self.pos, *self.streams.values()) if t.numel()]
+    return int(max(vals)) if vals else 0
 
 # %% ../nbs/00_core.ipynb #ee8a7adf
 import traceback, torch.utils.weak
@@ -121,7 +146,7 @@ def known_range(t: Tensor # integer tensor
 
 def positions_max(p: Positions) -> int:
     "Largest position in any stream of `p` (0 when empty), each stream read at most once: `Positions.max` without repeated syncs."
-    streams = [t for t in (p.pos, getattr(p, 'xl', None)) if t is not None and t.numel()]
+    streams = [t for t in (p.pos, *(p.streams or {}).values()) if t is not None and t.numel()]
     return max((known_range(t)[1] for t in streams), default=0)
 
 # %% ../nbs/00_core.ipynb #d6cdb6d4
@@ -168,6 +193,7 @@ class PosEnc(nn.Module):
     sites: tuple = ('enc', 'dec')   # attention sites where hooks 2-5 act (self-attention); `Attention` skips them elsewhere
     bounded: bool = False           # True: `max_len` is a hard limit on positions (`check_positions` raises past it)
     derived_buffers: tuple = ()     # buffers that cache a function of the parameters: reset, never averaged, by checkpoint averaging
+    reads_streams: tuple = ()       # names of the extra `Positions.streams` it reads (it must also work without them)
     def __init__(self, d_model:int, # model width D
                  n_heads:int, # attention heads H
                  n_layers:int=1, # attention layers that call the encoding (for per-layer parameters)
@@ -273,6 +299,14 @@ def make_posenc(name: str, # a name from `list_posencs()`
     except TypeError as e:
         if 'unexpected keyword' in str(e): raise ValueError(f"position encoding {name!r}: {e}") from None
         raise
+
+# %% ../nbs/00_core.ipynb #bcaf605f
+def encoding_streams(name: str # a name from `list_posencs()`
+                    ) -> tuple:
+    "The extra position streams (`PosEnc.reads_streams`) that encoding `name` reads: callers that cannot supply them skip it."
+    _discover()
+    if name not in _REGISTRY: raise ValueError(f"unknown position encoding {name!r}; choose one of: {', '.join(sorted(_REGISTRY))}")
+    return tuple(getattr(_REGISTRY[name], 'reads_streams', None) or make_posenc(name, 8, 2).reads_streams)
 
 # %% ../nbs/00_core.ipynb #da194cbe
 def attention_mask(q_len: int, k_mask: Optional[Tensor], causal: bool, self_attn: bool, device=None,

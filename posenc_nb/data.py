@@ -7,7 +7,8 @@ from __future__ import annotations
 import bisect, gzip, hashlib, importlib, importlib.util, json, os, pkgutil, random, re, sys, tempfile, warnings, zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from importlib import metadata
+from typing import Callable, Optional, Sequence
 import numpy as np, torch
 from torch import Tensor
 from .core import Positions, provider_modules
@@ -15,10 +16,12 @@ from .utils import atomic_write
 # `datasets` (slow to import) and `tokenizers` are imported inside the functions that need them.
 
 # %% auto #0
-__all__ = ['DATASETS', 'GLUE_TASKS', 'SPECIALS', 'PAD', 'BOS', 'EOS', 'UNK', 'DataUnavailable', 'data_dir', 'cache_dir',
-           'Holdout', 'DataSpec', 'ParallelSpec', 'LabelledSpec', 'register_dataset', 'list_datasets', 'get_dataset',
-           'parallel_dataset', 'load_parallel', 'load_labelled', 'load_glue', 'Tokenizer', 'word_tokenizer',
-           'train_bpe', 'get_tokenizer', 'encode_pairs', 'pad_batch', 'Batch', 'collate', 'pair_lengths',
+__all__ = ['DATASETS', 'GLUE_TASKS', 'SPECIALS', 'PAD', 'BOS', 'EOS', 'UNK', 'STREAM_PROVIDERS', 'STREAM_ENTRY_POINT_GROUP',
+           'DataUnavailable', 'data_dir', 'cache_dir', 'Holdout', 'DataSpec', 'ParallelSpec', 'LabelledSpec',
+           'register_dataset', 'list_datasets', 'get_dataset', 'parallel_dataset', 'load_parallel', 'load_labelled',
+           'load_glue', 'Tokenizer', 'word_tokenizer', 'train_bpe', 'get_tokenizer', 'encode_pairs', 'pad_batch',
+           'Batch', 'collate', 'StreamProvider', 'register_stream_provider', 'list_stream_providers',
+           'make_stream_provider', 'stream_provider_state', 'stream_provider_from_state', 'pair_lengths',
            'TokenBatchSampler', 'padding_efficiency']
 
 # %% ../nbs/03_data.ipynb #7265d304
@@ -454,34 +457,111 @@ class Batch:
     def __len__(self): return self.src.shape[0]
 
 # %% ../nbs/03_data.ipynb #616d4160
-def _xl_streams(xl, pairs):
-    "Split per-example xl specs into (src streams, tgt streams or None), checking lengths."
-    src_xl, tgt_xl = [], []
-    for b, (spec, (s, t)) in enumerate(zip(xl, pairs)):
+def _split_stream(name: str, specs, pairs) -> tuple:
+    "Per-example entries of stream `name` (source values, a (source, target) pair, or None) as (source lists, target lists)."
+    if len(specs) != len(pairs): raise ValueError(f"stream {name!r} has {len(specs)} entries for {len(pairs)} examples; give one per example")
+    src, tgt = [], []
+    for b, (spec, (s, t)) in enumerate(zip(specs, pairs)):
         is_pair = isinstance(spec, tuple) and len(spec) == 2 and all(v is None or hasattr(v, '__len__') for v in spec)
         sx, tx = spec if is_pair else (spec, None)
-        if sx is not None and len(sx) != len(s): raise ValueError(f"xl of example {b} has {len(sx)} source entries for {len(s)} tokens; give one per token")
-        if tx is not None and len(tx) != len(t): raise ValueError(f"xl of example {b} has {len(tx)} target entries for {len(t)} tokens; give one per token")
-        src_xl.append(None if sx is None else [int(v) for v in sx]); tgt_xl.append(None if tx is None else [int(v) for v in tx])
-    return src_xl, tgt_xl
+        for side, v, ids in (('source', sx, s), ('target', tx, t)):
+            if v is not None and len(v) != len(ids): raise ValueError(f"stream {name!r} of example {b} has {len(v)} {side} entries for {len(ids)} tokens; give one per token")
+        src.append(None if sx is None else [int(v) for v in sx]); tgt.append(None if tx is None else [int(v) for v in tx])
+    return src, tgt
+
+# %% ../nbs/03_data.ipynb #122a6d03
+def _pad_streams(streams: Optional[dict], pairs, side: str) -> tuple:
+    "(source, target) streams as name -> (B,L) tensors: source EOS one past the largest value, target BOS 0, missing rows 0, 1, ..."
+    if streams is not None and not isinstance(streams, dict): raise TypeError(f"streams must be a dict name -> one entry per example, got {type(streams).__name__}")
+    out_s, out_t = {}, {}
+    for name, specs in (streams or {}).items():
+        s_v, t_v = _split_stream(name, specs, pairs)
+        if any(v is not None for v in s_v):
+            out_s[name] = pad_batch([(list(range(len(s) + 1)) if v is None else v + [max(v, default=-1) + 1]) for v, (s, _) in zip(s_v, pairs)], 0, side)[0]
+        if any(v is not None for v in t_v):
+            out_t[name] = pad_batch([[0] + (list(range(1, len(t) + 1)) if v is None else v) for v, (_, t) in zip(t_v, pairs)], 0, side)[0]
+    return out_s, out_t
 
 # %% ../nbs/03_data.ipynb #d0bb2141
-def collate(pairs, pad_id: int = PAD, bos_id: int = BOS, eos_id: int = EOS, xl=None, pad_side: str = 'right') -> Batch:
-    "Pad (src_ids, tgt_ids) pairs into a Batch; `xl` (one per example: src stream, or (src, tgt) streams) fills Positions.xl."
+def collate(pairs, # (src_ids, tgt_ids) per example
+            pad_id: int = PAD, bos_id: int = BOS, eos_id: int = EOS,
+            streams: Optional[dict] = None, # name -> one entry per example: source values, (source, target) values, or None
+            pad_side: str = 'right' # 'right' or 'left'
+           ) -> Batch:
+    "Pad (src_ids, tgt_ids) pairs into a Batch; each of `streams` becomes a `Positions.streams` entry of the source (and target)."
     pairs = list(pairs)
     if not pairs: raise ValueError("collate got no examples; pass at least one (src_ids, tgt_ids) pair")
-    if xl is not None and len(xl) != len(pairs): raise ValueError(f"xl has {len(xl)} entries for {len(pairs)} examples; give one per example")
     srcs = [list(s) + [eos_id] for s, _ in pairs]
     tin = [[bos_id] + list(t) for _, t in pairs]; tout = [list(t) + [eos_id] for _, t in pairs]
     src, sm = pad_batch(srcs, pad_id, pad_side); tgt_in, tm = pad_batch(tin, pad_id, pad_side); tgt_out, _ = pad_batch(tout, pad_id, pad_side)
-    sxl = txl = None
-    if xl is not None:
-        s_xl, t_xl = _xl_streams(xl, pairs)
-        if any(v is not None for v in s_xl):   # EOS continues the stream: one past its largest value
-            sxl, _ = pad_batch([(list(range(len(s) + 1)) if v is None else v + [max(v, default=-1) + 1]) for v, (s, _) in zip(s_xl, pairs)], 0, pad_side)  # no stream given: absolute positions
-        if any(v is not None for v in t_xl):   # BOS sits at 0
-            txl, _ = pad_batch([[0] + (list(range(1, len(t) + 1)) if v is None else v) for v, (_, t) in zip(t_xl, pairs)], 0, pad_side)
-    return Batch(src, Positions.from_mask(sm, xl=sxl), tgt_in, tgt_out, Positions.from_mask(tm, xl=txl))
+    s_streams, t_streams = _pad_streams(streams, pairs, pad_side)
+    return Batch(src, Positions.from_mask(sm, streams=s_streams), tgt_in, tgt_out, Positions.from_mask(tm, streams=t_streams))
+
+# %% ../nbs/03_data.ipynb #9776223d
+class StreamProvider:
+    "Base of a provider of extra position streams: fitted on training text, it gives any source sentence its streams."
+    names: tuple = ()                # the `Positions.streams` names it fills
+    def __init__(self, variant: Optional[str] = None, # the part after ':' in 'name:variant'
+                 seed: int = 0): # the run's seed (for randomized variants)
+        self.variant, self.seed = variant, seed
+    @property
+    def fit_on_eval(self) -> bool: return False   # True: `fit` also sees the evaluation pairs (an oracle: a ceiling)
+    def fit(self, src: Sequence, tgt: Sequence, **options) -> 'StreamProvider': return self   # options: TrainConfig.stream_options
+    def streams(self, src: Sequence, tokenizer) -> dict: raise NotImplementedError   # name -> one list per sentence, one int per token
+    def state_dict(self) -> dict: return {}      # JSON-able fitted state
+    def load_state_dict(self, state: dict) -> None: pass
+
+# %% ../nbs/03_data.ipynb #068bf2af
+STREAM_PROVIDERS: dict = {}      # name -> StreamProvider subclass
+STREAM_ENTRY_POINT_GROUP = 'posenc_nb.stream_providers'   # third-party packages add providers here
+
+def register_stream_provider(name: str # the name a run gives in `TrainConfig.streams` ('name' or 'name:variant')
+                            ):
+    "Class decorator: make a `StreamProvider` subclass usable as `make_stream_provider(name)`."
+    def deco(cls):
+        if not (isinstance(cls, type) and issubclass(cls, StreamProvider)): raise TypeError(f"register_stream_provider({name!r}) decorates a StreamProvider subclass, got {cls!r}")
+        STREAM_PROVIDERS[name] = cls; cls.registry_name = name
+        return cls
+    return deco
+
+# %% ../nbs/03_data.ipynb #160e0066
+_STREAMS_DISCOVERED = []
+
+def _discover_stream_providers():
+    "Import, once, the package modules that register stream providers (source scan), then the entry points' modules."
+    if _STREAMS_DISCOVERED: return
+    _STREAMS_DISCOVERED.append(True)
+    for name in provider_modules(_PACKAGE, marker=r'^@register_stream_provider\('):
+        if name not in sys.modules: importlib.import_module(name)
+    for ep in metadata.entry_points(group=STREAM_ENTRY_POINT_GROUP): ep.load()
+
+def list_stream_providers() -> list:
+    "Names of every registered stream provider."
+    _discover_stream_providers()
+    return sorted(STREAM_PROVIDERS)
+
+# %% ../nbs/03_data.ipynb #8c69b8b0
+def make_stream_provider(spec: str, # 'name' or 'name:variant', e.g. a provider's mode
+                         seed: int = 0 # the run's seed
+                        ) -> StreamProvider:
+    "A fresh provider for `spec`; unknown names fail with the list of known ones."
+    name, _, variant = str(spec).partition(':')
+    if name not in STREAM_PROVIDERS: _discover_stream_providers()
+    if name not in STREAM_PROVIDERS:
+        raise ValueError(f"unknown stream provider {name!r} (from {spec!r}); choose one of: {', '.join(list_stream_providers()) or 'none registered'}")
+    return STREAM_PROVIDERS[name](variant or None, seed=seed)
+
+# %% ../nbs/03_data.ipynb #beae0205
+def stream_provider_state(prov: StreamProvider) -> dict:
+    "Everything needed to rebuild `prov`, as JSON-able data: its registered name, variant, seed and fitted state."
+    return dict(provider=prov.registry_name, variant=prov.variant, seed=prov.seed, state=prov.state_dict())
+
+def stream_provider_from_state(d: dict # written by `stream_provider_state`
+                              ) -> StreamProvider:
+    "The provider `d` describes, fitted state restored."
+    spec = d['provider'] + (f":{d['variant']}" if d.get('variant') else '')
+    prov = make_stream_provider(spec, seed=d.get('seed', 0)); prov.load_state_dict(d.get('state') or {})
+    return prov
 
 # %% ../nbs/03_data.ipynb #f7810ea2
 def pair_lengths(pairs) -> list:

@@ -30,9 +30,7 @@ def _model_device(model):
     try: return next(model.parameters()).device
     except (StopIteration, AttributeError): return torch.device('cpu')
 
-def _select_pos(p: Positions, rows: Tensor) -> Positions:
-    f = lambda t: None if t is None else t.index_select(0, rows)
-    return Positions(f(p.pos), f(p.mask), f(p.xl))
+def _select_pos(p: Positions, rows: Tensor) -> Positions: return p.index_select(rows)
 
 def _src_lengths(src: Tensor, src_p: Positions) -> Tensor:
     if src_p.mask is not None: return src_p.mask.sum(-1)
@@ -251,11 +249,12 @@ def _check_finite(model):
 
 # %% ../nbs/04_decode.ipynb #a31fd217
 def translate(model, tokenizer, sentences: Sequence[str], beam: int = 4, batch_tokens: int = 4096, len_penalty: float = 0.6,
-              max_len: Optional[int] = None, progress: bool = False, xl: Optional[Sequence] = None) -> list:
+              max_len: Optional[int] = None, progress: bool = False, streams: Optional[dict] = None) -> list:
     """Translate raw `sentences` (list of str) with beam search (greedy when `beam=1`); returns detokenized strings in input order.
-    `xl`: one second position stream per sentence (one integer per source token, e.g. cross-lingual positions), or None."""
+    `streams`: extra position streams, name -> one list per sentence (one integer per source token), e.g. a `StreamProvider`'s output."""
     if isinstance(sentences, str): raise TypeError("sentences must be a list of strings; wrap a single sentence as [s]")
-    if xl is not None and len(xl) != len(sentences): raise ValueError(f"xl has {len(xl)} streams for {len(sentences)} sentences; give one per sentence")
+    for name, v in (streams or {}).items():
+        if len(v) != len(sentences): raise ValueError(f"stream {name!r} has {len(v)} entries for {len(sentences)} sentences; give one per sentence")
     src_tok, tgt_tok = tokenizer if isinstance(tokenizer, (tuple, list)) else (tokenizer, tokenizer)
     pad, bos, eos = (getattr(tgt_tok, a, d) for a, d in (('pad_id', 0), ('bos_id', 1), ('eos_id', 2)))
     dev = _model_device(model)
@@ -276,7 +275,7 @@ def translate(model, tokenizer, sentences: Sequence[str], beam: int = 4, batch_t
         from tqdm.auto import tqdm
         it = tqdm(batches, desc='translate', leave=False)
     for b in it:
-        batch = collate([(ids[i], []) for i in b], pad_id=getattr(src_tok, 'pad_id', 0), xl=None if xl is None else [xl[i] for i in b]).to(dev)
+        batch = collate([(ids[i], []) for i in b], pad_id=getattr(src_tok, 'pad_id', 0), streams={k: [v[i] for i in b] for k, v in (streams or {}).items()}).to(dev)
         dec_lim, cap = _length_limit(getattr(model, 'dec_pe', None)), max_len      # decoder positions stay within its limit
         if dec_lim is not None and (cap if cap is not None else max(len(ids[i]) for i in b) + 51) >= dec_lim: cap = dec_lim - 1
         if beam == 1: hyps = greedy_decode(model, batch.src, batch.src_p, max_len=cap, bos=bos, eos=eos, pad=pad)

@@ -7,11 +7,66 @@ from __future__ import annotations
 import json, math
 from pathlib import Path
 from typing import Optional, Sequence
-from .experiments import EXPERIMENTS, load_results, significance
+from .experiments import EXPERIMENTS, Experiment, register_experiment, load_results, significance
 from .utils import mean_sd, fmt_mean_sd
 
 # %% auto #0
-__all__ = ['xl_summary', 'format_xl_summary', 'seed_significance', 'format_seed_significance', 'plot_xl']
+__all__ = ['XL_ORDERS', 'XL_VARIANTS', 'XL_GOLD_VARIANTS', 'xl_variants', 'reordering_record', 'xl_summary', 'format_xl_summary',
+           'seed_significance', 'format_seed_significance', 'plot_xl']
+
+# %% ../nbs/25_xl_translation.ipynb #cef07488
+XL_ORDERS = ('predicted', 'oracle-gold', 'oracle-aligner', 'random', 'monotone', 'oracle')   # notebook 14's order sources ('oracle': the aligner oracle's earlier name)
+XL_VARIANTS = ('sinusoidal', 'xl-input@predicted', 'xl-input@oracle', 'xl-input@random', 'xl-input@monotone',
+               'xl-head@predicted', 'xl-rope@predicted', 'rope')
+
+def xl_variants(encodings=('xl-input', 'xl-head', 'xl-rope'), orders=XL_ORDERS) -> dict:
+    "Run label 'ENCODING@ORDER' -> TrainConfig overrides: ENCODING in the encoder, the XL stream from ORDER."
+    return {f'{e}@{o}': dict(enc_pe=e, streams=f'xl:{o}') for e in encodings for o in orders}
+
+# %% ../nbs/25_xl_translation.ipynb #c9687f86
+register_experiment(Experiment('xl-synthetic', 'synthetic-tiny', steps=600, encodings=XL_VARIANTS, variants=xl_variants(), seeds=(0, 1, 2), overrides=dict(dec_pe='sinusoidal'),
+    description='synthetic BTG corpus (SVO -> SOV-like): sinusoidal against XL positions from predicted, oracle, random and '
+                'source (monotone) orders, 600 updates per run, decoder sinusoidal',
+    command='python -m posenc_nb.experiments run xl-synthetic --threads 1'))
+
+# %% ../nbs/25_xl_translation.ipynb #d33f5512
+register_experiment(Experiment('xl-enja', 'enja-base', steps=600, encodings=XL_VARIANTS, variants=xl_variants(), seeds=(0, 1, 2),
+    overrides=dict(dec_pe='sinusoidal', d_model=128, n_enc=2, n_dec=2, d_ff=512, max_tokens=1500, lr=2e-3, warmup=200,
+                   log_every=20, eval_every=200, ckpt_every=200, keep_ckpts=1, n_avg=1, eval_bleu_sents=0, beam=4),
+    description='PILOT: Japanese->English small_parallel_enja (50k pairs, dev 500 as test), 2+2 layers d=128, 600 updates of '
+                '1500-token batches per run (about 5 min of one CPU thread), beam 4; sinusoidal against XL positions (not converged)',
+    command='python -m posenc_nb.experiments run xl-enja --threads 1'))
+
+# %% ../nbs/25_xl_translation.ipynb #08153bdc
+XL_GOLD_VARIANTS = ('sinusoidal', 'rope', 'xl-input@oracle-gold', 'xl-input@oracle-aligner', 'xl-input@predicted', 'xl-input@monotone',
+                    'xl-input@random', 'xl-head@predicted', 'xl-head@monotone', 'xl-head@random',
+                    'xl-rope@predicted', 'xl-rope@monotone', 'xl-rope@random')
+
+# %% ../nbs/25_xl_translation.ipynb #bc5bcd4e
+register_experiment(Experiment('xl-synthetic-gold', 'synthetic-tiny', steps=600, encodings=XL_GOLD_VARIANTS, variants=xl_variants(),
+    seeds=(0, 1, 2), overrides=dict(dec_pe='sinusoidal'),
+    description="synthetic BTG corpus: XL positions from the generator's gold orders, the aligner's (p0=0.2, intersection), the "
+                'reorderer trained on them, and monotone/random controls for every XL encoding; 600 updates per run, decoder sinusoidal',
+    command='python -m posenc_nb.experiments run xl-synthetic-gold --threads 1'))
+
+# %% ../nbs/25_xl_translation.ipynb #a53246a0
+def reordering_record(experiment: str = 'xl-synthetic-gold', # an experiment with an 'xl-input@predicted' variant on data='synthetic'
+                      root='results', # where its records are
+                      command: Optional[str] = None) -> dict:
+    "Kendall's tau against the gold orders of the aligner's orders (training split) and the reorderer's (test sentences), as the runs saw them."
+    from posenc_nb.train import _load_data, _fit_stream_provider
+    from posenc_nb.btg import reordering_scores
+    from posenc_nb.xlpe import synthetic_gold_order
+    from posenc_nb.utils import provenance, atomic_write
+    cfg = EXPERIMENTS[experiment].train_config('xl-input@predicted', 0)
+    tr_src, tr_tgt = _load_data(cfg, 'train'); te_src = _load_data(cfg, cfg.test_split)[0][:cfg.test_max_sents]
+    prov = _fit_stream_provider(cfg, tr_src, tr_tgt)
+    al = reordering_scores([prov.gold[tuple(s.split())] for s in tr_src], [synthetic_gold_order(s) for s in tr_src])
+    pr = reordering_scores([prov.order(s) for s in te_src], [synthetic_gold_order(s) for s in te_src])
+    rec = dict(experiment=experiment, streams=cfg.streams, stream_options=cfg.stream_options, aligner_train=al, reorderer_test=pr,
+               n_train=len(tr_src), n_test=len(te_src), **provenance(0, command=command))
+    atomic_write(Path(root) / experiment / 'reordering.json', json.dumps(rec, indent=1) + '\n')
+    return rec
 
 # %% ../nbs/25_xl_translation.ipynb #ab9b22a7
 def xl_summary(rows: list, reference: str = 'sinusoidal', keys=('bleu', 'chrf', 'valid_loss')) -> list:

@@ -4,14 +4,14 @@
 
 # %% ../nbs/20_experiments.ipynb #9d55cc84
 from __future__ import annotations
-import copy, json, math, os, shutil, sys, time
+import copy, importlib, json, math, os, shutil, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 import torch
 from fastcore.basics import patch
 from fastcore.script import Param
-from .core import list_posencs
+from .core import list_posencs, provider_modules
 from .data import load_parallel, cache_dir
 from .decode import translate, bleu, chrf
 from .train import TrainConfig, CONFIGS, config_from_name
@@ -20,16 +20,13 @@ from .cli import (CLIError, command, command_line, check_device, use_threads, pa
                            summarize, format_table, main as cli_main)
 
 # %% auto #0
-__all__ = ['ENCODINGS', 'XL_VARIANTS', 'LENGTH_BINS', 'EVAL_FNS', 'EXPERIMENTS', 'EXP_COMMANDS', 'Experiment', 'length_bins',
-           'eval_length_bins', 'run_record', 'run_one', 'run_experiment', 'load_results', 'paired_bootstrap',
-           'test_references', 'significance', 'format_significance', 'exp_list', 'exp_run', 'exp_summarize',
-           'exp_compare', 'main']
+__all__ = ['ENCODINGS', 'LENGTH_BINS', 'EVAL_FNS', 'EXPERIMENTS', 'EXP_COMMANDS', 'Experiment', 'length_bins', 'eval_length_bins',
+           'register_experiment', 'list_experiments', 'run_record', 'run_one', 'run_experiment', 'load_results',
+           'paired_bootstrap', 'test_references', 'significance', 'format_significance', 'exp_list', 'exp_run',
+           'exp_summarize', 'exp_compare', 'main']
 
 # %% ../nbs/20_experiments.ipynb #06ee6ad2
 ENCODINGS = ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'rope', 'floater', 'floater-input')
-# cross-lingual variants: ENCODING@ORDER trains ENCODING with TrainConfig.xl = ORDER (notebook 14)
-XL_VARIANTS = ('sinusoidal', 'xl-input@predicted', 'xl-input@oracle', 'xl-input@random', 'xl-input@monotone',
-               'xl-head@predicted', 'xl-rope@predicted', 'rope')
 
 # %% ../nbs/20_experiments.ipynb #dad37700
 @dataclass
@@ -38,7 +35,8 @@ class Experiment:
     name: str
     config: str                                  # key of `posenc_nb.train.CONFIGS`
     overrides: dict = field(default_factory=dict)
-    encodings: tuple = ENCODINGS
+    encodings: tuple = ENCODINGS                 # run labels: registered encodings, or keys of `variants`
+    variants: dict = field(default_factory=dict)  # run label -> TrainConfig overrides, e.g. dict(enc_pe=..., streams='provider:variant')
     seeds: tuple = (0,)
     extra_seeds: dict = field(default_factory=dict)  # encoding -> more seeds for it, run after every encoding's `seeds`
     minutes: Optional[float] = None              # wall-clock training budget per run (None: use steps)
@@ -54,8 +52,7 @@ def train_config(self: Experiment, encoding: str, seed: int, minutes=None, steps
     "The `TrainConfig` of one run; `minutes`/`steps` (either replaces the experiment's budget) and `extra` fields override."
     if minutes is None and steps is None: minutes, steps = self.minutes, self.steps   # a given budget replaces the experiment's
     ov = dict(copy.deepcopy(self.overrides)); ov.update(extra)
-    enc, _, xl = encoding.partition('@')             # 'xl-input@predicted': the encoder's encoding @ its XL order source
-    ov.update(enc_pe=enc, seed=seed, xl=xl or None); ov.setdefault('dec_pe', None)
+    ov.update(enc_pe=encoding, seed=seed); ov.update(copy.deepcopy(self.variants.get(encoding, {}))); ov.setdefault('dec_pe', None)
     if minutes is not None: ov.update(max_minutes=float(minutes), max_steps=steps)   # steps=None: time only
     elif steps is not None: ov.update(max_steps=int(steps), max_minutes=None)
     cfg = config_from_name(self.config, **ov)
@@ -140,22 +137,28 @@ _register(
         overrides=dict(max_train_len=12, test_split='test_long', test_max_sents=400),
         description='synthetic BTG corpus: train on <=12 tokens, BLEU by source length up to 40 words, 600 updates per run',
         command='python -m posenc_nb.experiments run extrapolation --threads 1'),
-    Experiment('xl-synthetic', 'synthetic-tiny', steps=600, encodings=XL_VARIANTS, seeds=(0, 1, 2), overrides=dict(dec_pe='sinusoidal'),
-        description='synthetic BTG corpus (SVO -> SOV-like): sinusoidal against XL positions from predicted, oracle, random and '
-                    'source (monotone) orders, 600 updates per run, decoder sinusoidal',
-        command='python -m posenc_nb.experiments run xl-synthetic --threads 1'))
-
-# %% ../nbs/20_experiments.ipynb #1afd3724
-_register(
-    Experiment('xl-enja', 'enja-base', steps=600, encodings=XL_VARIANTS, seeds=(0, 1, 2),
-        overrides=dict(dec_pe='sinusoidal', d_model=128, n_enc=2, n_dec=2, d_ff=512, max_tokens=1500, lr=2e-3, warmup=200,
-                       log_every=20, eval_every=200, ckpt_every=200, keep_ckpts=1, n_avg=1, eval_bleu_sents=0, beam=4),
-        description='PILOT: Japanese->English small_parallel_enja (50k pairs, dev 500 as test), 2+2 layers d=128, 600 updates of '
-                    '1500-token batches per run (about 5 min of one CPU thread), beam 4; sinusoidal against XL positions (not converged)',
-        command='python -m posenc_nb.experiments run xl-enja --threads 1'),
     Experiment('wmt14-base', 'wmt14-base', seeds=(0,), ci=False,
         description='WMT14 en-de Transformer-base, 100k updates, 8 GPUs, average of the last 5 checkpoints',
         command='torchrun --nproc_per_node=8 -m posenc_nb.experiments run wmt14-base --full --device cuda'))
+
+# %% ../nbs/20_experiments.ipynb #22a85727
+_EXPERIMENTS_DISCOVERED = []
+
+def register_experiment(exp: Experiment # the declaration; its name must be new (or the same declaration again)
+                       ) -> Experiment:
+    "Add `exp` to `EXPERIMENTS` (a later notebook's module calls this at import)."
+    if exp.name in EXPERIMENTS and EXPERIMENTS[exp.name] != exp: raise ValueError(f"a different experiment {exp.name!r} is already registered; pick another name")
+    EXPERIMENTS[exp.name] = exp
+    return exp
+
+def list_experiments() -> list:
+    "Every experiment, those registered by other modules of the package included (imported once, found by a source scan)."
+    if not _EXPERIMENTS_DISCOVERED:
+        _EXPERIMENTS_DISCOVERED.append(True)
+        for m in provider_modules('posenc_nb', marker=r'^register_experiment\('): importlib.import_module(m)
+        canon = importlib.import_module('posenc_nb.experiments')    # under `python -m`, this module runs as __main__
+        for k, v in canon.EXPERIMENTS.items(): EXPERIMENTS.setdefault(k, v)
+    return list(EXPERIMENTS.values())
 
 # %% ../nbs/20_experiments.ipynb #7dacec5a
 def run_record(seed: int, # the run's seed
@@ -178,13 +181,14 @@ def run_one(exp: Experiment, encoding: str, seed: int, out, work=None, minutes=N
 
 # %% ../nbs/20_experiments.ipynb #72c1f951
 def _get_experiment(name) -> Experiment:
-    if isinstance(name, Experiment): return name
+    if not isinstance(name, str): return name                    # an Experiment (possibly the canonical module's, under python -m)
+    if name not in EXPERIMENTS: list_experiments()                # experiments registered by other modules
     if name not in EXPERIMENTS: raise ValueError(f"unknown experiment {name!r}; choose one of: {', '.join(EXPERIMENTS)}")
     return EXPERIMENTS[name]
 
 def _checked_plan(exp: Experiment, encodings, seeds) -> list:
     plan = exp.runs(encodings, seeds)
-    bad = sorted({e for e, _ in plan if e.partition('@')[0] not in list_posencs()})
+    bad = sorted({e for e, _ in plan if exp.variants.get(e, {}).get('enc_pe', e) not in list_posencs()})
     if bad: raise ValueError(f"unknown encoding(s) {bad}; choose from {', '.join(list_posencs())}")
     return plan
 
@@ -307,7 +311,7 @@ def exp_list() -> int:
 
     Examples:
       python -m posenc_nb.experiments list"""
-    for e in EXPERIMENTS.values(): print(f"{e.name:15s} {'' if e.ci else '[full scale, never in CI] '}{e.description}\n{'':15s} $ {e.command}")
+    for e in list_experiments(): print(f"{e.name:15s} {'' if e.ci else '[full scale, never in CI] '}{e.description}\n{'':15s} $ {e.command}")
     return 0
 
 # %% ../nbs/20_experiments.ipynb #0588f912

@@ -138,7 +138,7 @@ def _embedding(n: int, d: int, pad_id: int) -> nn.Embedding:
 def _dense(p: Optional[Positions]) -> Optional[Positions]:
     "Drop an all-True padding mask so attention can take its fast paths (the mask read once per tensor: a decoding loop reads it once)."
     if p is not None and p.mask is not None and p.mask.numel() and host_fact(p.mask, 'all', lambda m: bool(m.all())):
-        return Positions(p.pos, None, p.xl)
+        return Positions(p.pos, None, p.streams)
     return p
 
 # %% ../nbs/02_model.ipynb #1d09e78c

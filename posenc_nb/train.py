@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_train.ipynb #b649f301
 from __future__ import annotations
-import contextlib, copy, errno, fcntl, functools, hashlib, importlib, json, math, os, random, signal, sys, threading, time, warnings
+import contextlib, copy, errno, fcntl, functools, hashlib, json, math, os, random, signal, sys, threading, time, warnings
 from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
@@ -15,13 +15,14 @@ import torch.distributed as dist
 from .core import Positions
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll
 from .data import load_parallel, get_tokenizer, collate, TokenBatchSampler, Tokenizer, cache_dir
+from .data import StreamProvider, list_stream_providers, make_stream_provider, stream_provider_state, stream_provider_from_state
 from .decode import translate, bleu, chrf
 from .utils import atomic_save, atomic_write, provenance, WriteFailed, _write_failed
 
 # %% auto #0
-__all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'XL_PROVIDER_FILE', 'LOCK_FILE', 'TrainConfig', 'config_fields',
-           'config_from_name', 'inverse_sqrt', 'lr_multiplier', 'budget_progress', 'load_checkpoint',
-           'derived_state_keys', 'average_checkpoints', 'load_xl_provider', 'BatchStream', 'RunState', 'Clock',
+__all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'STREAMS_FILE', 'LOCK_FILE', 'TrainConfig', 'upgrade_config_dict',
+           'config_fields', 'config_from_name', 'inverse_sqrt', 'lr_multiplier', 'budget_progress', 'load_checkpoint',
+           'derived_state_keys', 'average_checkpoints', 'BatchStream', 'load_stream_provider', 'RunState', 'Clock',
            'Budget', 'Task', 'Callback', 'Learner', 'train_step', 'fit', 'TrainLog', 'ProgressBar', 'Evaluator',
            'KeepBest', 'Checkpointer', 'restore', 'cpu_bf16_supported', 'valid_loss', 'TranslationTask',
            'RunFolderConflict', 'RunLocked', 'RunLock', 'OnStep', 'NonFiniteLoss', 'StopOnNonFinite', 'train',
@@ -35,11 +36,10 @@ LR_SCHEDULES = ('inverse_sqrt', 'linear')
 _RESUMABLE_FIELDS = ('name', 'max_steps', 'max_minutes', 'log_every', 'eval_every', 'ckpt_every', 'keep_ckpts', 'eval_bleu_sents',
                      'eval_beam', 'beam', 'len_penalty', 'n_avg', 'test_max_sents', 'test_split', 'valid_split')
 
+# %% ../nbs/05_train.ipynb #58be5e53
 @dataclass
-class TrainConfig:
-    "Everything that defines a training run: data, tokenizer, model (see `ModelConfig`), optimization, evaluation."
+class _DataFields:
     name: str = 'custom'
-    # data
     data: str = 'synthetic'                 # `posenc_nb.data.load_parallel` name
     data_options: dict = field(default_factory=dict)   # extra keyword arguments of load_parallel (e.g. languages, sizes)
     tokenizer: str = 'bpe'                  # 'bpe' (shared byte-level BPE trained on the training split) or 'word' (synthetic only)
@@ -47,10 +47,13 @@ class TrainConfig:
     max_train_len: Optional[int] = None     # drop training pairs with more tokens on either side (train short, test long)
     valid_split: str = 'validation'
     test_split: str = 'test'
-    xl: Optional[str] = None                # second source position stream (notebook 14): 'predicted' | 'oracle' | 'random' | 'monotone'
-    xl_options: dict = field(default_factory=dict)     # options of the XL provider's fit (e.g. reorderer settings)
+    streams: Optional[str] = None           # a `StreamProvider` of extra position streams: 'name' or 'name:variant'; None: none
+    stream_options: dict = field(default_factory=dict)  # keyword arguments of the provider's `fit`
     model: ModelConfig = field(default_factory=lambda: ModelConfig(src_vocab=0, tgt_vocab=0))   # vocabulary sizes: set from the tokenizer
-    # optimization
+
+# %% ../nbs/05_train.ipynb #7627446b
+@dataclass
+class _OptimFields(_DataFields):
     max_tokens: int = 4096                  # per process: batch size x longest sequence (source or target, padding included)
     lr: float = 7e-4                        # peak learning rate, reached at the end of warmup
     warmup: int = 4000
@@ -64,7 +67,11 @@ class TrainConfig:
     seed: int = 0
     amp: Optional[str] = 'bf16'             # 'bf16' | 'fp16' | None; autocast on CUDA
     amp_cpu: bool = False                   # autocast to bf16 on CPU too (pays off on CPUs with AVX512-BF16 or AMX)
-    # logging, checkpoints, evaluation
+
+# %% ../nbs/05_train.ipynb #550fdabf
+@dataclass
+class TrainConfig(_OptimFields):
+    "Everything that defines a training run: data, tokenizer, model (see `ModelConfig`), optimization, evaluation."
     log_every: int = 100
     eval_every: int = 1000
     ckpt_every: int = 1000
@@ -75,39 +82,56 @@ class TrainConfig:
     len_penalty: float = 0.6
     n_avg: int = 1                          # average the last n checkpoints for the final evaluation
     test_max_sents: Optional[int] = None
-
-    def __post_init__(self):
-        if self.amp not in (None, 'bf16', 'fp16'): raise ValueError(f"amp={self.amp!r}: use 'bf16', 'fp16' or None")
-        if self.amp_cpu and self.amp != 'bf16': raise ValueError(f"amp_cpu autocasts to bf16 but amp={self.amp!r}; set amp='bf16' or amp_cpu=False")
-        if self.lr_schedule not in LR_SCHEDULES: raise ValueError(f"lr_schedule={self.lr_schedule!r}: use one of {', '.join(LR_SCHEDULES)}")
-        if self.max_steps is None and self.max_minutes is None: raise ValueError("set max_steps or max_minutes (or both) so training ends")
-        for k in ('max_tokens', 'log_every', 'eval_every', 'ckpt_every', 'keep_ckpts', 'n_avg', 'beam', 'vocab_size'):
-            if getattr(self, k) < 1: raise ValueError(f"{k} must be >= 1, got {getattr(self, k)}")
-        if self.tokenizer not in ('bpe', 'word'): raise ValueError(f"tokenizer={self.tokenizer!r}: use 'bpe' or 'word'")
-        if self.tokenizer == 'word' and self.data != 'synthetic': raise ValueError("the word-level tokenizer exists for data='synthetic' only; use tokenizer='bpe'")
-        if self.n_avg > self.keep_ckpts: raise ValueError(f"n_avg={self.n_avg} needs keep_ckpts >= n_avg (got {self.keep_ckpts})")
-        self.betas = tuple(self.betas)
-
-    def model_config(self, src_vocab: int, tgt_vocab: int) -> ModelConfig:
-        "The `ModelConfig` of this run for the given vocabulary sizes."
-        return replace(copy.deepcopy(self.model), src_vocab=src_vocab, tgt_vocab=tgt_vocab)
-
+    def __post_init__(self): self.check()
     def __getattr__(self, k):   # the model's fields read flat: cfg.d_model is cfg.model.d_model
         if k in _MODEL_FIELDS and 'model' in self.__dict__: return getattr(self.model, k)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {k!r}")
-
-    def __setattr__(self, k, v):
+    def __setattr__(self, k, v):  # and write flat: cfg.d_model = 32 replaces cfg.model
         if k in _MODEL_FIELDS: k, v = 'model', replace(self.model, **{k: v})
         object.__setattr__(self, k, v)
 
-    @classmethod
-    def from_dict(cls, d: dict) -> 'TrainConfig':
-        "Rebuild a config saved with `asdict` (checkpoints, results.json): the nested layout, or the flat one of earlier versions."
-        d = dict(d); m = dict(d.pop('model', None) or {})
-        m.update({k: d.pop(k) for k in list(d) if k in _MODEL_FIELDS})
-        bad = sorted(set(d) - {f.name for f in fields(cls)}) + sorted(set(m) - {f.name for f in fields(ModelConfig)})
-        if bad: raise ValueError(f"unknown TrainConfig field(s) {bad}; the file was written by another version of posenc_nb")
-        return cls(**d, model=ModelConfig(**{'src_vocab': 0, 'tgt_vocab': 0, **m}))
+# %% ../nbs/05_train.ipynb #badf2674
+@patch
+def check(self: TrainConfig):
+    "Raise a one-line error naming the bad field and the fix; normalize `betas` to a tuple."
+    if self.amp not in (None, 'bf16', 'fp16'): raise ValueError(f"amp={self.amp!r}: use 'bf16', 'fp16' or None")
+    if self.amp_cpu and self.amp != 'bf16': raise ValueError(f"amp_cpu autocasts to bf16 but amp={self.amp!r}; set amp='bf16' or amp_cpu=False")
+    if self.lr_schedule not in LR_SCHEDULES: raise ValueError(f"lr_schedule={self.lr_schedule!r}: use one of {', '.join(LR_SCHEDULES)}")
+    if self.max_steps is None and self.max_minutes is None: raise ValueError("set max_steps or max_minutes (or both) so training ends")
+    for k in ('max_tokens', 'log_every', 'eval_every', 'ckpt_every', 'keep_ckpts', 'n_avg', 'beam', 'vocab_size'):
+        if getattr(self, k) < 1: raise ValueError(f"{k} must be >= 1, got {getattr(self, k)}")
+    if self.tokenizer not in ('bpe', 'word'): raise ValueError(f"tokenizer={self.tokenizer!r}: use 'bpe' or 'word'")
+    if self.tokenizer == 'word' and self.data != 'synthetic': raise ValueError("the word-level tokenizer exists for data='synthetic' only; use tokenizer='bpe'")
+    if self.n_avg > self.keep_ckpts: raise ValueError(f"n_avg={self.n_avg} needs keep_ckpts >= n_avg (got {self.keep_ckpts})")
+    if self.streams is not None and not (isinstance(self.streams, str) and self.streams.partition(':')[0]): raise ValueError(f"streams={self.streams!r}: use a provider name, 'name' or 'name:variant', or None")
+    self.betas = tuple(self.betas)
+
+# %% ../nbs/05_train.ipynb #aa8b5736
+@patch
+def model_config(self: TrainConfig, src_vocab: int, tgt_vocab: int) -> ModelConfig:
+    "The `ModelConfig` of this run for the given vocabulary sizes."
+    return replace(copy.deepcopy(self.model), src_vocab=src_vocab, tgt_vocab=tgt_vocab)
+
+# %% ../nbs/05_train.ipynb #31315f29
+def upgrade_config_dict(d: dict) -> dict:
+    "A saved config with the fields of earlier versions renamed: `NAME`/`NAME_options` of a stream provider -> `streams`/`stream_options`."
+    d, own = dict(d), {f.name for f in fields(TrainConfig)} | set(_MODEL_FIELDS)
+    for k in [k for k in d if k not in own and k in list_stream_providers()]:
+        v, opts = d.pop(k), d.pop(f'{k}_options', {}) or {}
+        if v is None and not opts: continue                 # the old record ran without that stream
+        if d.get('streams') is not None: raise ValueError(f"config has both streams={d['streams']!r} and the old field {k}={v!r}; keep one")
+        d['streams'], d['stream_options'] = (f'{k}:{v}' if v else k), opts
+    return d
+
+# %% ../nbs/05_train.ipynb #d07766d1
+@patch(cls_method=True)
+def from_dict(cls: TrainConfig, d: dict) -> TrainConfig:
+    "Rebuild a config saved with `asdict` (checkpoints, results.json): the nested layout, or the flat one of earlier versions."
+    d = upgrade_config_dict(d); m = dict(d.pop('model', None) or {})
+    m.update({k: d.pop(k) for k in list(d) if k in _MODEL_FIELDS})
+    bad = sorted(set(d) - {f.name for f in fields(cls)}) + sorted(set(m) - {f.name for f in fields(ModelConfig)})
+    if bad: raise ValueError(f"unknown TrainConfig field(s) {bad}; the file was written by another version of posenc_nb")
+    return cls(**d, model=ModelConfig(**{'src_vocab': 0, 'tgt_vocab': 0, **m}))
 
 # %% ../nbs/05_train.ipynb #df6a2f2a
 _dc_init = TrainConfig.__init__
@@ -268,39 +292,6 @@ def _make_tokenizer(cfg: TrainConfig, texts):
     if cfg.tokenizer == 'word': return get_tokenizer('synthetic')
     return get_tokenizer(cfg.data, texts=texts, vocab_size=cfg.vocab_size)
 
-XL_PROVIDER_FILE = 'xl_provider.pkl'
-
-def _xl_provider(cfg: TrainConfig, out_dir, tr_src, tr_tgt, rank: int = 0, ws: int = 1):
-    """The cross-lingual position provider of a run with `cfg.xl` (notebook 14): read from `out_dir`, or fitted on the
-    training pairs (oracle mode: also on the valid and test pairs it must give orders for) and saved there."""
-    XLPositionProvider = importlib.import_module('posenc_nb.xlpe').XLPositionProvider   # notebook 14 builds on this one
-    path = Path(out_dir) / XL_PROVIDER_FILE
-    if rank == 0:
-        prov = XLPositionProvider.load(path) if path.exists() else None
-        if prov is None or prov.mode != cfg.xl or prov.seed != cfg.seed:
-            src, tgt = list(tr_src), list(tr_tgt)
-            if cfg.xl == 'oracle':
-                for split in dict.fromkeys([cfg.valid_split, cfg.test_split]):
-                    s, t = _load_data(cfg, split); src += s; tgt += t
-            # fitting (alignment, reorderer training) takes minutes on real data: share it between runs on the same data
-            key = hashlib.sha1(json.dumps([cfg.xl, cfg.seed if cfg.xl == 'random' else None, cfg.xl_options, src, tgt], sort_keys=True).encode()).hexdigest()[:16]
-            cached = cache_dir() / 'xl' / f'{cfg.data}-{cfg.xl}-{key}.pkl'
-            if cached.exists(): prov = XLPositionProvider.load(cached); prov.seed = cfg.seed
-            else:
-                prov = XLPositionProvider(cfg.xl, seed=cfg.seed)
-                if cfg.xl in ('predicted', 'oracle'): prov.fit(src, tgt, **cfg.xl_options)
-                prov.predict_all(tr_src)        # predicted orders of the training sources go into the cache too
-                prov.save(cached)
-            prov.save(path)
-    if ws > 1: dist.barrier()
-    return prov if rank == 0 else XLPositionProvider.load(path)
-
-def load_xl_provider(run_dir):
-    "The XL position provider that `train` saved in `run_dir` (runs with `TrainConfig.xl` set), for translating new input."
-    path = Path(run_dir) / XL_PROVIDER_FILE
-    if not path.exists(): raise ValueError(f"{path} is missing: the run's cross-lingual positions cannot be rebuilt; resume `train` in {run_dir} to refit them")
-    return importlib.import_module('posenc_nb.xlpe').XLPositionProvider.load(path)
-
 class BatchStream:
     "Endless stream of batches (lists of example indices) over epochs, with a resumable `(epoch, pos)` state."
     def __init__(self, lengths, max_tokens, seed=0, rank=0, world_size=1, shuffle=True):
@@ -319,6 +310,42 @@ class BatchStream:
             if not self._batches: raise ValueError("the training set gives no batch; lower max_train_len filtering or raise max_tokens")
             self.epoch, self.pos, self._batches = self.epoch + 1, 0, None
     def __iter__(self): return self
+
+# %% ../nbs/05_train.ipynb #bfd364e6
+STREAMS_FILE = 'streams.json'
+
+def _fit_stream_provider(cfg: TrainConfig, tr_src, tr_tgt) -> StreamProvider:
+    "A provider for `cfg.streams` fitted on the training pairs (and the evaluation pairs for an oracle), shared through the cache."
+    prov, src, tgt = make_stream_provider(cfg.streams, seed=cfg.seed), list(tr_src), list(tr_tgt)
+    if prov.fit_on_eval:
+        for split in dict.fromkeys([cfg.valid_split, cfg.test_split]): s, t = _load_data(cfg, split); src += s; tgt += t
+    key = hashlib.sha1(json.dumps([cfg.streams, cfg.stream_options, src, tgt], sort_keys=True).encode()).hexdigest()[:16]
+    cached = cache_dir() / 'streams' / f'{cfg.data}-{key}.json'
+    if cached.exists(): prov = stream_provider_from_state(json.loads(cached.read_text()))
+    else: prov.fit(src, tgt, **cfg.stream_options); atomic_write(cached, json.dumps(stream_provider_state(prov)))
+    prov.seed = cfg.seed
+    return prov
+
+# %% ../nbs/05_train.ipynb #e492e5b9
+def _state_spec(d: dict) -> str: return d['provider'] + (f":{d['variant']}" if d.get('variant') else '')
+
+def _stream_provider(cfg: TrainConfig, out_dir, tr_src, tr_tgt, rank: int = 0, ws: int = 1) -> StreamProvider:
+    "The run's provider: read from `out_dir`, or fitted (rank 0) and saved there; every rank reads the same file."
+    path = Path(out_dir) / STREAMS_FILE
+    if rank == 0:
+        d = json.loads(path.read_text()) if path.exists() else None
+        if d is None or _state_spec(d) != cfg.streams or d.get('seed') != cfg.seed:
+            atomic_write(path, json.dumps(stream_provider_state(_fit_stream_provider(cfg, tr_src, tr_tgt))))
+    if ws > 1: dist.barrier()
+    return load_stream_provider(out_dir)
+
+# %% ../nbs/05_train.ipynb #4d684b24
+def load_stream_provider(run_dir # a training run's folder (holds `streams.json` when the run has extra position streams)
+                        ) -> StreamProvider:
+    "The stream provider that `train` saved in `run_dir` (runs with `TrainConfig.streams` set), for translating new input."
+    path = Path(run_dir) / STREAMS_FILE
+    if not path.exists(): raise ValueError(f"{path} is missing: the run's position streams cannot be rebuilt; resume `train` in {run_dir} to refit them")
+    return stream_provider_from_state(json.loads(path.read_text()))
 
 # %% ../nbs/05_train.ipynb #a58fffb3
 def _dist_setup(device):
@@ -634,14 +661,13 @@ def valid_loss(model, batches, eps, pad, amp_ctx) -> dict:
 
 # %% ../nbs/05_train.ipynb #e9cff408
 class TranslationTask(Task):
-    "Token-id pairs, a resumable batch stream, label-smoothed loss; validation loss and greedy BLEU as the evaluation."
-    def __init__(self, cfg: TrainConfig, tok, pairs, pairs_xl, stream: BatchStream, valid: dict, device, amp_ctx):
-        self.cfg, self.tok, self.pairs, self.pairs_xl, self.stream, self.valid, self.device, self.amp = cfg, tok, pairs, pairs_xl, stream, valid, device, amp_ctx
+    "Token-id pairs (and their extra position streams), a resumable batch stream, label-smoothed loss; validation loss and greedy BLEU as the evaluation."
+    def __init__(self, cfg: TrainConfig, tok, pairs, pair_streams, stream: BatchStream, valid: dict, device, amp_ctx):
+        self.cfg, self.tok, self.pairs, self.pair_streams, self.stream, self.valid, self.device, self.amp = cfg, tok, pairs, pair_streams, stream, valid, device, amp_ctx
         self.ntok = [len(s) + len(t) + 2 for s, t in pairs]          # collate adds EOS to the source, BOS/EOS to the target
         self.batches = map(self.collate, stream)
     def collate(self, idx):
-        xl = None if self.pairs_xl is None else [self.pairs_xl[i] for i in idx]
-        return idx, collate([self.pairs[i] for i in idx], pad_id=self.tok.pad_id, xl=xl).to(self.device)
+        return idx, collate([self.pairs[i] for i in idx], pad_id=self.tok.pad_id, streams=_pick(self.pair_streams, idx)).to(self.device)
     def tokens(self, batch) -> int: return sum(self.ntok[i] for i in batch[0])
     @property
     def epoch(self) -> int: return self.stream.epoch
@@ -664,28 +690,32 @@ def evaluate(self: TranslationTask, model) -> dict:
     rec = valid_loss(model, v['batches'], cfg.label_smoothing, self.tok.pad_id, self.amp) if v['batches'] else {}
     if cfg.eval_bleu_sents and v['src']:
         n = cfg.eval_bleu_sents
-        with self.amp(): hyps = translate(model, self.tok, v['src'][:n], beam=cfg.eval_beam, batch_tokens=cfg.max_tokens, xl=None if v['xl'] is None else v['xl'][:n])
+        with self.amp(): hyps = translate(model, self.tok, v['src'][:n], beam=cfg.eval_beam, batch_tokens=cfg.max_tokens, streams=_pick(v['streams'], range(n)))
         rec['valid_bleu'] = bleu(hyps, v['tgt'][:n])['score']
     return rec
 
 # %% ../nbs/05_train.ipynb #49b7127d
-def _train_pairs(cfg: TrainConfig, tok, src, tgt, xl):
-    "Tokenized training pairs no longer than the run allows, with their XL streams (or None)."
+def _pick(streams: Optional[dict], idx) -> Optional[dict]:
+    "The entries `idx` of every stream (name -> one entry per example), or None without streams."
+    return None if streams is None else {k: [v[i] for i in idx] for k, v in streams.items()}
+
+def _train_pairs(cfg: TrainConfig, tok, src, tgt, streams):
+    "Tokenized training pairs no longer than the run allows, with their extra position streams (or None)."
     src_ids, tgt_ids = _encode(tok, src), _encode(tok, tgt)
     lim = cfg.max_tokens - 1 if cfg.max_train_len is None else min(cfg.max_train_len, cfg.max_tokens - 1)
     keep = [i for i in range(len(src_ids)) if max(len(src_ids[i]), len(tgt_ids[i])) <= lim]
     if not keep: raise ValueError(f"no training pair is at most {lim} tokens long; raise max_train_len / max_tokens")
-    return [(src_ids[i], tgt_ids[i]) for i in keep], None if xl is None else [xl[i] for i in keep]
+    return [(src_ids[i], tgt_ids[i]) for i in keep], _pick(streams, keep)
 
-def _valid_data(cfg: TrainConfig, tok, xl_of, is_main: bool, device) -> dict:
-    "Validation sentences, references, XL streams and pre-built batches (empty except on rank 0)."
+def _valid_data(cfg: TrainConfig, tok, streams_of, is_main: bool, device) -> dict:
+    "Validation sentences, references, extra position streams and pre-built batches (empty except on rank 0)."
     src, tgt = _load_data(cfg, cfg.valid_split) if is_main else ([], [])
-    allp, x = list(zip(_encode(tok, src), _encode(tok, tgt))), xl_of(src)
+    allp, x = list(zip(_encode(tok, src), _encode(tok, tgt))), streams_of(src)
     keep = [i for i, p in enumerate(allp) if max(map(len, p)) < cfg.max_tokens]
-    pairs, pxl = [allp[i] for i in keep], None if x is None else [x[i] for i in keep]
-    batches = [collate([pairs[i] for i in b], pad_id=tok.pad_id, xl=None if pxl is None else [pxl[i] for i in b]).to(device) for b in
+    pairs, px = [allp[i] for i in keep], _pick(x, keep)
+    batches = [collate([pairs[i] for i in b], pad_id=tok.pad_id, streams=_pick(px, b)).to(device) for b in
                TokenBatchSampler([(len(s) + 1, len(t) + 1) for s, t in pairs], cfg.max_tokens, shuffle=False)] if pairs else []
-    return {'src': src, 'tgt': tgt, 'xl': x, 'batches': batches}
+    return {'src': src, 'tgt': tgt, 'streams': x, 'batches': batches}
 
 # %% ../nbs/05_train.ipynb #4751fa6b
 def _translation_task(cfg: TrainConfig, out_dir, ck, rank: int, ws: int, device):
@@ -694,12 +724,12 @@ def _translation_task(cfg: TrainConfig, out_dir, ck, rank: int, ws: int, device)
     tok_str = [ck['tokenizer'] if ck is not None else _make_tokenizer(cfg, tr_src + tr_tgt).to_str() if rank == 0 else None]
     if ck is None and ws > 1: dist.broadcast_object_list(tok_str, 0)   # every rank uses rank 0's tokenizer
     tok = Tokenizer.from_str(tok_str[0])
-    xl_prov = _xl_provider(cfg, out_dir, tr_src, tr_tgt, rank, ws) if cfg.xl else None
-    xl_of = (lambda texts: xl_prov.streams(texts, tok)) if xl_prov is not None else (lambda texts: None)
-    pairs, pairs_xl = _train_pairs(cfg, tok, tr_src, tr_tgt, xl_of(tr_src))
+    prov = _stream_provider(cfg, out_dir, tr_src, tr_tgt, rank, ws) if cfg.streams else None
+    streams_of = (lambda texts: prov.streams(texts, tok)) if prov is not None else (lambda texts: None)
+    pairs, pair_streams = _train_pairs(cfg, tok, tr_src, tr_tgt, streams_of(tr_src))
     stream = BatchStream([(len(s) + 1, len(t) + 1) for s, t in pairs], cfg.max_tokens, seed=cfg.seed, rank=rank, world_size=ws)
-    task = TranslationTask(cfg, tok, pairs, pairs_xl, stream, _valid_data(cfg, tok, xl_of, rank == 0, device), device, lambda: _amp(device, cfg.amp, cfg.amp_cpu))
-    task.tok_str, task.xl_of = tok_str[0], xl_of
+    task = TranslationTask(cfg, tok, pairs, pair_streams, stream, _valid_data(cfg, tok, streams_of, rank == 0, device), device, lambda: _amp(device, cfg.amp, cfg.amp_cpu))
+    task.tok_str, task.streams_of = tok_str[0], streams_of
     return task
 
 # %% ../nbs/05_train.ipynb #73389713
@@ -779,7 +809,7 @@ def _prepare_run_dir(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: boo
     return ck
 
 # %% ../nbs/05_train.ipynb #da5edfed
-_RUN_FILES = ('metrics.jsonl', 'results.json', 'averaged.pt', XL_PROVIDER_FILE)
+_RUN_FILES = ('metrics.jsonl', 'results.json', 'averaged.pt', STREAMS_FILE)
 
 def _clear_run(out_dir: Path, ckpter: Checkpointer):
     "A fresh start, once everything is checked: remove what an earlier run left (checkpoints, log, results, averaged model, hypotheses)."
@@ -848,7 +878,7 @@ def _final_test(cfg: TrainConfig, L: Learner, ckpter: Checkpointer, last_eval: O
     if cfg.test_max_sents: src, ref = src[:cfg.test_max_sents], ref[:cfg.test_max_sents]
     t0, st, task = time.time(), L.state, L.task
     show = any(isinstance(c, ProgressBar) and c.show for c in L.cbs)      # the progress bar's choice, for the test decoding too
-    with task.amp(): hyps = translate(model, task.tok, src, beam=cfg.beam, len_penalty=cfg.len_penalty, batch_tokens=cfg.max_tokens, xl=task.xl_of(src), progress=show)
+    with task.amp(): hyps = translate(model, task.tok, src, beam=cfg.beam, len_penalty=cfg.len_penalty, batch_tokens=cfg.max_tokens, streams=task.streams_of(src), progress=show)
     b, c = bleu(hyps, ref), chrf(hyps, ref)
     res = dict(step=st.step, bleu=b['score'], chrf=c['score'], bleu_signature=b['signature'], chrf_signature=c['signature'], test_sents=len(src),
                decode_s=time.time() - t0, averaged=n_avg, **{k: v for k, v in (last_eval or {}).items() if k != 'step'},

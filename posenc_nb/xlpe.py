@@ -13,14 +13,15 @@ from .core import Positions, Site, PosEnc, register_posenc, make_posenc, list_po
 from .baselines import sinusoidal_table, relative_offsets
 from .rope import RoPE, apply_rotary, RotaryCache
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll
-from .data import collate
+from .data import collate, StreamProvider, register_stream_provider
+from fastcore.basics import patch
 # posenc_nb.align/btg (scipy) and posenc_nb.decode (sacrebleu) are imported inside the functions that use them:
 # core imports this module whenever the registry is listed, and they would add about a second to every such import.
 
 # %% auto #0
-__all__ = ['ORDER_MODES', 'is_permutation', 'xl_positions', 'xl_for_subwords', 'xl_stream', 'XLInputPosEnc', 'xl_head_positions',
-           'XLHeadPosEnc', 'XLRopePosEnc', 'random_order', 'aligned_orders', 'XLPositionProvider', 'xl_streams_for',
-           'eval_xl', 'XLPairs', 'train_xl']
+__all__ = ['XL', 'ORDER_MODES', 'ALIGN_OPTIONS', 'is_permutation', 'xl_positions', 'xl_for_subwords', 'xl_stream',
+           'XLInputPosEnc', 'xl_head_positions', 'XLHeadPosEnc', 'XLRopePosEnc', 'random_order', 'aligned_orders',
+           'synthetic_gold_order', 'XLPositionProvider', 'xl_streams_for', 'eval_xl', 'XLPairs', 'train_xl']
 
 # %% ../nbs/14_xlpe.ipynb #e2935698
 from .core import known_range
@@ -86,13 +87,16 @@ class _SinCodes(nn.Module):
             self.table = sinusoidal_table(torch.arange(1 << hi.bit_length(), device=self.table.device), self.d_model, self.base)
         return F.embedding(idx, self.table)
 
+XL = 'xl'   # the name of the cross-lingual stream in `Positions.streams`
+
 def xl_stream(p: Positions) -> Tensor:
     "The XL stream of `p`, or its absolute stream when there is none (the monotone reordering)."
-    return p.pos if p.xl is None else p.xl
+    return p.streams.get(XL, p.pos)
 
 @register_posenc('xl-input')
 class XLInputPosEnc(PosEnc):
     "Input-level XL fusion (Ding et al. 2020): E + tanh(PE(pos) U + PE(xl) V); xl falls back to pos."
+    reads_streams = (XL,)
     def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False, base: float = 10000.):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         self.codes = _SinCodes(d_model, max_len, base)
@@ -120,14 +124,15 @@ def _layers(xl_layers, n_layers: int) -> tuple:
 
 def xl_head_positions(p: Positions, site: Site, n_xl_heads: int, xl_layers: tuple) -> Tensor:
     "Per-head positions: (B,H,L) with XL indices in the first `n_xl_heads` heads at encoder layers `xl_layers`, else (B,1,L) absolute."
-    if p.xl is None or site.kind != 'enc' or site.layer not in xl_layers or n_xl_heads == 0: return p.pos[:, None]
+    if XL not in p.streams or site.kind != 'enc' or site.layer not in xl_layers or n_xl_heads == 0: return p.pos[:, None]
     hp = p.pos[:, None].repeat(1, site.n_heads, 1)
-    hp[:, :n_xl_heads] = p.xl[:, None]
+    hp[:, :n_xl_heads] = p.streams[XL][:, None]
     return hp
 
 @register_posenc('xl-head')
 class XLHeadPosEnc(PosEnc):
     "Sinusoidal input + Shaw relative term in `xl_layers`, where the first `n_xl_heads` encoder heads measure offsets in XL order."
+    reads_streams = (XL,)
     def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False, n_xl_heads: Optional[int] = None,
                  xl_layers=(0,), clip: int = 16, base: float = 10000.):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
@@ -152,6 +157,7 @@ class XLHeadPosEnc(PosEnc):
 @register_posenc('xl-rope')
 class XLRopePosEnc(RoPE):
     "RoPE (all options of `rope`) where the first `n_xl_heads` heads of encoder layers `xl_layers` rotate by XL index."
+    reads_streams = (XL,)
     def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False, n_xl_heads: Optional[int] = None,
                  xl_layers=(0,), **rope_options):
         super().__init__(d_model, n_heads, n_layers, max_len, causal, **rope_options)
@@ -161,7 +167,9 @@ class XLRopePosEnc(RoPE):
         return xl_head_positions(p, site, self.n_xl_heads, self.xl_layers)
 
 # %% ../nbs/14_xlpe.ipynb #fac38ba2
-ORDER_MODES = ('oracle', 'predicted', 'random', 'monotone')
+ORDER_MODES = ('oracle-gold', 'oracle-aligner', 'predicted', 'random', 'monotone')
+_MODE_ALIASES = {'oracle': 'oracle-aligner'}   # the name of the aligner oracle before the gold oracle existed (committed records)
+ALIGN_OPTIONS = dict(method='intersection', p0=0.2)   # one aligner setting everywhere: p0 chosen on AER (notebook 12), intersection links
 
 def random_order(words: Sequence[str], seed: int = 0) -> list:
     "A random permutation of the words, the same every time for the same sentence and seed."
@@ -170,105 +178,181 @@ def random_order(words: Sequence[str], seed: int = 0) -> list:
     random.Random(h).shuffle(order)
     return order
 
-def aligned_orders(src: Sequence, tgt: Sequence, links: Optional[Sequence] = None, method: str = 'intersection', **align_options) -> list:
-    "Oracle orders of a parallel corpus: target-order permutations from `links`, or from fast_align symmetrized by `method` when None."
+def aligned_orders(src: Sequence, tgt: Sequence, links: Optional[Sequence] = None, **align_options) -> list:
+    "Oracle orders of a parallel corpus: target-order permutations from `links`, or from fast_align with ALIGN_OPTIONS (overridable) when None."
     from posenc_nb.align import align, as_corpus
     from posenc_nb.btg import alignment_to_permutation
     src, tgt = as_corpus(src, tgt)
-    if links is None: links = align(src, tgt, method=method, **align_options)
+    if links is None: links = align(src, tgt, **{**ALIGN_OPTIONS, **align_options})
     if len(links) != len(src): raise ValueError(f"links has {len(links)} sentences for {len(src)} sentence pairs; align the same corpus")
     return [alignment_to_permutation(len(s), l, len(t)) for s, t, l in zip(src, tgt, links)]
-
-class XLPositionProvider:
-    "Source word orders from one of ORDER_MODES, turned into per-token XL streams for `collate`."
-    def __init__(self, mode: str = 'predicted', reorderer=None, seed: int = 0):
-        if mode not in ORDER_MODES: raise ValueError(f"unknown XL mode {mode!r}; choose one of {ORDER_MODES}")
-        self.mode, self.reorderer, self.seed = mode, reorderer, seed
-        self.gold, self.cache = {}, {}
-
-    def fit(self, src: Sequence, tgt: Optional[Sequence] = None, orders: Optional[Sequence] = None,
-            links: Optional[Sequence] = None, **reorderer_options) -> 'XLPositionProvider':
-        "Oracle orders of the training corpus (given, or from links/alignment), and the reorderer trained on them."
-        if orders is None:
-            if tgt is None: raise ValueError("fit needs target sentences (tgt=...) or the oracle orders (orders=...)")
-            orders = aligned_orders(src, tgt, links)
-        src = [_words(s) for s in src]
-        if len(orders) != len(src): raise ValueError(f"{len(orders)} orders for {len(src)} source sentences; give one per sentence")
-        for s, o in zip(src, orders):
-            if len(o) != len(s): raise ValueError(f"order {list(o)} has {len(o)} entries for the {len(s)}-word sentence {' '.join(s)!r}")
-            self.gold[tuple(s)] = list(o)
-        if self.mode == 'predicted':
-            from posenc_nb.btg import BTGReorderer
-            self.reorderer = self.reorderer or BTGReorderer(**reorderer_options)
-            self.reorderer.fit(src, [list(o) for o in orders])
-            self.cache.clear()
-        return self
-
-    def order(self, words, gold: Optional[Sequence[int]] = None) -> list:
-        "The order of one source sentence (a string or word list) under this provider's mode."
-        words = _words(words)
-        if self.mode == 'monotone': return list(range(len(words)))
-        if self.mode == 'random': return random_order(words, self.seed)
-        if self.mode == 'oracle':
-            o = gold if gold is not None else self.gold.get(tuple(words))
-            if o is None: raise ValueError(f"oracle mode has no order for {' '.join(words)!r}; pass gold=... or fit on a corpus that contains it")
-            return list(o)
-        if self.reorderer is None: raise ValueError("predicted mode needs a trained reorderer; call fit(src, tgt) first or pass reorderer=...")
-        key = tuple(words)
-        if key not in self.cache: self.cache[key] = list(self.reorderer.predict(words))
-        return self.cache[key]
-
-    def word_xl(self, words, gold=None) -> list:
-        "Cross-lingual position of every word: the inverse of its order."
-        return xl_positions(self.order(words, gold))
-
-    def token_xl(self, text: str, tokenizer, gold=None) -> list:
-        "XL index of every token of `text` (no specials): words move as blocks (`xl_for_subwords`)."
-        return xl_for_subwords(self.word_xl(text.split(), gold), tokenizer.word_ids(text))
-
-    def predict_all(self, sents: Sequence) -> None:
-        "Fill the cache for many sentences at once (the reorderer decodes same-length sentences together)."
-        if self.mode != 'predicted': return
-        if self.reorderer is None: raise ValueError("predicted mode needs a trained reorderer; call fit(src, tgt) first or pass reorderer=...")
-        todo = list(dict.fromkeys(k for k in (tuple(_words(s)) for s in sents) if k not in self.cache))
-        for k, o in zip(todo, self.reorderer.predict_batch([list(k) for k in todo]) if todo else []): self.cache[k] = list(o)
-
-    def save(self, path) -> None:
-        "Pickle the mode, seed, oracle orders, prediction cache and reorderer (e.g. under POSENC_CACHE)."
-        import pickle
-        from pathlib import Path
-        path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + '.tmp')
-        with open(tmp, 'wb') as f: pickle.dump(self.__dict__, f)
-        tmp.replace(path)
-
-    @classmethod
-    def load(cls, path) -> 'XLPositionProvider':
-        "A provider saved with `save` (only load files you wrote yourself: this unpickles)."
-        import pickle
-        with open(path, 'rb') as f: state = pickle.load(f)
-        obj = cls.__new__(cls); obj.__dict__.update(state)
-        return obj
-
-    def streams(self, texts: Sequence[str], tokenizer, golds: Optional[Sequence] = None) -> list:
-        "One XL stream per text, ready for `collate(pairs, xl=...)`."
-        golds = [None] * len(texts) if golds is None else golds
-        if len(golds) != len(texts): raise ValueError(f"{len(golds)} gold orders for {len(texts)} texts; give one per text or none")
-        self.predict_all(texts)
-        return [self.token_xl(t, tokenizer, g) for t, g in zip(texts, golds)]
 
 def _words(s) -> list:
     if isinstance(s, str): return s.split()
     if isinstance(s, (list, tuple)) and all(isinstance(w, str) for w in s): return list(s)
     raise TypeError(f"a sentence must be a string or a list of str words, got {type(s).__name__}")
 
+# %% ../nbs/14_xlpe.ipynb #df4df9fc
+def synthetic_gold_order(words) -> list:
+    "The generator's target-order permutation of a source sentence of the synthetic grammar, read off its parse (no target needed)."
+    from posenc_nb.synthetic import SYNTH_CATS
+    words = words.split() if isinstance(words, str) else list(words)
+    n = len(words)
+    cat = lambda i: SYNTH_CATS.get(words[i]) if i < n else None
+    def expect(i, *cats):
+        if cat(i) not in cats: raise ValueError(f"{' '.join(words)!r} is not a sentence of the synthetic grammar (word {i}); the gold order exists for data='synthetic' only")
+    def np_(i):                                            # determiner, relative clause, adjectives and noun
+        expect(i, 'ART', 'DETA'); det, i, an = [i], i + 1, []
+        while cat(i) == 'ADJ': an.append(i); i += 1
+        expect(i, 'N'); an.append(i); i += 1
+        rc = []
+        if cat(i) == 'THAT':                               # 'that' opens its relative clause
+            t = i; rc, i = vc(i + 1); rc = [t] + rc
+        return det + rc + an, i
+    def vc(i):
+        expect(i, 'VI', 'VT')
+        if cat(i) == 'VI': return [i], i + 1
+        obj, j = np_(i + 1)
+        return obj + [i], j
+    def clause(i):
+        subj, i = np_(i); v, i = vc(i); pps = []
+        while cat(i) == 'P':
+            obj, j = np_(i + 1); pps.append(obj + [i]); i = j
+        return subj + [k for pp in reversed(pps) for k in pp] + v, i
+    out, i = clause(0)
+    while cat(i) == 'AND':
+        c, j = clause(i + 1); out += [i] + c; i = j
+    if i != n: raise ValueError(f"{' '.join(words)!r} is not a sentence of the synthetic grammar (word {i}); the gold order exists for data='synthetic' only")
+    return out
+
+# %% ../nbs/14_xlpe.ipynb #28ddefce
+@register_stream_provider('xl')
+class XLPositionProvider(StreamProvider):
+    "Source word orders from one of ORDER_MODES, turned into per-token XL streams (`Positions.streams['xl']`)."
+    names = (XL,)
+    def __init__(self, mode: Optional[str] = 'predicted', # one of ORDER_MODES (the variant in 'xl:MODE')
+                 seed: int = 0, # the random mode's seed (the run's seed)
+                 reorderer=None): # a trained reorderer for the predicted mode (else `fit` trains a `BTGReorderer`)
+        mode = _MODE_ALIASES.get(mode or 'predicted', mode or 'predicted')
+        if mode not in ORDER_MODES: raise ValueError(f"unknown XL mode {mode!r}; choose one of {ORDER_MODES}")
+        super().__init__(mode, seed)
+        self.mode, self.reorderer, self.gold, self.cache = mode, reorderer, {}, {}
+    @property
+    def fit_on_eval(self) -> bool: return self.mode == 'oracle-aligner'   # it aligns the test sentences with their references
+
+# %% ../nbs/14_xlpe.ipynb #e18aa5d3
+@patch
+def fit(self: XLPositionProvider, src: Sequence, tgt: Optional[Sequence] = None, orders: Optional[Sequence] = None,
+        links: Optional[Sequence] = None, **reorderer_options) -> XLPositionProvider:
+    "Oracle orders of the corpus (given, or from links/alignment), the reorderer trained on them and its orders of `src` cached."
+    if self.mode in ('random', 'monotone', 'oracle-gold'): return self   # nothing to learn (the gold order comes from the parse)
+    if orders is None:
+        if tgt is None: raise ValueError("fit needs target sentences (tgt=...) or the oracle orders (orders=...)")
+        orders = aligned_orders(src, tgt, links)
+    src = [_words(s) for s in src]
+    if len(orders) != len(src): raise ValueError(f"{len(orders)} orders for {len(src)} source sentences; give one per sentence")
+    for s, o in zip(src, orders):
+        if len(o) != len(s): raise ValueError(f"order {list(o)} has {len(o)} entries for the {len(s)}-word sentence {' '.join(s)!r}")
+        self.gold[tuple(s)] = list(o)
+    if self.mode == 'predicted': self._fit_reorderer(src, orders, reorderer_options)
+    return self
+
+# %% ../nbs/14_xlpe.ipynb #cc412a7d
+@patch
+def _fit_reorderer(self: XLPositionProvider, src: list, orders: Sequence, options: dict):
+    "Train the BTG reorderer on (src, orders) and cache its predicted orders of `src` (training reads them next)."
+    from posenc_nb.btg import BTGReorderer
+    self.reorderer = self.reorderer or BTGReorderer(**options)
+    self.reorderer.fit(src, [list(o) for o in orders])
+    self.cache.clear(); self.predict_all(src)
+
+# %% ../nbs/14_xlpe.ipynb #324cc081
+@patch
+def order(self: XLPositionProvider, words, gold: Optional[Sequence[int]] = None) -> list:
+    "The order of one source sentence (a string or word list) under this provider's mode."
+    words = _words(words)
+    if self.mode == 'monotone': return list(range(len(words)))
+    if self.mode == 'random': return random_order(words, self.seed)
+    if self.mode == 'oracle-gold': return synthetic_gold_order(words) if gold is None else list(gold)
+    if self.mode == 'oracle-aligner':
+        o = gold if gold is not None else self.gold.get(tuple(words))
+        if o is None: raise ValueError(f"oracle mode has no order for {' '.join(words)!r}; pass gold=... or fit on a corpus that contains it")
+        return list(o)
+    if self.reorderer is None: raise ValueError("predicted mode needs a trained reorderer; call fit(src, tgt) first or pass reorderer=...")
+    key = tuple(words)
+    if key not in self.cache: self.cache[key] = list(self.reorderer.predict(words))
+    return self.cache[key]
+
+# %% ../nbs/14_xlpe.ipynb #7e935c7c
+@patch
+def word_xl(self: XLPositionProvider, words, gold=None) -> list:
+    "Cross-lingual position of every word: the inverse of its order."
+    return xl_positions(self.order(words, gold))
+
+@patch
+def token_xl(self: XLPositionProvider, text: str, tokenizer, gold=None) -> list:
+    "XL index of every token of `text` (no specials): words move as blocks (`xl_for_subwords`)."
+    return xl_for_subwords(self.word_xl(text.split(), gold), tokenizer.word_ids(text))
+
+# %% ../nbs/14_xlpe.ipynb #3e4aa545
+@patch
+def predict_all(self: XLPositionProvider, sents: Sequence) -> None:
+    "Fill the cache for many sentences at once (the reorderer decodes same-length sentences together)."
+    if self.mode != 'predicted': return
+    if self.reorderer is None: raise ValueError("predicted mode needs a trained reorderer; call fit(src, tgt) first or pass reorderer=...")
+    todo = list(dict.fromkeys(k for k in (tuple(_words(s)) for s in sents) if k not in self.cache))
+    for k, o in zip(todo, self.reorderer.predict_batch([list(k) for k in todo]) if todo else []): self.cache[k] = list(o)
+
+# %% ../nbs/14_xlpe.ipynb #f9eba703
+@patch
+def xl_streams(self: XLPositionProvider, texts: Sequence[str], tokenizer, golds: Optional[Sequence] = None) -> list:
+    "One XL stream per text (one index per token)."
+    golds = [None] * len(texts) if golds is None else golds
+    if len(golds) != len(texts): raise ValueError(f"{len(golds)} gold orders for {len(texts)} texts; give one per text or none")
+    self.predict_all(texts)
+    return [self.token_xl(t, tokenizer, g) for t, g in zip(texts, golds)]
+
+@patch
+def streams(self: XLPositionProvider, texts: Sequence[str], tokenizer) -> dict:
+    "The provider protocol's answer: `{'xl': one stream per text}`, ready for `collate(pairs, streams=...)`."
+    return {XL: self.xl_streams(texts, tokenizer)}
+
+# %% ../nbs/14_xlpe.ipynb #822150ca
+def _to_json(v):
+    if isinstance(v, np.ndarray):
+        nz = np.flatnonzero(v)
+        return {'__ndarray__': list(v.shape), 'dtype': str(v.dtype), 'idx': nz.tolist(), 'val': v.ravel()[nz].tolist()}
+    return v
+
+def _from_json(v):
+    if not (isinstance(v, dict) and '__ndarray__' in v): return v
+    a = np.zeros(int(np.prod(v['__ndarray__'])), dtype=v['dtype']); a[v['idx']] = v['val']
+    return a.reshape(v['__ndarray__'])
+
+# %% ../nbs/14_xlpe.ipynb #30bd61ae
+@patch
+def state_dict(self: XLPositionProvider) -> dict:
+    "JSON-able fitted state: mode, oracle orders, cached predictions, reorderer fields (its arrays sparse)."
+    r = None if self.reorderer is None else {k: _to_json(v) for k, v in vars(self.reorderer).items()}
+    return dict(mode=self.mode, gold=[[list(k), v] for k, v in self.gold.items()], cache=[[list(k), v] for k, v in self.cache.items()], reorderer=r)
+
+@patch
+def load_state_dict(self: XLPositionProvider, state: dict) -> None:
+    "Restore `state_dict` output (the reorderer rebuilt field by field, no unpickling)."
+    from posenc_nb.btg import BTGReorderer
+    self.mode = self.variant = _MODE_ALIASES.get(state['mode'], state['mode'])
+    self.gold, self.cache = {tuple(k): v for k, v in state['gold']}, {tuple(k): v for k, v in state['cache']}
+    self.reorderer = None
+    if state.get('reorderer') is not None:
+        self.reorderer = BTGReorderer.__new__(BTGReorderer); vars(self.reorderer).update({k: _from_json(v) for k, v in state['reorderer'].items()})
+
 # %% ../nbs/14_xlpe.ipynb #8d03f0c3
 def xl_streams_for(pairs, tok, provider: Optional[XLPositionProvider], golds=None) -> Optional[list]:
     "XL streams of the source side of (src_text, tgt_text) pairs, or None without a provider."
-    return None if provider is None else provider.streams([s for s, _ in pairs], tok, golds)
+    return None if provider is None else provider.xl_streams([s for s, _ in pairs], tok, golds)
 
 def _batches(ids, xls, bs):
-    for s in range(0, len(ids), bs): yield collate(ids[s:s + bs], xl=None if xls is None else xls[s:s + bs])
+    for s in range(0, len(ids), bs): yield collate(ids[s:s + bs], streams=None if xls is None else {XL: xls[s:s + bs]})
 
 @torch.no_grad()
 def eval_xl(model: Seq2Seq, ids, xls, tok=None, refs=None, batch_size: int = 100, max_len: int = 100) -> dict:
@@ -296,7 +380,7 @@ class XLPairs(Task):
         self.batches = iter(self._draw, None)
     def _draw(self):
         idx = self.rng.sample(range(len(self.ids)), min(self.bs, len(self.ids)))
-        return collate([self.ids[i] for i in idx], xl=None if self.xls is None else [self.xls[i] for i in idx]).to(self.device)
+        return collate([self.ids[i] for i in idx], streams=None if self.xls is None else {XL: [self.xls[i] for i in idx]}).to(self.device)
     def loss(self, model, b):
         loss, _, n = label_smoothed_nll(model(b.src, b.src_p, b.tgt_in, b.tgt_p), b.tgt_out)
         return loss / n

@@ -4,16 +4,20 @@ Every check fails (never skips) when an encoding breaks it: building with defaul
 equal to full decoding, padding invariance on the left and on the right, a state-dict round trip, checkpoint averaging,
 and moving between dtypes and devices. The second half shows the checks failing on deliberately broken encodings, and an
 encoding defined and registered only in this file being found by `list_posencs()` and passing them with no edit elsewhere.
-Encodings that read a second position stream (`Positions.xl`) get one from the test's own batch: every source carries it,
-and encodings that read no second stream ignore it, so no encoding is special-cased by name.
+Encodings that read extra position streams declare their names (`PosEnc.reads_streams`) and get a random order of the
+source under each of those names from the test's own batch, so no encoding is special-cased by name. The last tests define a
+stream provider and a stream-reading encoding in this file and show them found and used by collate, translate and train.
 """
 import copy, dataclasses, io
 import pytest, torch, torch.nn as nn
 import posenc_nb.core as core
 from posenc_nb.core import SITE_KINDS, Positions, PosEnc, list_posencs, make_posenc, register_posenc
+import posenc_nb.data as data
+from posenc_nb.data import StreamProvider, collate, list_stream_providers, make_stream_provider, register_stream_provider, word_tokenizer
+from posenc_nb.decode import translate
 from posenc_nb.baselines import sinusoidal_table
 from posenc_nb.model import ModelConfig, Seq2Seq
-from posenc_nb.train import CKPT_FORMAT, average_checkpoints
+from posenc_nb.train import CKPT_FORMAT, average_checkpoints, config_from_name, load_stream_provider, train
 
 torch.set_num_threads(1)                     # tiny tensors: threads only add overhead
 CFG = dict(src_vocab=23, tgt_vocab=23, d_model=16, n_heads=2, n_enc=2, n_dec=2, d_ff=32, dropout=0.0, max_len=64)
@@ -22,7 +26,7 @@ ENCODINGS = list_posencs()
 
 
 def make_batch(seed: int = 0):
-    "Source and target ids (no pad id 0) and a second position stream (a random order of every source row)."
+    "Source and target ids (no pad id 0) and another order of the source (a random permutation of every source row)."
     g = torch.Generator().manual_seed(seed)
     src, tgt = torch.randint(3, 23, (B, S), generator=g), torch.randint(3, 23, (B, T), generator=g)
     return src, tgt, torch.stack([torch.randperm(S, generator=g) for _ in range(B)])
@@ -35,12 +39,17 @@ def build(name: str, seed: int = 0) -> Seq2Seq:
     except Exception as e: raise AssertionError(f"encoding {name!r} does not build with default options: {e}") from e
 
 
-def logits(model, src, tgt, xl=None, src_mask=None, tgt_mask=None):
-    "Teacher-forced logits with positions counted over real tokens; `xl` the second stream of the source, if any."
+def streams_for(model, order, mask):
+    "The extra streams the encoder's encoding declares, each filled with `order` (0 on padding)."
+    return {n: order.masked_fill(~mask, 0) for n in model.enc_pe.reads_streams}
+
+
+def logits(model, src, tgt, order=None, src_mask=None, tgt_mask=None):
+    "Teacher-forced logits with positions counted over real tokens; `order` fills the source streams the encoding reads."
     dev = next(model.parameters()).device
     sm = torch.ones_like(src, dtype=torch.bool) if src_mask is None else src_mask
     tm = torch.ones_like(tgt, dtype=torch.bool) if tgt_mask is None else tgt_mask
-    sp = Positions.from_mask(sm, xl=None if xl is None else xl.masked_fill(~sm, 0))
+    sp = Positions.from_mask(sm, streams=None if order is None else streams_for(model, order, sm))
     with torch.no_grad(): return model(src.to(dev), sp.to(dev), tgt.to(dev), Positions.from_mask(tm).to(dev))
 
 
@@ -70,9 +79,9 @@ def check_build(name: str):
 
 def check_incremental(name: str):
     "Feeding the target one token at a time through the cache gives the full teacher-forced logits."
-    model, (src, tgt, xl) = build(name), make_batch()
+    model, (src, tgt, order) = build(name), make_batch()
     mask = torch.ones(B, S, dtype=torch.bool); mask[0, :2] = False                      # row 0 left-padded
-    for sp in (Positions.arange(B, S), Positions.from_mask(mask, xl=xl.masked_fill(~mask, 0))):
+    for sp in (Positions.arange(B, S), Positions.from_mask(mask, streams=streams_for(model, order, mask))):
         with torch.no_grad():
             mem = model.encode(src, sp)
             full = model.decode(tgt, Positions.arange(B, T), mem, sp)
@@ -83,7 +92,7 @@ def check_incremental(name: str):
 
 def check_padding(name: str, side: str):
     "Each row's logits on its real tokens equal those of the row alone, whatever the padding of its batch on `side`."
-    model, (src, tgt, xl) = build(name), make_batch()
+    model, (src, tgt, order) = build(name), make_batch()
     slen, tlen, width = (S, S - 2), (T, T - 1), (S + 2, T + 2)                       # rows of different real lengths
     def pad(rows, lens, w):
         ids, mask = torch.zeros(B, w, dtype=torch.long), torch.zeros(B, w, dtype=torch.bool)
@@ -91,50 +100,50 @@ def check_padding(name: str, side: str):
             cols = slice(w - n, w) if side == 'left' else slice(0, n)
             ids[i, cols], mask[i, cols] = r[:n], True
         return ids, mask
-    ps, sm = pad(src, slen, width[0]); pt, tm = pad(tgt, tlen, width[1]); px, _ = pad(xl, slen, width[0])
+    ps, sm = pad(src, slen, width[0]); pt, tm = pad(tgt, tlen, width[1]); px, _ = pad(order, slen, width[0])
     got = logits(model, ps, pt, px, sm, tm)
     for i in range(B):
-        alone = logits(model, src[i:i + 1, :slen[i]], tgt[i:i + 1, :tlen[i]], xl[i:i + 1, :slen[i]])
+        alone = logits(model, src[i:i + 1, :slen[i]], tgt[i:i + 1, :tlen[i]], order[i:i + 1, :slen[i]])
         close(got[i][tm[i]], alone[0], 1e-4)
 
 
 def check_state_dict(name: str):
     "Weights saved and loaded (strictly, through bytes) into a differently seeded model give the same outputs."
-    model, (src, tgt, xl) = build(name), make_batch()
-    ref = logits(model, src, tgt, xl)
+    model, (src, tgt, order) = build(name), make_batch()
+    ref = logits(model, src, tgt, order)
     buf = io.BytesIO(); torch.save(model.state_dict(), buf); buf.seek(0)
     other = build(name, seed=1)
-    logits(other, src, tgt, xl)                                                      # fills any cache of the old weights
+    logits(other, src, tgt, order)                                                      # fills any cache of the old weights
     other.load_state_dict(torch.load(buf, weights_only=True))
-    close(logits(other, src, tgt, xl), ref, 1e-6)
+    close(logits(other, src, tgt, order), ref, 1e-6)
 
 
 def check_average(name: str, tmp):
     "`train.average_checkpoints` of identical checkpoints reproduces the outputs (derived buffers are reset, not averaged)."
-    model, (src, tgt, xl) = build(name), make_batch()
-    ref = logits(model, src, tgt, xl)
+    model, (src, tgt, order) = build(name), make_batch()
+    ref = logits(model, src, tgt, order)
     ck = dict(format=CKPT_FORMAT, step=0, config={}, tokenizer=None, model_config=dataclasses.asdict(model.cfg), model=model.state_dict())
     paths = [tmp / f'{name}-{i}.pt' for i in range(3)]
     for p in paths: torch.save(ck, p)
     other = build(name, seed=2)
-    logits(other, src, tgt, xl)
+    logits(other, src, tgt, order)
     other.load_state_dict(average_checkpoints(paths)['model'])
-    close(logits(other, src, tgt, xl), ref, 1e-5)
+    close(logits(other, src, tgt, order), ref, 1e-5)
 
 
 def check_devices(name: str):
     "float64 and back, `meta`, and CUDA when there is one: the encoding moves with the model and stays correct."
-    model, (src, tgt, xl) = build(name), make_batch()
-    ref = logits(model, src, tgt, xl)
+    model, (src, tgt, order) = build(name), make_batch()
+    ref = logits(model, src, tgt, order)
     m64 = copy.deepcopy(model).double()
-    out = logits(m64, src, tgt, xl)
+    out = logits(m64, src, tgt, order)
     assert out.dtype == torch.float64, f"{name}: float64 model gave {out.dtype} logits"
     close(out.float(), ref, 1e-4)
-    close(logits(m64.float(), src, tgt, xl), ref, 1e-5)
+    close(logits(m64.float(), src, tgt, order), ref, 1e-5)
     meta = copy.deepcopy(model).to('meta')
     assert all(t.is_meta for t in list(meta.parameters()) + list(meta.buffers())), f"{name}: a tensor stayed off the meta device"
     if torch.cuda.is_available():
-        close(logits(copy.deepcopy(model).cuda(), src, tgt, xl).cpu(), ref, 1e-4)
+        close(logits(copy.deepcopy(model).cuda(), src, tgt, order).cpu(), ref, 1e-4)
 
 
 CHECKS = {'build': check_build, 'incremental': check_incremental, 'pad-left': lambda n: check_padding(n, 'left'),
@@ -238,3 +247,56 @@ def test_third_party_entry_point(tmp_path):
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                        env={**__import__('os').environ, 'PYTHONPATH': f'{tmp_path}:{root}'})
     assert r.returncode == 0 and r.stdout.strip() == 'PlugPosEnc', r.stderr[-2000:]
+
+
+# ---- a stream provider and an encoding that reads its stream, both defined only here
+
+class ReverseProvider(StreamProvider):
+    "Defined only in this file: the stream 'rev' counts every source sentence's tokens backwards."
+    names = ('rev',)
+    def fit(self, src, tgt, **options): self.n_fit = len(src); return self
+    def streams(self, src, tokenizer): return {'rev': [list(range(len(tokenizer.encode(s))))[::-1] for s in src]}
+    def state_dict(self): return {'n_fit': self.n_fit}
+    def load_state_dict(self, state): self.n_fit = state['n_fit']
+
+
+class RevCodes(PosEnc):
+    "Defined only in this file: sinusoidal codes of the 'rev' stream, of the absolute positions without one."
+    reads_streams = ('rev',)
+    def embed(self, x, p): return x + sinusoidal_table(p.streams.get('rev', p.pos), x.shape[-1]).to(x.dtype)
+
+
+@pytest.fixture
+def providers(monkeypatch):
+    "Register stream providers with the ordinary decorator into a copy of the registry that is dropped after the test."
+    list_stream_providers()
+    monkeypatch.setattr(data, 'STREAM_PROVIDERS', dict(data.STREAM_PROVIDERS))
+    return lambda name, cls: register_stream_provider(name)(cls)
+
+
+def test_new_stream_provider_is_found_and_used(register, providers, tmp_path):
+    "collate, translate and train use a provider and an encoding defined here, through their names only; nothing in the package changes."
+    assert 'test-reverse' not in list_stream_providers()
+    providers('test-reverse', ReverseProvider); register('test-rev', RevCodes)
+    assert 'test-reverse' in list_stream_providers()
+    run_all('test-rev', tmp_path)                                     # the encoding passes the contract with its stream
+    tok = word_tokenizer(['a', 'b', 'c'])
+    sents = ['a b c', 'c a', 'b']
+    st = make_stream_provider('test-reverse').fit(sents, sents).streams(sents, tok)
+    b = collate([(tok.encode(s), []) for s in sents], streams=st)
+    assert b.src_p.streams['rev'].tolist() == [[2, 1, 0, 3], [1, 0, 2, 0], [0, 1, 0, 0]]     # EOS continues, padding 0
+    torch.manual_seed(0)
+    model = Seq2Seq(ModelConfig(**{**CFG, 'src_vocab': tok.vocab_size, 'tgt_vocab': tok.vocab_size, 'enc_pe': 'test-rev'})).eval()
+    seen = []
+    encode = model.encode
+    model.encode = lambda src, sp: (seen.append(sp.streams['rev'].tolist()), encode(src, sp))[1]
+    assert len(translate(model, tok, sents, beam=2, max_len=3, streams=st)) == 3
+    got = {tuple(r[:len(s.split()) + 1]) for rows in seen for r, s in zip(rows, sorted(sents, key=lambda s: -len(s.split())))}
+    assert got == {(2, 1, 0, 3), (1, 0, 2), (0, 1)}, seen            # each sentence's stream reached the encoder
+    with pytest.raises(ValueError, match='one per sentence'): translate(model, tok, sents, streams={'rev': st['rev'][:2]})
+    cfg = config_from_name('synthetic-tiny', enc_pe='test-rev', streams='test-reverse', max_steps=2, eval_every=2, ckpt_every=2,
+                           log_every=1, eval_bleu_sents=0, test_max_sents=4, beam=1, data_options={'n': 200})
+    res = train(cfg, tmp_path / 'run', progress=False)
+    assert res['step'] == 2
+    back = load_stream_provider(tmp_path / 'run')                     # the run folder's JSON rebuilds it for new input
+    assert isinstance(back, ReverseProvider) and back.n_fit > 0 and back.streams(['a b'], tok) == {'rev': [[1, 0]]}

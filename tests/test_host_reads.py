@@ -40,7 +40,7 @@ def _batch():
     src = torch.tensor([[5, 6, 7, 0], [8, 9, 10, 11]])
     mask = src != 0
     xl = torch.stack([torch.randperm(4), torch.randperm(4)])        # a second stream for the encodings that read one
-    return src, Positions.from_mask(mask, xl=xl)
+    return src, Positions.from_mask(mask, streams={'xl': xl})
 
 
 @pytest.mark.parametrize('pe', ENCODINGS)
@@ -60,7 +60,7 @@ def test_incremental_step_reads_nothing(pe, accelerator_path):
 def _reads(pe: str, layers: int) -> list:
     m, (src, sp) = _model(pe, layers, train=True), _batch()
     for _ in range(2):                                                   # the second step: tables and caches warm
-        src_p, tgt_p = Positions(sp.pos.clone(), sp.mask.clone(), sp.xl.clone()), Positions.from_mask(src != 0)
+        src_p, tgt_p = Positions(sp.pos.clone(), sp.mask.clone(), {k: v.clone() for k, v in sp.streams.items()}), Positions.from_mask(src != 0)
         with HostReads() as hr: m(src, src_p, src, tgt_p).sum().backward()
     return [r[0] for r in hr.reads]
 

@@ -177,6 +177,7 @@ def test_every_committed_config_loads():
         d = json.loads(p.read_text())
         d = d.get('config', d) if p.name == 'results.json' else d
         cfg = T.TrainConfig.from_dict(d)
+        d = T.upgrade_config_dict(d)                                  # older field names (a stream provider's own) -> today's
         for k, v in d.items():
             got = getattr(cfg, k)
             assert (list(got) if isinstance(got, tuple) else got) == v, (p, k)

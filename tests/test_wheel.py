@@ -37,8 +37,8 @@ SNIPPET = textwrap.dedent(r'''
                           enc_pe=name, max_len=64)
         model = Seq2Seq(cfg).eval()
         with torch.no_grad():
-            logits = model(src, Positions.from_mask(sm, xl=Positions.from_mask(sm).pos),
-                           tgt, Positions.from_mask(tm, xl=Positions.from_mask(tm).pos))
+            extra = lambda m: {n: Positions.from_mask(m).pos for n in model.enc_pe.reads_streams}   # the streams it declares
+            logits = model(src, Positions.from_mask(sm, streams=extra(sm)), tgt, Positions.from_mask(tm, streams=extra(tm)))
         assert logits.shape == (B, T, V), (name, logits.shape)
         assert torch.isfinite(logits[tm]).all(), name
         print('ok', name)
