@@ -260,7 +260,7 @@ def translate(model, tokenizer, sentences: Sequence[str], beam: int = 4, batch_t
     dev = _model_device(model)
     ids = [src_tok.encode(s) if s.strip() else [] for s in sentences]
     cut = _fit_lines(ids, _length_limit(getattr(model, 'enc_pe', None)))        # an over-long line is shortened, not fatal
-    if xl is not None and cut: xl = [x[:len(ids[i])] if i in cut else x for i, x in enumerate(xl)]
+    if streams and cut: streams = {k: [x[:len(ids[i])] if i in cut else x for i, x in enumerate(v)] for k, v in streams.items()}
     _check_finite(model)
     order = sorted((i for i, x in enumerate(ids) if x), key=lambda i: (-len(ids[i]), i))
     batches, cur, cur_max = [], [], 0
