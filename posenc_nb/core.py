@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #c6463148
 from __future__ import annotations
-import importlib, importlib.util, math, pkgutil, re
+import importlib, importlib.util, math, pkgutil, re, sys
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -15,8 +15,8 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['SITE_KINDS', 'ENTRY_POINT_GROUP', 'Positions', 'host_fact', 'note_fact', 'whole_base', 'known_range', 'positions_max',
-           'HostReads', 'Site', 'PosEnc', 'register_posenc', 'provider_modules', 'list_posencs', 'make_posenc',
-           'encoding_streams', 'attention_mask', 'Attention']
+           'HostReads', 'Site', 'PosEnc', 'register_posenc', 'provider_modules', 'import_registering', 'list_posencs',
+           'make_posenc', 'encoding_streams', 'attention_mask', 'Attention']
 
 # %% ../nbs/00_core.ipynb #28c4ebe3
 def _check_int(t: Tensor, what: str):
@@ -256,6 +256,20 @@ def provider_modules(package: str = 'posenc_nb', # the package whose modules are
         if spec is None or not (spec.origin or '').endswith('.py'): continue
         if pat.search(Path(spec.origin).read_text(encoding='utf-8')): found.append(spec.name)
     return found
+
+# %% ../nbs/00_core.ipynb #bf497d54
+_IMPORTED = set()
+
+def import_registering(marker: str, # regex of a line that registers something at import, as in `provider_modules`
+                       group: Optional[str] = None, # an entry-point group whose modules are loaded too
+                       package: str = 'posenc_nb', # the package whose modules are scanned
+                      ):
+    "Import, once per `marker`, the modules of `package` that register something at import, then `group`'s entry points."
+    if (package, marker, group) in _IMPORTED: return
+    _IMPORTED.add((package, marker, group))
+    for name in provider_modules(package, marker=marker):
+        if name not in sys.modules: importlib.import_module(name)
+    for ep in (metadata.entry_points(group=group) if group else ()): ep.load()
 
 # %% ../nbs/00_core.ipynb #e1552ced
 _discovered = False

@@ -11,7 +11,7 @@ from importlib import metadata
 from typing import Callable, Optional, Sequence
 import numpy as np, torch
 from torch import Tensor
-from .core import Positions, provider_modules
+from .core import Positions, provider_modules, import_registering
 from .utils import atomic_write
 # `datasets` (slow to import) and `tokenizers` are imported inside the functions that need them.
 
@@ -171,14 +171,9 @@ def register_dataset(spec: DataSpec, # the declaration to add
     return spec
 
 # %% ../nbs/03_data.ipynb #78b19230
-_PACKAGE, _DISCOVERED = 'posenc_nb', []
-
 def _discover():
     "Import, once, the package modules that register data sets at import (the same source scan that finds encodings)."
-    if _DISCOVERED: return
-    _DISCOVERED.append(True)
-    for name in provider_modules(_PACKAGE, marker=r'^register_dataset\('):
-        if name not in sys.modules: importlib.import_module(name)
+    import_registering(r'^register_dataset\(')
 
 # %% ../nbs/03_data.ipynb #9ae70413
 _KINDS = ('parallel', 'labelled')
@@ -525,15 +520,9 @@ def register_stream_provider(name: str # the name a run gives in `TrainConfig.st
     return deco
 
 # %% ../nbs/03_data.ipynb #160e0066
-_STREAMS_DISCOVERED = []
-
 def _discover_stream_providers():
     "Import, once, the package modules that register stream providers (source scan), then the entry points' modules."
-    if _STREAMS_DISCOVERED: return
-    _STREAMS_DISCOVERED.append(True)
-    for name in provider_modules(_PACKAGE, marker=r'^@register_stream_provider\('):
-        if name not in sys.modules: importlib.import_module(name)
-    for ep in metadata.entry_points(group=STREAM_ENTRY_POINT_GROUP): ep.load()
+    import_registering(r'^@register_stream_provider\(', STREAM_ENTRY_POINT_GROUP)
 
 def list_stream_providers() -> list:
     "Names of every registered stream provider."

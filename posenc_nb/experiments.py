@@ -11,7 +11,7 @@ from typing import Callable, Optional, Sequence
 import torch
 from fastcore.basics import patch
 from fastcore.script import Param
-from .core import list_posencs, provider_modules
+from .core import list_posencs, provider_modules, import_registering
 from .data import load_parallel, cache_dir
 from .decode import translate, bleu, chrf
 from .train import TrainConfig, CONFIGS, config_from_name
@@ -142,8 +142,6 @@ _register(
         command='torchrun --nproc_per_node=8 -m posenc_nb.experiments run wmt14-base --full --device cuda'))
 
 # %% ../nbs/20_experiments.ipynb #22a85727
-_EXPERIMENTS_DISCOVERED = []
-
 def register_experiment(exp: Experiment # the declaration; its name must be new (or the same declaration again)
                        ) -> Experiment:
     "Add `exp` to `EXPERIMENTS` (a later notebook's module calls this at import)."
@@ -153,11 +151,9 @@ def register_experiment(exp: Experiment # the declaration; its name must be new 
 
 def list_experiments() -> list:
     "Every experiment, those registered by other modules of the package included (imported once, found by a source scan)."
-    if not _EXPERIMENTS_DISCOVERED:
-        _EXPERIMENTS_DISCOVERED.append(True)
-        for m in provider_modules('posenc_nb', marker=r'^register_experiment\('): importlib.import_module(m)
-        canon = importlib.import_module('posenc_nb.experiments')    # under `python -m`, this module runs as __main__
-        for k, v in canon.EXPERIMENTS.items(): EXPERIMENTS.setdefault(k, v)
+    import_registering(r'^register_experiment\(')
+    canon = importlib.import_module('posenc_nb.experiments')        # under `python -m`, this module runs as __main__
+    for k, v in canon.EXPERIMENTS.items(): EXPERIMENTS.setdefault(k, v)
     return list(EXPERIMENTS.values())
 
 # %% ../nbs/20_experiments.ipynb #7dacec5a
