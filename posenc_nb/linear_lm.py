@@ -13,7 +13,7 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from fastcore.basics import patch
 from fastcore.script import Param
 from .rope import rope_linear_attention, apply_rotary, get_rotary_cache
-from .mlm import BYTE_VOCAB, BYTE_OFFSET, clean_text, runs_dir, RESULTS, _rows, _RESUMABLE
+from .mlm import BYTE_VOCAB, BYTE_OFFSET, clean_text, runs_dir, RESULTS, seed_curve, _rows, _RESUMABLE
 from .train import Task, Learner, Budget, TrainLog, Evaluator, Checkpointer, fit, restore, read_metrics, lr_multiplier
 from .train import _jsonl_log, _precision, _pick_device, _seed_all
 from .long_text import peak_rss_mb
@@ -220,12 +220,13 @@ def load_lm(folder='results/roformer-linear') -> list:
     recs = [json.loads(f.read_text()) for f in sorted(Path(folder).glob('*.json'))]
     return sorted([r for r in recs if r.get('experiment') == 'linear-lm'], key=lambda r: (r['variant'], r['seed']))
 
-def lm_curve(records: list, variant: str, key: str = 'valid') -> tuple:
-    "(steps, mean, sd) over seeds of a variant's validation (or 'train') loss curve, on the steps all seeds share."
-    cs = [{c['step']: c[k] for c in r[f'{key}_curve'] for k in c if k != 'step'} for r in records if r['variant'] == variant]
-    if not cs: return [], np.zeros(0), np.zeros(0)
-    st = sorted(set.intersection(*[set(c) for c in cs])); v = np.array([[c[s] for s in st] for c in cs])
-    return st, v.mean(0), v.std(0, ddof=1) if len(cs) > 1 else np.zeros(len(st))
+# %% ../nbs/28_linear_lm.ipynb #1241e085
+def lm_curve(records: list, # language-model records (`load_lm`)
+             variant: str, # the variant whose seeds to summarize
+             key: str = 'valid', # 'valid' or 'train'
+            ) -> tuple:
+    "(steps, mean, sd) over seeds of a variant's validation (or 'train') loss curve, on the steps all seeds share (`mlm.seed_curve`)."
+    return seed_curve([r for r in records if r['variant'] == variant], key)
 
 # %% ../nbs/28_linear_lm.ipynb #106d12ec
 def lm_table(records: list, reference: str = 'linear') -> list:

@@ -25,7 +25,8 @@ from .cli import command, command_line, use_threads, main as cli_main
 __all__ = ['BYTE_OFFSET', 'MASK_ID', 'BYTE_VOCAB', 'MLM_CONFIGS', 'FT_SIZES', 'RESULTS', 'MLM_COMMANDS', 'clean_text', 'byte_ids',
            'subset_indices', 'byte_split', 'mask_tokens', 'encoder_states', 'MLM', 'MLMConfig', 'MLMTask',
            'pretrain_mlm', 'load_encoder', 'FinetuneConfig', 'finetune', 'runs_dir', 'pretrain_dir', 'mlm_pretrain',
-           'mlm_finetune', 'main', 'load_mlm', 'mlm_curve', 'mlm_table', 'load_finetune', 'finetune_table']
+           'mlm_finetune', 'main', 'load_mlm', 'seed_curve', 'mlm_curve', 'mlm_table', 'load_finetune',
+           'finetune_table']
 
 # %% ../nbs/26_mlm.ipynb #c5330522
 BYTE_OFFSET = 4                    # ids 0-3 are the specials <pad> <s> </s> <unk> of `posenc_nb.data`; byte b is id b + 4
@@ -386,12 +387,23 @@ def load_mlm(folder='results/roformer-mlm', # where the pre-training records are
     recs = [json.loads(f.read_text()) for f in sorted(Path(folder).glob('*.json'))]
     return sorted([r for r in recs if r.get('experiment') == 'mlm-pretrain'], key=lambda r: (r['config']['d_model'], r['encoding'], r['seed']))
 
-def mlm_curve(records: list, encoding: str, key: str = 'valid') -> tuple:
+# %% ../nbs/26_mlm.ipynb #3d0d68ce
+def seed_curve(records: list, # the runs of one arm, one per seed, each with a `KEY_curve` list of {'step': ..., LOSS: ...}
+               key: str = 'valid', # which curve: 'valid' or 'train'
+              ) -> tuple:
+    "(steps, mean, sd) over the runs of a loss curve, on the steps all runs share (sd 0 for one run; empty for none)."
+    cs = [{c['step']: c[k] for c in r[f'{key}_curve'] for k in c if k != 'step'} for r in records]
+    if not cs: return [], np.zeros(0), np.zeros(0)
+    st = sorted(set.intersection(*[set(c) for c in cs])); v = np.array([[c[s] for s in st] for c in cs])
+    return st, v.mean(0), v.std(0, ddof=1) if len(cs) > 1 else np.zeros(len(st))
+
+# %% ../nbs/26_mlm.ipynb #85541281
+def mlm_curve(records: list, # pre-training records (`load_mlm`)
+              encoding: str, # the encoding whose seeds to summarize
+              key: str = 'valid', # 'valid' or 'train'
+             ) -> tuple:
     "(steps, mean, sd) over the seeds of `encoding`'s validation (or 'train') loss curve, on the steps all seeds share."
-    cs = [{c['step']: c[k] for c in r[f'{key}_curve'] for k in c if k != 'step'} for r in records if r['encoding'] == encoding]
-    steps = sorted(set.intersection(*[set(c) for c in cs])) if cs else []
-    vals = np.array([[c[s] for s in steps] for c in cs]) if cs else np.zeros((0, 0))
-    return steps, vals.mean(0), (vals.std(0, ddof=1) if len(cs) > 1 else np.zeros(len(steps)))
+    return seed_curve([r for r in records if r['encoding'] == encoding], key)
 
 # %% ../nbs/26_mlm.ipynb #83e6bf45
 def mlm_table(records: list, encodings=('rope', 'sinusoidal', 'learned'), at: Optional[int] = None) -> list:
