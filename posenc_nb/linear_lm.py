@@ -4,23 +4,26 @@
 
 # %% ../nbs/28_linear_lm.ipynb #b02e9d1a
 from __future__ import annotations
-import argparse, json, math, shlex, statistics, sys, time
+import json, math, statistics, sys, time
 from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 from typing import Optional, Sequence
 import numpy as np
 import torch, torch.nn as nn, torch.nn.functional as F
 from fastcore.basics import patch
+from fastcore.script import Param
 from .rope import rope_linear_attention, apply_rotary, get_rotary_cache
-from .mlm import BYTE_VOCAB, BYTE_OFFSET, clean_text, runs_dir, RESULTS, _rows, _RESUMABLE
+from .mlm import BYTE_VOCAB, BYTE_OFFSET, clean_text, runs_dir, RESULTS, seed_curve, _rows, _RESUMABLE
 from .train import Task, Learner, Budget, TrainLog, Evaluator, Checkpointer, fit, restore, read_metrics, lr_multiplier
 from .train import _jsonl_log, _precision, _pick_device, _seed_all
 from .long_text import peak_rss_mb
 from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled
+from .cli import command, command_line, use_threads, main as cli_main
 
 # %% auto #0
-__all__ = ['VARIANTS', 'LM_CONFIGS', 'causal_attention', 'LMBlock', 'ByteLM', 'byte_stream', 'LMConfig', 'LMTask', 'train_lm',
-           'bench_attention', 'attention_memory', 'main', 'load_lm', 'lm_curve', 'lm_table']
+__all__ = ['VARIANTS', 'LM_CONFIGS', 'LM_COMMANDS', 'causal_attention', 'LMBlock', 'ByteLM', 'byte_stream', 'LMConfig', 'LMTask',
+           'train_lm', 'bench_attention', 'attention_memory', 'lm_train', 'lm_bench', 'main', 'load_lm', 'lm_curve',
+           'lm_table']
 
 # %% ../nbs/28_linear_lm.ipynb #03541c47
 VARIANTS = ('linear', 'linear-rope', 'softmax-rope')
@@ -172,20 +175,44 @@ def attention_memory(lengths: Sequence[int] = (256, 512, 1024, 2048, 4096), vari
     return {f'{v}@{L}': peak_rss_mb(f'from posenc_nb.linear_lm import _attn_call; _attn_call({v!r}, {L})') for v in variants for L in lengths}
 
 # %% ../nbs/28_linear_lm.ipynb #38d102bc
-def main(argv=None):
-    "Train one language-model arm, or run the cost benchmark; each writes one record under results/roformer-linear (skipped when present)."
-    argv = sys.argv[1:] if argv is None else list(argv)
-    ap = argparse.ArgumentParser(prog='python -m posenc_nb.linear_lm'); ap.add_argument('what', choices=('train', 'bench'))
-    ap.add_argument('--variant', default='linear-rope', choices=VARIANTS); ap.add_argument('--seed', type=int, default=0)
-    ap.add_argument('--config', default='cpu-tiny', choices=list(LM_CONFIGS)); ap.add_argument('--threads', type=int, default=1)
-    a = ap.parse_args(argv); torch.set_num_threads(a.threads); cmd = ' '.join(['python -m posenc_nb.linear_lm'] + [shlex.quote(x) for x in argv])
-    out = RESULTS / 'roformer-linear' / (f'{a.config}_{a.variant}_seed{a.seed}.json' if a.what == 'train' else 'bench.json')
-    if out.exists(): pass
-    elif a.what == 'train': train_lm(replace(LM_CONFIGS[a.config], variant=a.variant, seed=a.seed), runs_dir() / f'lm-{a.config}-{a.variant}-seed{a.seed}', out, command=cmd)
-    else: atomic_write(out, json.dumps({'experiment': 'linear-attention-cost', **bench_attention(), 'peak_mem_mb': attention_memory(), **provenance(None, 'fp32', 'cpu', command=cmd)}, indent=1) + '\n')
-    print(f'{out}: done', flush=True)
+LM_COMMANDS: dict = {}    # the `python -m posenc_nb.linear_lm` subcommands: name -> function
 
-if __name__ == '__main__' and '__file__' in globals(): main()
+@command(registry=LM_COMMANDS)
+def lm_train(*, variant: Param('', str, choices=list(VARIANTS)) = 'linear-rope', # the attention variant
+             seed: int = 0, # random seed
+             config: Param('', str, choices=list(LM_CONFIGS)) = 'cpu-tiny', # model and budget (`LM_CONFIGS`)
+             threads: int = 1, # CPU threads for torch
+            ) -> int:
+    """Train one language-model arm; its record is results/roformer-linear/CONFIG_VARIANT_seedSEED.json (skipped when it exists).
+
+    Examples:
+      python -m posenc_nb.linear_lm train --variant linear-rope --seed 0
+      python -m posenc_nb.linear_lm train --variant softmax-rope --seed 1 --config cpu-tiny"""
+    use_threads(threads); out = RESULTS / 'roformer-linear' / f'{config}_{variant}_seed{seed}.json'
+    if not out.exists(): train_lm(replace(LM_CONFIGS[config], variant=variant, seed=seed), runs_dir() / f'lm-{config}-{variant}-seed{seed}', out, command=command_line())
+    print(f'{out}: done', flush=True)
+    return 0
+
+# %% ../nbs/28_linear_lm.ipynb #ba169f97
+@command(registry=LM_COMMANDS)
+def lm_bench(*, threads: int = 1, # CPU threads for torch
+            ) -> int:
+    """The cost benchmark: time and peak memory of linear and softmax attention as length grows, in results/roformer-linear/bench.json (skipped when it exists).
+
+    Examples:
+      python -m posenc_nb.linear_lm bench"""
+    use_threads(threads); out = RESULTS / 'roformer-linear' / 'bench.json'
+    if not out.exists(): atomic_write(out, json.dumps({'experiment': 'linear-attention-cost', **bench_attention(), 'peak_mem_mb': attention_memory(), **provenance(None, 'fp32', 'cpu', command=command_line())}, indent=1) + '\n')
+    print(f'{out}: done', flush=True)
+    return 0
+
+# %% ../nbs/28_linear_lm.ipynb #d82fb331
+def main(argv=None, # the arguments (default: `sys.argv[1:]`)
+        ) -> int:
+    "`python -m posenc_nb.linear_lm`: its commands through `posenc_nb.cli.main` (one-line errors, status 2 on bad input)."
+    return cli_main(argv, LM_COMMANDS, 'python -m posenc_nb.linear_lm')
+
+if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
 
 # %% ../nbs/28_linear_lm.ipynb #8b813809
 def load_lm(folder='results/roformer-linear') -> list:
@@ -193,12 +220,13 @@ def load_lm(folder='results/roformer-linear') -> list:
     recs = [json.loads(f.read_text()) for f in sorted(Path(folder).glob('*.json'))]
     return sorted([r for r in recs if r.get('experiment') == 'linear-lm'], key=lambda r: (r['variant'], r['seed']))
 
-def lm_curve(records: list, variant: str, key: str = 'valid') -> tuple:
-    "(steps, mean, sd) over seeds of a variant's validation (or 'train') loss curve, on the steps all seeds share."
-    cs = [{c['step']: c[k] for c in r[f'{key}_curve'] for k in c if k != 'step'} for r in records if r['variant'] == variant]
-    if not cs: return [], np.zeros(0), np.zeros(0)
-    st = sorted(set.intersection(*[set(c) for c in cs])); v = np.array([[c[s] for s in st] for c in cs])
-    return st, v.mean(0), v.std(0, ddof=1) if len(cs) > 1 else np.zeros(len(st))
+# %% ../nbs/28_linear_lm.ipynb #1241e085
+def lm_curve(records: list, # language-model records (`load_lm`)
+             variant: str, # the variant whose seeds to summarize
+             key: str = 'valid', # 'valid' or 'train'
+            ) -> tuple:
+    "(steps, mean, sd) over seeds of a variant's validation (or 'train') loss curve, on the steps all seeds share (`mlm.seed_curve`)."
+    return seed_curve([r for r in records if r['variant'] == variant], key)
 
 # %% ../nbs/28_linear_lm.ipynb #106d12ec
 def lm_table(records: list, reference: str = 'linear') -> list:

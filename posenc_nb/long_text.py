@@ -13,11 +13,12 @@ from .core import list_posencs
 from .model import ModelConfig, Classifier
 from .mlm import BYTE_VOCAB, FT_SIZES, clean_text, subset_indices, _rows
 from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled
+from .cli import command, command_line, use_threads, main as cli_main
 
 # %% auto #0
-__all__ = ['LONG_ENCODINGS', 'byte_lengths', 'length_shares', 'load_records', 'test_subset', 'accuracy_summary',
-           'format_accuracy', 'paired_bootstrap_acc', 'significance', 'format_significance', 'length_gain',
-           'peak_rss_mb', 'bench_encodings', 'main']
+__all__ = ['LONG_ENCODINGS', 'LONG_TEXT_COMMANDS', 'byte_lengths', 'length_shares', 'load_records', 'test_subset',
+           'accuracy_summary', 'format_accuracy', 'paired_bootstrap_acc', 'significance', 'format_significance',
+           'length_gain', 'peak_rss_mb', 'bench_encodings', 'longtext_bench', 'main']
 
 # %% ../nbs/27_long_text.ipynb #2cd38db7
 def byte_lengths(name: str, # a registered labelled data set
@@ -164,12 +165,26 @@ def bench_encodings(encodings: Sequence[str] = LONG_ENCODINGS, lengths: Sequence
             'reps': reps, 'reference': reference}
 
 # %% ../nbs/27_long_text.ipynb #c5439981
-def main(argv=None):
-    "`python -m posenc_nb.long_text bench`: the cost benchmark, written to results/roformer-longtext/cost.json (skipped when present)."
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] != ['bench']: raise SystemExit("usage: python -m posenc_nb.long_text bench  (the runs themselves: python -m posenc_nb.mlm finetune --task imdb ...)")
-    torch.set_num_threads(1); out = Path('results/roformer-longtext/cost.json')
-    if not out.exists(): atomic_write(out, json.dumps({'experiment': 'long-text-cost', **bench_encodings(), **provenance(None, 'fp32', 'cpu', command='python -m posenc_nb.long_text bench')}, indent=1) + '\n')
-    print(f'{out}: done', flush=True)
+LONG_TEXT_COMMANDS: dict = {}    # the `python -m posenc_nb.long_text` subcommands: name -> function
 
-if __name__ == '__main__' and '__file__' in globals(): main()
+@command(registry=LONG_TEXT_COMMANDS)
+def longtext_bench(*, out: str = 'results/roformer-longtext/cost.json', # the record to write (skipped when it exists)
+                  ) -> int:
+    """The cost benchmark: time and peak memory of one training update per encoding and length, in one record.
+
+    The runs themselves are fine-tuning runs: `python -m posenc_nb.mlm finetune --task imdb ...`.
+
+    Examples:
+      python -m posenc_nb.long_text bench"""
+    use_threads(1); out = Path(out)
+    if not out.exists(): atomic_write(out, json.dumps({'experiment': 'long-text-cost', **bench_encodings(), **provenance(None, 'fp32', 'cpu', command=command_line())}, indent=1) + '\n')
+    print(f'{out}: done', flush=True)
+    return 0
+
+# %% ../nbs/27_long_text.ipynb #09db163b
+def main(argv=None, # the arguments (default: `sys.argv[1:]`)
+        ) -> int:
+    "`python -m posenc_nb.long_text`: its commands through `posenc_nb.cli.main` (one-line errors, status 2 on bad input)."
+    return cli_main(argv, LONG_TEXT_COMMANDS, 'python -m posenc_nb.long_text')
+
+if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())

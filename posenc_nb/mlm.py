@@ -4,13 +4,14 @@
 
 # %% ../nbs/26_mlm.ipynb #2fffbdb5
 from __future__ import annotations
-import argparse, functools, json, math, os, random, shlex, sys, time
+import functools, json, math, os, random, sys, time
 from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
 from typing import Optional
 import numpy as np
 import torch, torch.nn as nn, torch.nn.functional as F
 from fastcore.basics import patch
+from fastcore.script import Param
 from .core import Positions, list_posencs
 from .model import ModelConfig, Classifier, _dense
 from .data import load_labelled, pad_batch, TokenBatchSampler, cache_dir, BOS
@@ -18,12 +19,14 @@ from .train import Task, Learner, Budget, BatchStream, TrainLog, Evaluator, Keep
 from .train import _jsonl_log, _amp, _precision, _pick_device, _seed_all
 from .classify import ClassifyConfig, ClassifyTask, classification_metrics, predict, GLUE_METRIC
 from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled
+from .cli import command, command_line, use_threads, main as cli_main
 
 # %% auto #0
-__all__ = ['BYTE_OFFSET', 'MASK_ID', 'BYTE_VOCAB', 'MLM_CONFIGS', 'FT_SIZES', 'RESULTS', 'clean_text', 'byte_ids',
+__all__ = ['BYTE_OFFSET', 'MASK_ID', 'BYTE_VOCAB', 'MLM_CONFIGS', 'FT_SIZES', 'RESULTS', 'MLM_COMMANDS', 'clean_text', 'byte_ids',
            'subset_indices', 'byte_split', 'mask_tokens', 'encoder_states', 'MLM', 'MLMConfig', 'MLMTask',
-           'pretrain_mlm', 'load_encoder', 'FinetuneConfig', 'finetune', 'runs_dir', 'pretrain_dir', 'main', 'load_mlm',
-           'mlm_curve', 'mlm_table', 'load_finetune', 'finetune_table']
+           'pretrain_mlm', 'load_encoder', 'FinetuneConfig', 'finetune', 'runs_dir', 'pretrain_dir', 'mlm_pretrain',
+           'mlm_finetune', 'main', 'load_mlm', 'seed_curve', 'mlm_curve', 'mlm_table', 'load_finetune',
+           'finetune_table']
 
 # %% ../nbs/26_mlm.ipynb #c5330522
 BYTE_OFFSET = 4                    # ids 0-3 are the specials <pad> <s> </s> <unk> of `posenc_nb.data`; byte b is id b + 4
@@ -308,41 +311,74 @@ def pretrain_dir(encoding: str, seed: int, config: str = 'cpu-tiny') -> Path:
     "The run folder of one pre-training run."
     return runs_dir() / f'mlm-{config}-{encoding}-seed{seed}'
 
-def _cmd(argv) -> str: return ' '.join(['python -m posenc_nb.mlm'] + [shlex.quote(a) for a in argv])
-
 # %% ../nbs/26_mlm.ipynb #fc24c486
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog='python -m posenc_nb.mlm', description='MLM pre-training and fine-tuning on bytes (one run, one record).')
-    ap.add_argument('what', choices=('pretrain', 'finetune')); ap.add_argument('--encoding', default='rope'); ap.add_argument('--seed', type=int, default=0)
-    ap.add_argument('--config', default='cpu-tiny', choices=list(MLM_CONFIGS)); ap.add_argument('--steps', type=int, default=None)
-    ap.add_argument('--task', default='sst2'); ap.add_argument('--pretrained', action='store_true', help='start from pretrain_dir(encoding, seed, config)')
-    for k, d in (('max-len', 128), ('n-test', None), ('n-valid', 512), ('eval-len', None), ('eval-every', 50), ('warmup', 10), ('max-tokens', 4096)):
-        ap.add_argument('--' + k, type=int, default=d)
-    ap.add_argument('--lr', type=float, default=2e-3); ap.add_argument('--threads', type=int, default=1)
-    ap.add_argument('--out', default=None, help='record file (default: results/roformer-mlm, roformer-longtext (imdb) or roformer-glue)')
-    return ap
+MLM_COMMANDS: dict = {}    # the `python -m posenc_nb.mlm` subcommands: name -> function
+
+@command(registry=MLM_COMMANDS)
+def mlm_pretrain(*, encoding: str = 'rope', # the position encoding
+                 seed: int = 0, # random seed
+                 config: Param('', str, choices=list(MLM_CONFIGS)) = 'cpu-tiny', # model and budget (`MLM_CONFIGS`)
+                 steps: int = None, # updates (default: the config's)
+                 threads: int = 1, # CPU threads for torch
+                 out: str = None, # record file (default: results/roformer-mlm/CONFIG_ENCODING_seedSEED.json)
+                ) -> int:
+    """Pre-train one byte-level MLM, resuming from its checkpoint in `pretrain_dir`; skipped when its record exists.
+
+    Examples:
+      python -m posenc_nb.mlm pretrain --encoding rope --seed 0 --config cpu-tiny"""
+    use_threads(threads)
+    cfg = replace(MLM_CONFIGS[config], encoding=encoding, seed=seed, **({'steps': steps} if steps else {}))
+    out = Path(out or RESULTS / 'roformer-mlm' / f'{config}_{encoding}_seed{seed}.json')
+    if not out.exists(): pretrain_mlm(cfg, pretrain_dir(encoding, seed, config), out, command=command_line())
+    print(f'{out}: {"done" if out.exists() else "missing"}', flush=True)
+    return 0
 
 # %% ../nbs/26_mlm.ipynb #7e29152a
-def _ft_out(a) -> Path:
-    folder = 'roformer-longtext' if a.task == 'imdb' else 'roformer-glue'
-    return RESULTS / folder / f'{a.task}{a.max_len}_{a.config}_{a.encoding}_{"pre" if a.pretrained else "scratch"}_seed{a.seed}.json'
+def _ft_out(task, max_len, config, encoding, pretrained, seed) -> Path:
+    "The default record of a fine-tuning run: IMDb under results/roformer-longtext, GLUE tasks under results/roformer-glue."
+    folder = 'roformer-longtext' if task == 'imdb' else 'roformer-glue'
+    return RESULTS / folder / f'{task}{max_len}_{config}_{encoding}_{"pre" if pretrained else "scratch"}_seed{seed}.json'
 
-def main(argv=None):
-    "Run one pre-training or fine-tuning run from the command line (skipped when its record exists)."
-    argv = sys.argv[1:] if argv is None else list(argv); a = _parser().parse_args(argv); torch.set_num_threads(a.threads)
-    if a.what == 'pretrain':
-        cfg = replace(MLM_CONFIGS[a.config], encoding=a.encoding, seed=a.seed, **({'steps': a.steps} if a.steps else {}))
-        out = Path(a.out or RESULTS / 'roformer-mlm' / f'{a.config}_{a.encoding}_seed{a.seed}.json')
-        if not out.exists(): pretrain_mlm(cfg, pretrain_dir(a.encoding, a.seed, a.config), out, command=_cmd(argv))
-    else:
-        cfg = FinetuneConfig(task=a.task, encoding=a.encoding, seed=a.seed, max_len=a.max_len, pe_len=max(a.max_len, a.eval_len or 0, MLM_CONFIGS[a.config].pe_len),
-                             max_steps=a.steps or 150, eval_every=a.eval_every, max_tokens=a.max_tokens, lr=a.lr, warmup=a.warmup, n_valid=a.n_valid,
-                             n_test=a.n_test, eval_len=a.eval_len, **FT_SIZES[a.config])
-        out = Path(a.out or _ft_out(a))
-        if not out.exists(): finetune(cfg, pretrain_dir(a.encoding, a.seed, a.config) if a.pretrained else None, out, command=_cmd(argv))
+# %% ../nbs/26_mlm.ipynb #6444d483
+@command(registry=MLM_COMMANDS)
+def mlm_finetune(*, task: str = 'sst2', # the classification task: a GLUE task or imdb
+                 encoding: str = 'rope', # the position encoding
+                 seed: int = 0, # random seed
+                 config: Param('', str, choices=list(MLM_CONFIGS)) = 'cpu-tiny', # model size (`FT_SIZES`), and the pre-training run's config
+                 pretrained: bool = False, # start from pretrain_dir(encoding, seed, config)
+                 steps: int = None, # updates (default: 150)
+                 max_len: int = 128, # bytes per training input
+                 n_test: int = None, # test examples, a fixed seeded subset (default: all)
+                 n_valid: int = 512, # validation examples, a fixed seeded subset
+                 eval_len: int = None, # also test on inputs truncated at this (longer) length
+                 eval_every: int = 50, # updates between validations
+                 warmup: int = 10, # warm-up updates
+                 max_tokens: int = 4096, # padded bytes per batch
+                 lr: float = 2e-3, # peak learning rate
+                 threads: int = 1, # CPU threads for torch
+                 out: str = None, # record file (default: results/roformer-longtext for imdb, else results/roformer-glue)
+                ) -> int:
+    """Fine-tune one byte-level classifier, from scratch or from a pre-trained MLM; skipped when its record exists.
+
+    Examples:
+      python -m posenc_nb.mlm finetune --task cola --encoding rope --seed 0 --pretrained --steps 300
+      python -m posenc_nb.mlm finetune --task imdb --max-len 512 --eval-len 1024 --encoding alibi --steps 60"""
+    use_threads(threads)
+    cfg = FinetuneConfig(task=task, encoding=encoding, seed=seed, max_len=max_len, pe_len=max(max_len, eval_len or 0, MLM_CONFIGS[config].pe_len),
+                         max_steps=steps or 150, eval_every=eval_every, max_tokens=max_tokens, lr=lr, warmup=warmup, n_valid=n_valid,
+                         n_test=n_test, eval_len=eval_len, **FT_SIZES[config])
+    out = Path(out or _ft_out(task, max_len, config, encoding, pretrained, seed))
+    if not out.exists(): finetune(cfg, pretrain_dir(encoding, seed, config) if pretrained else None, out, command=command_line())
     print(f'{out}: {"done" if out.exists() else "missing"}', flush=True)
+    return 0
 
-if __name__ == '__main__' and '__file__' in globals(): main()
+# %% ../nbs/26_mlm.ipynb #255fbde8
+def main(argv=None, # the arguments (default: `sys.argv[1:]`)
+        ) -> int:
+    "`python -m posenc_nb.mlm`: its commands through `posenc_nb.cli.main` (one-line errors, status 2 on bad input)."
+    return cli_main(argv, MLM_COMMANDS, 'python -m posenc_nb.mlm')
+
+if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
 
 # %% ../nbs/26_mlm.ipynb #d928f7a2
 def load_mlm(folder='results/roformer-mlm', # where the pre-training records are
@@ -351,12 +387,23 @@ def load_mlm(folder='results/roformer-mlm', # where the pre-training records are
     recs = [json.loads(f.read_text()) for f in sorted(Path(folder).glob('*.json'))]
     return sorted([r for r in recs if r.get('experiment') == 'mlm-pretrain'], key=lambda r: (r['config']['d_model'], r['encoding'], r['seed']))
 
-def mlm_curve(records: list, encoding: str, key: str = 'valid') -> tuple:
+# %% ../nbs/26_mlm.ipynb #3d0d68ce
+def seed_curve(records: list, # the runs of one arm, one per seed, each with a `KEY_curve` list of {'step': ..., LOSS: ...}
+               key: str = 'valid', # which curve: 'valid' or 'train'
+              ) -> tuple:
+    "(steps, mean, sd) over the runs of a loss curve, on the steps all runs share (sd 0 for one run; empty for none)."
+    cs = [{c['step']: c[k] for c in r[f'{key}_curve'] for k in c if k != 'step'} for r in records]
+    if not cs: return [], np.zeros(0), np.zeros(0)
+    st = sorted(set.intersection(*[set(c) for c in cs])); v = np.array([[c[s] for s in st] for c in cs])
+    return st, v.mean(0), v.std(0, ddof=1) if len(cs) > 1 else np.zeros(len(st))
+
+# %% ../nbs/26_mlm.ipynb #85541281
+def mlm_curve(records: list, # pre-training records (`load_mlm`)
+              encoding: str, # the encoding whose seeds to summarize
+              key: str = 'valid', # 'valid' or 'train'
+             ) -> tuple:
     "(steps, mean, sd) over the seeds of `encoding`'s validation (or 'train') loss curve, on the steps all seeds share."
-    cs = [{c['step']: c[k] for c in r[f'{key}_curve'] for k in c if k != 'step'} for r in records if r['encoding'] == encoding]
-    steps = sorted(set.intersection(*[set(c) for c in cs])) if cs else []
-    vals = np.array([[c[s] for s in steps] for c in cs]) if cs else np.zeros((0, 0))
-    return steps, vals.mean(0), (vals.std(0, ddof=1) if len(cs) > 1 else np.zeros(len(steps)))
+    return seed_curve([r for r in records if r['encoding'] == encoding], key)
 
 # %% ../nbs/26_mlm.ipynb #83e6bf45
 def mlm_table(records: list, encodings=('rope', 'sinusoidal', 'learned'), at: Optional[int] = None) -> list:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/24_speed.ipynb #8dff4a1a
 from __future__ import annotations
-import argparse, json, math, os, shlex, statistics, subprocess, sys, time
+import json, math, os, statistics, subprocess, sys, time
 from pathlib import Path
 from typing import Optional, Sequence
 import torch, torch.nn.functional as F
@@ -12,9 +12,10 @@ from .core import Positions, list_posencs
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll
 from .classify import write_result
 from .utils import provenance
+from .cli import check_device, command_line, use_threads, main as cli_main
 
 # %% auto #0
-__all__ = ['METRICS', 'measure_once', 'cpu_peak_mem_mb', 'speed_table', 'format_table', 'main']
+__all__ = ['METRICS', 'measure_once', 'cpu_peak_mem_mb', 'speed_table', 'format_table', 'speed_run_table', 'speed_run', 'main']
 
 # %% ../nbs/24_speed.ipynb #d0f2d55f
 import itertools
@@ -174,26 +175,51 @@ def format_table(res: dict) -> str:
         lines.append(f"| {r['encoding']} | " + ' | '.join(f"{r[m + '_ratio']:.2f}" if m + '_ratio' in r else '' for m in cols) + ' |')
     return '\n'.join(lines)
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog='python -m posenc_nb.speed', description='Speed/memory of every registered position encoding, relative to sinusoidal.')
-    ap.add_argument('--encodings', default=None, help='comma-separated (default: all registered)')
-    ap.add_argument('--d-model', type=int, default=256); ap.add_argument('--n-heads', type=int, default=4)
-    ap.add_argument('--n-layers', type=int, default=3); ap.add_argument('--d-ff', type=int, default=1024)
-    ap.add_argument('--batch', type=int, default=16); ap.add_argument('--length', type=int, default=64)
-    ap.add_argument('--dec-steps', type=int, default=32); ap.add_argument('--reps', type=int, default=3)
-    ap.add_argument('--train-steps', type=int, default=2, help='timed updates (and encoder forwards) per repetition')
-    ap.add_argument('--no-memory', action='store_true'); ap.add_argument('--threads', type=int, default=1)
-    ap.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    ap.add_argument('--out', default=None)
-    a = ap.parse_args(argv)
-    torch.set_num_threads(a.threads)
-    argv = sys.argv[1:] if argv is None else list(argv)
-    rec = provenance(None, device=a.device, command=' '.join(['python -m posenc_nb.speed'] + [shlex.quote(v) for v in argv]))   # taken at the start
-    res = speed_table(a.encodings.split(',') if a.encodings else None, a.d_model, a.n_heads, a.n_layers, a.d_ff, a.batch, a.length,
-                      a.dec_steps, reps=a.reps, train_steps=a.train_steps, memory=not a.no_memory, device=a.device, verbose=True)
-    res.update(rec)
-    print(format_table(res))
-    if a.out: write_result(res, a.out)
+# %% ../nbs/24_speed.ipynb #8e4a39c6
+def speed_run_table(encodings: str = None, # comma-separated encodings (default: all registered)
+                    device: str = None, # torch device (default: cuda when available, else cpu)
+                    out: str = None, # also write the result, with its provenance record, to this JSON file
+                    command: str = None, # the command line to record in the provenance
+                    **kw, # further `speed_table` settings: d_model, n_heads, n_layers, d_ff, batch, length, dec_steps, reps, train_steps, memory
+                   ) -> dict:
+    "The `speed_table` of `encodings` with its provenance (taken at the start): printed as Markdown, written to `out`, and returned."
+    device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    rec = provenance(None, device=device, command=command)
+    res = speed_table(encodings.split(',') if encodings else None, device=device, verbose=True, **kw)
+    res.update(rec); print(format_table(res))
+    if out: write_result(res, out)
     return res
 
-if __name__ == '__main__' and '__file__' in globals(): main()
+# %% ../nbs/24_speed.ipynb #9b1146f7
+def speed_run(*, encodings: str = None, # comma-separated encodings (default: all registered)
+              d_model: int = 256, # model width
+              n_heads: int = 4, # attention heads
+              n_layers: int = 3, # encoder and decoder layers
+              d_ff: int = 1024, # feed-forward width
+              batch: int = 16, # sentences per batch
+              length: int = 64, # tokens per sentence
+              dec_steps: int = 32, # greedy decoding steps
+              reps: int = 3, # interleaved repetitions (medians are reported)
+              train_steps: int = 2, # timed updates (and encoder forwards) per repetition
+              no_memory: bool = False, # skip the peak-memory measurement
+              threads: int = 1, # CPU threads for torch
+              device: str = 'cuda' if torch.cuda.is_available() else 'cpu', # torch device
+              out: str = None, # write the result, with its provenance record, to this JSON file
+             ) -> int:
+    """Speed and memory of every registered position encoding, relative to sinusoidal.
+
+    Examples:
+      python -m posenc_nb.speed --out results/speed/cpu.json
+      python -m posenc_nb.speed --encodings sinusoidal,rope --length 512 --reps 5"""
+    use_threads(threads); check_device(device)
+    speed_run_table(encodings, device, out, command_line(), d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff, batch=batch,
+                    length=length, dec_steps=dec_steps, reps=reps, train_steps=train_steps, memory=not no_memory)
+    return 0
+
+# %% ../nbs/24_speed.ipynb #9cebd4e8
+def main(argv=None, # the arguments (default: `sys.argv[1:]`)
+        ) -> int:
+    "`python -m posenc_nb.speed`: the `speed_run` command line (`posenc_nb.cli.main`: one-line errors, status 2 on bad input)."
+    return cli_main(argv, speed_run, 'python -m posenc_nb.speed')
+
+if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())

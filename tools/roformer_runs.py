@@ -40,5 +40,6 @@ if __name__ == '__main__':
     import importlib
     for g in sys.argv[1:] or list(GROUPS):
         for mod, argv in GROUPS[g]():
-            t = time.time(); importlib.import_module(f'posenc_nb.{mod}').main(argv)
+            t = time.time(); rc = importlib.import_module(f'posenc_nb.{mod}').main(argv)
+            if rc: sys.exit(f'[{g}] {mod} {" ".join(argv)} exited with status {rc}')   # main reports errors as a status, not an exception
             print(f'  [{g}] {time.time() - t:.0f}s {" ".join(argv)}', flush=True)
