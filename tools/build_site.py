@@ -278,7 +278,11 @@ def process_notebook(path, syms, stems, pages):
         d, body = split_directives(c.source)
         if ({'export', 'exports'} & d.keys()) and 'hide' not in d and modname:
             documented += [n for n in _defined_names(body) if syms.resolve(modname, n) is not None and n not in documented]
-    labels = {n: f'sd-{module}-{n}'.replace('.', '-').replace('_', '-').lower() for n in documented}
+    labels, used = {}, set()
+    for n in documented:                      # `Positions.max` and `positions_max` would both read sd-core-positions-max
+        base = f'sd-{module}-{n}'.replace('.', '--').replace('_', '-').lower(); lab, k = base, 1
+        while lab in used: k += 1; lab = f'{base}-{k}'
+        labels[n] = lab; used.add(lab)
     xref = make_xref(syms, stems, labels)
     cells, shown = [], set()
     for i, c in enumerate(nb.cells):
