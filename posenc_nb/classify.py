@@ -15,7 +15,7 @@ from .core import Positions, list_posencs, encoding_streams
 from .model import ModelConfig, Classifier
 from .data import load_glue, get_tokenizer, pad_batch, TokenBatchSampler, GLUE_TASKS, UNK
 from .train import inverse_sqrt
-from .utils import atomic_write, provenance, mean_sd
+from .utils import atomic_write, provenance, mean_sd, read_records
 
 # %% auto #0
 __all__ = ['GLUE_METRIC', 'classification_metrics', 'ClassifyConfig', 'glue_data', 'predict', 'evaluate', 'write_result',
@@ -222,8 +222,7 @@ if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
 # %% ../nbs/23_glue.ipynb #4446b79a
 def load_results(folder='results/glue') -> list:
     "Every run record (JSON) under `folder`, sorted by task, encoding, seed."
-    recs = [json.loads(f.read_text()) for f in sorted(Path(folder).glob('*/*.json'))]
-    return sorted(recs, key=lambda r: (r['task'], r['encoding'], r['seed']))
+    return read_records(folder, '*/*.json', key=lambda r: (r['task'], r['encoding'], r['seed']))
 
 def glue_summary(records) -> list:
     "One row per (task, encoding): test metric mean/std over seeds, seeds, mean updates, mean training seconds, valid metric mean."

@@ -17,7 +17,7 @@ from .mlm import BYTE_VOCAB, BYTE_OFFSET, clean_text, runs_dir, RESULTS, seed_cu
 from .train import Task, Learner, Budget, TrainLog, Evaluator, Checkpointer, fit, restore, read_metrics, lr_multiplier
 from .train import _jsonl_log, _precision, _pick_device, _seed_all
 from .long_text import peak_rss_mb
-from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled
+from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
 from .cli import command, command_line, use_threads, main as cli_main
 
 # %% auto #0
@@ -217,8 +217,7 @@ if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
 # %% ../nbs/28_linear_lm.ipynb #8b813809
 def load_lm(folder='results/roformer-linear') -> list:
     "Every language-model run record in `folder`, sorted by variant and seed."
-    recs = [json.loads(f.read_text()) for f in sorted(Path(folder).glob('*.json'))]
-    return sorted([r for r in recs if r.get('experiment') == 'linear-lm'], key=lambda r: (r['variant'], r['seed']))
+    return read_records(folder, experiment='linear-lm', key=lambda r: (r['variant'], r['seed']))
 
 # %% ../nbs/28_linear_lm.ipynb #1241e085
 def lm_curve(records: list, # language-model records (`load_lm`)

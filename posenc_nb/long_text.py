@@ -12,7 +12,7 @@ import torch, torch.nn.functional as F
 from .core import list_posencs
 from .model import ModelConfig, Classifier
 from .mlm import BYTE_VOCAB, FT_SIZES, clean_text, subset_indices, _rows
-from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled
+from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
 from .cli import command, command_line, use_threads, main as cli_main
 
 # %% auto #0
@@ -40,9 +40,7 @@ LONG_ENCODINGS = ('rope', 'sinusoidal', 'learned', 'alibi', 't5', 'none')
 def load_records(folder='results/roformer-longtext', # where the run records are
                 ) -> list:
     "Every fine-tuning record (JSON) in `folder`, sorted by max length, pre-training, encoding, seed."
-    recs = [json.loads(f.read_text()) for f in sorted(Path(folder).glob('*.json'))]
-    recs = [r for r in recs if r.get('experiment') == 'finetune']
-    return sorted(recs, key=lambda r: (r['config']['max_len'], r['pretrained'], r['encoding'], r['seed']))
+    return read_records(folder, experiment='finetune', key=lambda r: (r['config']['max_len'], r['pretrained'], r['encoding'], r['seed']))
 
 # %% ../nbs/27_long_text.ipynb #45ba7e5d
 def test_subset(n: int = 400, # test reviews scored per run

@@ -18,7 +18,7 @@ from .data import load_labelled, pad_batch, TokenBatchSampler, cache_dir, BOS
 from .train import Task, Learner, Budget, BatchStream, TrainLog, Evaluator, KeepBest, Checkpointer, fit, restore, read_metrics, lr_multiplier, inverse_sqrt
 from .train import _jsonl_log, _amp, _precision, _pick_device, _seed_all
 from .classify import ClassifyConfig, ClassifyTask, classification_metrics, predict, GLUE_METRIC
-from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled
+from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
 from .cli import command, command_line, use_threads, main as cli_main
 
 # %% auto #0
@@ -384,8 +384,7 @@ if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
 def load_mlm(folder='results/roformer-mlm', # where the pre-training records are
             ) -> list:
     "Every pre-training record in `folder`, sorted by config, encoding, seed."
-    recs = [json.loads(f.read_text()) for f in sorted(Path(folder).glob('*.json'))]
-    return sorted([r for r in recs if r.get('experiment') == 'mlm-pretrain'], key=lambda r: (r['config']['d_model'], r['encoding'], r['seed']))
+    return read_records(folder, experiment='mlm-pretrain', key=lambda r: (r['config']['d_model'], r['encoding'], r['seed']))
 
 # %% ../nbs/26_mlm.ipynb #3d0d68ce
 def seed_curve(records: list, # the runs of one arm, one per seed, each with a `KEY_curve` list of {'step': ..., LOSS: ...}
@@ -422,7 +421,7 @@ def mlm_table(records: list, encodings=('rope', 'sinusoidal', 'learned'), at: Op
 # %% ../nbs/26_mlm.ipynb #cdacad3c
 def load_finetune(folder='results/roformer-glue') -> list:
     "Every fine-tuning record in `folder`."
-    return [r for r in (json.loads(f.read_text()) for f in sorted(Path(folder).glob('*.json'))) if r.get('experiment') == 'finetune']
+    return read_records(folder, experiment='finetune')
 
 def finetune_table(records: list) -> list:
     "Per (task, encoding): test metric mean ± sd from scratch and pre-trained, and the per-seed gain of pre-training."

@@ -4,14 +4,14 @@
 
 # %% ../nbs/00_utils.ipynb #19ebd73f
 from __future__ import annotations
-import contextlib, errno, math, os, platform, shlex, shutil, signal, threading, statistics, subprocess, sys, tempfile, time
+import contextlib, errno, json, math, os, platform, shlex, shutil, signal, threading, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 import torch
 
 # %% auto #0
-__all__ = ['WriteFailed', 'atomic_write', 'atomic_save', 'git', 'hardware', 'provenance', 'slow_cells_enabled', 'mean_sd',
-           'fmt_mean_sd', 'format_table']
+__all__ = ['WriteFailed', 'atomic_write', 'atomic_save', 'git', 'hardware', 'provenance', 'slow_cells_enabled', 'read_records',
+           'mean_sd', 'fmt_mean_sd', 'format_table']
 
 # %% ../nbs/00_utils.ipynb #930c3c5d
 def _fsync_dir(folder: Path):
@@ -130,6 +130,17 @@ def slow_cells_enabled(what: str, # what the cell does, for the note shown when 
     if os.environ.get('POSENC_SLOW') == '1': return True
     print(f"Skipped: this cell {what}. Run it with POSENC_SLOW=1 (make test-slow runs every slow cell).")
     return False
+
+# %% ../nbs/00_utils.ipynb #b8dc5f25
+def read_records(folder, # a folder of JSON result records
+                 pattern: str = '*.json', # which files, relative to `folder` (e.g. '*/*.json')
+                 experiment: Optional[str] = None, # keep only records whose 'experiment' field is this
+                 key: Optional[Callable] = None, # sort by this (default: file order)
+                ) -> list:
+    "The JSON records in `folder` matching `pattern`, optionally of one experiment and sorted: how experiment notebooks load their results."
+    recs = [json.loads(f.read_text()) for f in sorted(Path(folder).glob(pattern))]
+    if experiment is not None: recs = [r for r in recs if r.get('experiment') == experiment]
+    return sorted(recs, key=key) if key else recs
 
 # %% ../nbs/00_utils.ipynb #d72c35ad
 def mean_sd(xs: Sequence, # numbers; None and NaN are skipped
