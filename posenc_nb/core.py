@@ -232,6 +232,17 @@ class PosEnc(nn.Module):
 
     def extra_repr(self): return f"d_model={self.d_model}, n_heads={self.n_heads}, max_len={self.max_len}, causal={self.causal}"
 
+# %% ../nbs/00_core.ipynb #8aca1de2
+@patch
+def start_from(self: PosEnc,
+               name: str, # the registered encoding the weights were trained with
+               options: dict, # that encoding's constructor options (`pe_options`)
+              ) -> PosEnc:
+    "Warm start from a model trained with encoding `name`: make this encoding compute what that one did, or raise. Default: refuse."
+    mine = getattr(self, 'registry_name', type(self).__name__)
+    raise ValueError(f"{mine!r} positions cannot start from a model trained with {name!r} positions; "
+                     f"warm-start from a model trained with {mine!r}, or train from scratch")
+
 # %% ../nbs/00_core.ipynb #b5964dea
 _REGISTRY: dict = {}
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json, math
 from pathlib import Path
 from typing import Optional
-from .experiments import EXPERIMENTS, ENCODINGS, load_results, summarize, format_table, significance, format_significance
+from .experiments import Experiment, register_experiment, EXPERIMENTS, ENCODINGS, load_results, summarize, format_table, significance, format_significance
 from .data import data_dir
+from .floater import FLOATER_OFFICIAL
 
 # %% auto #0
-__all__ = ['results_root', 'read_curve', 'plot_learning_curves']
+__all__ = ['FLOATER_RECIPE', 'results_root', 'read_curve', 'plot_learning_curves']
 
 # %% ../nbs/21_multi30k.ipynb #06ad9ef2
 def results_root(start=None) -> Path:
@@ -52,3 +53,20 @@ def plot_learning_curves(rows: list, keys=('loss', 'valid_loss'), axes=None, tit
     axes[1].legend(fontsize=7, ncol=2)
     if title: axes[0].figure.suptitle(title)
     return axes
+
+# %% ../nbs/21_multi30k.ipynb #0dcecfba
+FLOATER_RECIPE = dict(base_steps=400, finetune_steps=200, finetune_warmup=50)   # updates of the sinusoidal base and of each arm
+
+register_experiment(Experiment('floater-recipe', 'multi30k-1h', seeds=(0, 1, 2), ci=False,
+    encodings=('sinusoidal-base', 'floater-migrated', 'sinusoidal-continued'),
+    overrides=dict(max_minutes=None, dropout=0.1, eval_every=200, ckpt_every=100, eval_bleu_sents=0),
+    variants={'sinusoidal-base': dict(enc_pe='sinusoidal', max_steps=FLOATER_RECIPE['base_steps'], warmup=200),
+              'floater-migrated': dict(enc_pe='floater', pe_options={**FLOATER_OFFICIAL, 'refresh_every': 1, 'adjoint': False},
+                                       max_steps=FLOATER_RECIPE['finetune_steps'], warmup=FLOATER_RECIPE['finetune_warmup'], ckpt_every=50),
+              'sinusoidal-continued': dict(enc_pe='sinusoidal', max_steps=FLOATER_RECIPE['finetune_steps'],
+                                           warmup=FLOATER_RECIPE['finetune_warmup'], ckpt_every=50)},
+    starts_from={'floater-migrated': 'sinusoidal-base', 'sinusoidal-continued': 'sinusoidal-base'},
+    description='Multi30k en-de: the official FLOATER recipe at CPU scale: a sinusoidal multi30k-1h model trained 400 updates, then '
+                'migrated to FLOATER (official options, refresh every update) or continued with sinusoidal positions for 200 more '
+                '(warmup 50, linear decay, last 3 checkpoints averaged, beam 4); 1 CPU thread, 3 seeds',
+    command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run floater-recipe --full --threads 1 --work runs/experiments'))

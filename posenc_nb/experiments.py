@@ -39,6 +39,7 @@ class Experiment:
     variants: dict = field(default_factory=dict)  # run label -> TrainConfig overrides, e.g. dict(enc_pe=..., streams='provider:variant')
     seeds: tuple = (0,)
     extra_seeds: dict = field(default_factory=dict)  # encoding -> more seeds for it, run after every encoding's `seeds`
+    starts_from: dict = field(default_factory=dict)  # run label -> label of the run (same seed, listed earlier) whose final model it starts from
     minutes: Optional[float] = None              # wall-clock training budget per run (None: use steps)
     steps: Optional[int] = None                  # update budget per run (None: the preset's max_steps)
     eval_fn: Optional[str] = None                # name in EVAL_FNS: extra evaluation with the trained model
@@ -170,10 +171,13 @@ def run_one(exp: Experiment, encoding: str, seed: int, out, work=None, minutes=N
     "Train one (encoding, seed) of `exp` and write its record (`record_run`); returns the metrics (skips a finished run)."
     rdir = Path(out) / f'{encoding}-s{seed}'
     if (rdir / 'metrics.json').exists(): return json.loads((rdir / 'metrics.json').read_text())
-    cfg = exp.train_config(encoding, seed, minutes=minutes, steps=steps, **(overrides or {}))
-    wdir = Path(work if work is not None else cache_dir() / 'experiments') / exp.name / f'{encoding}-s{seed}'
-    return record_run(cfg, rdir, work=wdir, label=encoding, command=command, device=device, evaluate=EVAL_FNS.get(exp.eval_fn),
-                      keep_checkpoints=keep_checkpoints, progress=progress, experiment=exp.name, description=exp.description)
+    wroot = Path(work if work is not None else cache_dir() / 'experiments') / exp.name
+    start = exp.starts_from.get(encoding)                     # a warm start from an earlier run of the same seed
+    extra = {**(overrides or {}), **({'init_from': str(wroot / f'{start}-s{seed}')} if start else {})}
+    cfg = exp.train_config(encoding, seed, minutes=minutes, steps=steps, **extra)
+    keep = keep_checkpoints or encoding in exp.starts_from.values()   # a run that others start from keeps its checkpoints
+    return record_run(cfg, rdir, work=wroot / f'{encoding}-s{seed}', label=encoding, command=command, device=device, evaluate=EVAL_FNS.get(exp.eval_fn),
+                      keep_checkpoints=keep, progress=progress, experiment=exp.name, description=exp.description)
 
 # %% ../nbs/20_experiments.ipynb #72c1f951
 def _get_experiment(name) -> Experiment:

@@ -10,9 +10,10 @@ from typing import Optional, Sequence
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from torchdiffeq import odeint, odeint_adjoint
+from fastcore.basics import patch
 from .core import Positions, Site, PosEnc, register_posenc, make_posenc, Attention
 from .baselines import sinusoidal_table
-from .model import ModelConfig, Seq2Seq
+from .model import ModelConfig, Seq2Seq, warm_start_weights
 
 # %% auto #0
 __all__ = ['SOLVERS', 'FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FLOATER_OFFICIAL', 'FloaterDynamics', 'FloaterDivergence',
@@ -455,6 +456,17 @@ class FloaterInputPE(FloaterPE):
         if 'inject' in options: raise ValueError("'floater-input' injects at the input; use 'floater' for every block")
         super().__init__(d_model, n_heads, n_layers, max_len, causal, inject='input', **options)
 
+# %% ../nbs/11_floater.ipynb #95e880af
+@patch
+def start_from(self: FloaterPE, name: str, options: dict) -> FloaterPE:
+    "Migrate from trained sinusoidal positions: keep the sinusoid as the prior and zero h and p(0), so every FLOATER bias is exactly 0."
+    if name != 'sinusoidal':
+        raise ValueError(f"FLOATER can start only from a model trained with 'sinusoidal' positions, not {name!r}; train a sinusoidal model first or build FLOATER from scratch")
+    if self.prior != 'sinusoidal' or self.base != options.get('base', 10000.):
+        raise ValueError(f"a FLOATER warm start keeps the trained sinusoidal input: build it with prior='sinusoidal' (FLOATER_OFFICIAL does) and "
+                         f"base={options.get('base', 10000.)}, got prior={self.prior!r}, base={self.base}")
+    return self.zero_dynamics_()
+
 # %% ../nbs/11_floater.ipynb #7f218bc0
 def floater_from_sinusoidal(model: Seq2Seq, variant: str = 'floater', **pe_options) -> Seq2Seq:
     "A FLOATER `Seq2Seq` computing exactly what the trained sinusoidal `model` computes, ready for fine-tuning."
@@ -466,12 +478,7 @@ def floater_from_sinusoidal(model: Seq2Seq, variant: str = 'floater', **pe_optio
         raise ValueError(f"variant must be 'floater' (every block) or 'floater-input', got {variant!r}")
     opts = {**pe_options, 'prior': 'sinusoidal', 'base': cfg.pe_options.get('base', 10000.)}
     new = Seq2Seq(replace(cfg, enc_pe=variant, dec_pe=None, pe_options=opts)).to(next(model.parameters()).device)
-    res = new.load_state_dict(model.state_dict(), strict=False)
-    missing = [k for k in res.missing_keys if not k.startswith(('enc_pe.', 'dec_pe.'))]
-    if missing or res.unexpected_keys:
-        raise ValueError(f"cannot warm start: parameters differ beyond the position encoding (missing {missing}, unexpected {res.unexpected_keys})")
-    for pe in (new.enc_pe, new.dec_pe): pe.zero_dynamics_()
-    return new.train(model.training)
+    return warm_start_weights(new, model.state_dict(), cfg).train(model.training)   # every other weight copied; FloaterPE.start_from zeroes h and p(0)
 
 # %% ../nbs/11_floater.ipynb #ee413ce3
 FLOATER_OFFICIAL = dict(

@@ -12,8 +12,8 @@ from torch import Tensor
 from .core import Positions, PosEnc, Attention, make_posenc, list_posencs
 
 # %% auto #0
-__all__ = ['ModelConfig', 'EncoderLayer', 'DecoderLayer', 'Seq2Seq', 'reorder_cache', 'to_torch_transformer',
-           'label_smoothed_nll', 'Classifier']
+__all__ = ['ModelConfig', 'EncoderLayer', 'DecoderLayer', 'Seq2Seq', 'reorder_cache', 'warm_start_weights',
+           'to_torch_transformer', 'label_smoothed_nll', 'Classifier']
 
 # %% ../nbs/02_model.ipynb #0aac78f8
 from .core import host_fact
@@ -220,6 +220,24 @@ def reorder_cache(cache: list, # from `Seq2Seq.new_cache`, filled by `decode`
         for k, v in d.items():
             if isinstance(v, Tensor): d[k] = v.index_select(0, index.to(v.device))
     return cache
+
+# %% ../nbs/02_model.ipynb #95e87d83
+def warm_start_weights(model: Seq2Seq, # the new model; its encodings may differ from the trained one's
+                       state: dict, # the trained model's `state_dict()`
+                       src: ModelConfig, # the trained model's config
+                      ) -> Seq2Seq:
+    "Load a trained model's weights into `model`; an encoding that differs migrates with `PosEnc.start_from`."
+    sides = [(s, pe, n, o) for s, pe, n, o in (('enc_pe', model.enc_pe, src.enc_pe, src.pe_options), ('dec_pe', model.dec_pe, src.dec_pe_name, src.dec_options))]
+    same = {s for s, pe, n, o in sides if (n, o) == ((model.cfg.enc_pe, model.cfg.pe_options) if s == 'enc_pe' else (model.cfg.dec_pe_name, model.cfg.dec_options))}
+    keep = {k: v for k, v in state.items() if k.split('.')[0] in same or k.split('.')[0] not in ('enc_pe', 'dec_pe')}
+    try: res = model.load_state_dict(keep, strict=False)
+    except RuntimeError as e: raise ValueError(f"cannot warm start: the trained model's weights do not fit ({str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else e})") from None
+    missing = [k for k in res.missing_keys if k.split('.')[0] in same or k.split('.')[0] not in ('enc_pe', 'dec_pe')]
+    if missing or res.unexpected_keys:
+        raise ValueError(f"cannot warm start: the models differ beyond their position encodings (missing {missing[:3]}, unexpected {res.unexpected_keys[:3]})")
+    for s, pe, n, o in sides:
+        if s not in same: pe.start_from(n, o)
+    return model
 
 # %% ../nbs/02_model.ipynb #bf7d7d8a
 def to_torch_transformer(model: Seq2Seq) -> nn.Transformer:

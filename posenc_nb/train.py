@@ -13,7 +13,7 @@ from fastcore.basics import patch
 import torch, torch.nn as nn
 import torch.distributed as dist
 from .core import Positions
-from .model import ModelConfig, Seq2Seq, label_smoothed_nll
+from .model import ModelConfig, Seq2Seq, label_smoothed_nll, warm_start_weights
 from .data import load_parallel, get_tokenizer, collate, TokenBatchSampler, Tokenizer, cache_dir
 from .data import StreamProvider, list_stream_providers, make_stream_provider, stream_provider_state, stream_provider_from_state
 from .decode import translate, bleu, chrf
@@ -22,11 +22,11 @@ from .utils import atomic_save, atomic_write, provenance, WriteFailed, _write_fa
 # %% auto #0
 __all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'STREAMS_FILE', 'LOCK_FILE', 'TrainConfig', 'upgrade_config_dict',
            'config_fields', 'config_from_name', 'inverse_sqrt', 'lr_multiplier', 'budget_progress', 'load_checkpoint',
-           'derived_state_keys', 'average_checkpoints', 'BatchStream', 'load_stream_provider', 'RunState', 'Clock',
-           'Budget', 'Task', 'Callback', 'Learner', 'train_step', 'fit', 'TrainLog', 'ProgressBar', 'Evaluator',
-           'KeepBest', 'Checkpointer', 'restore', 'cpu_bf16_supported', 'valid_loss', 'TranslationTask',
-           'RunFolderConflict', 'RunLocked', 'RunLock', 'OnStep', 'NonFiniteLoss', 'StopOnNonFinite', 'train',
-           'read_metrics', 'plot_curves']
+           'init_checkpoint', 'warm_start', 'derived_state_keys', 'average_checkpoints', 'BatchStream',
+           'load_stream_provider', 'RunState', 'Clock', 'Budget', 'Task', 'Callback', 'Learner', 'train_step', 'fit',
+           'TrainLog', 'ProgressBar', 'Evaluator', 'KeepBest', 'Checkpointer', 'restore', 'cpu_bf16_supported',
+           'valid_loss', 'TranslationTask', 'RunFolderConflict', 'RunLocked', 'RunLock', 'OnStep', 'NonFiniteLoss',
+           'StopOnNonFinite', 'train', 'read_metrics', 'plot_curves']
 
 # %% ../nbs/05_train.ipynb #18ca48be
 _MODEL_FIELDS = ('d_model', 'n_heads', 'n_enc', 'n_dec', 'd_ff', 'dropout', 'enc_pe', 'dec_pe', 'pe_options', 'dec_pe_options', 'max_len',
@@ -82,6 +82,7 @@ class TrainConfig(_OptimFields):
     len_penalty: float = 0.6
     n_avg: int = 1                          # average the last n checkpoints for the final evaluation
     test_max_sents: Optional[int] = None
+    init_from: Optional[str] = None         # warm start: a checkpoint, or a run folder (its averaged.pt, else its latest checkpoint); optimizer and schedule start fresh
     def __post_init__(self): self.check()
     def __getattr__(self, k):   # the model's fields read flat: cfg.d_model is cfg.model.d_model
         if k in _MODEL_FIELDS and 'model' in self.__dict__: return getattr(self.model, k)
@@ -238,6 +239,24 @@ def load_checkpoint(path, device='cpu'):
     ck = _read_ckpt(path)
     cfg = TrainConfig.from_dict(ck['config'])
     return _build_model(ck).to(device).eval(), Tokenizer.from_str(ck['tokenizer']), cfg
+
+# %% ../nbs/05_train.ipynb #24bab9e2
+def init_checkpoint(src, # a checkpoint file, or a run folder
+                   ) -> Path:
+    "The checkpoint a warm start reads: `src` itself, or a run folder's `averaged.pt`, else its latest `ckpt_*.pt`."
+    src = Path(src)
+    if src.is_file(): return src
+    cands = [src / 'averaged.pt'] if (src / 'averaged.pt').is_file() else sorted(src.glob('ckpt_*.pt'))
+    if not cands: raise FileNotFoundError(f"init_from={str(src)!r} is neither a checkpoint nor a run folder with one; train that run first (keep its checkpoints) or fix the path")
+    return cands[-1]
+
+# %% ../nbs/05_train.ipynb #d5d1149b
+def warm_start(model: Seq2Seq, # the new run's model
+               src, # a checkpoint file or run folder (`init_checkpoint`)
+              ) -> Seq2Seq:
+    "Load the weights of `src` into `model` (`warm_start_weights`: encodings may differ where the new one can migrate)."
+    ck = _read_ckpt(init_checkpoint(src))
+    return warm_start_weights(model, ck['model'], ModelConfig(**ck['model_config']))
 
 # %% ../nbs/05_train.ipynb #1a83a61f
 def derived_state_keys(model: nn.Module) -> set:
@@ -854,6 +873,7 @@ def _jsonl_log(path: Path, is_main: bool, upto: int) -> Callable:
 # %% ../nbs/05_train.ipynb #2bfa0b50
 def _translation_learner(cfg: TrainConfig, task: TranslationTask, cbs, device, ws: int, started: float) -> Learner:
     model = Seq2Seq(cfg.model_config(task.tok.vocab_size, task.tok.vocab_size)).to(device)
+    if cfg.init_from: warm_start(model, cfg.init_from)     # a resumed run then loads its own checkpoint over it
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay,
                             fused=True if device.type == 'cuda' else None)
     budget = Budget(cfg.max_steps, cfg.max_minutes, sync_every=cfg.log_every, device=device)
@@ -955,6 +975,7 @@ def _preflight(cfg: TrainConfig, is_main: bool):
     try:
         with torch.device('meta'): Seq2Seq(cfg.model_config(cfg.vocab_size, cfg.vocab_size))
     except (NotImplementedError, RuntimeError): Seq2Seq(cfg.model_config(cfg.vocab_size, cfg.vocab_size))   # an encoding that reads values at build time
+    if cfg.init_from: init_checkpoint(cfg.init_from)      # the warm start's checkpoint exists
     if is_main:
         for split in dict.fromkeys(['train', cfg.valid_split, cfg.test_split]): _load_data(cfg, split)
 
