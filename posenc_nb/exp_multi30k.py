@@ -55,18 +55,18 @@ def plot_learning_curves(rows: list, keys=('loss', 'valid_loss'), axes=None, tit
     return axes
 
 # %% ../nbs/21_multi30k.ipynb #0dcecfba
-FLOATER_RECIPE = dict(base_steps=400, finetune_steps=200, finetune_warmup=50)   # updates of the sinusoidal base and of each arm
+FLOATER_RECIPE = dict(base_steps=400, base_warmup=100, finetune_steps=200, finetune_warmup=25)   # updates of the sinusoidal base and of each arm
 
 register_experiment(Experiment('floater-recipe', 'multi30k-1h', seeds=(0, 1, 2), ci=False,
     encodings=('sinusoidal-base', 'floater-migrated', 'sinusoidal-continued'),
-    overrides=dict(max_minutes=None, dropout=0.1, eval_every=200, ckpt_every=100, eval_bleu_sents=0),
-    variants={'sinusoidal-base': dict(enc_pe='sinusoidal', max_steps=FLOATER_RECIPE['base_steps'], warmup=200),
+    overrides=dict(max_minutes=None, max_tokens=1024, dropout=0.1, eval_every=200, ckpt_every=100, eval_bleu_sents=0),
+    variants={'sinusoidal-base': dict(enc_pe='sinusoidal', max_steps=FLOATER_RECIPE['base_steps'], warmup=FLOATER_RECIPE['base_warmup']),
               'floater-migrated': dict(enc_pe='floater', pe_options={**FLOATER_OFFICIAL, 'refresh_every': 1, 'adjoint': False},
                                        max_steps=FLOATER_RECIPE['finetune_steps'], warmup=FLOATER_RECIPE['finetune_warmup'], ckpt_every=50),
               'sinusoidal-continued': dict(enc_pe='sinusoidal', max_steps=FLOATER_RECIPE['finetune_steps'],
                                            warmup=FLOATER_RECIPE['finetune_warmup'], ckpt_every=50)},
     starts_from={'floater-migrated': 'sinusoidal-base', 'sinusoidal-continued': 'sinusoidal-base'},
-    description='Multi30k en-de: the official FLOATER recipe at CPU scale: a sinusoidal multi30k-1h model trained 400 updates, then '
+    description='Multi30k en-de: the official FLOATER recipe at CPU scale: the multi30k-1h model trained 400 updates of 1024-token batches with sinusoidal positions, then '
                 'migrated to FLOATER (official options, refresh every update) or continued with sinusoidal positions for 200 more '
-                '(warmup 50, linear decay, last 3 checkpoints averaged, beam 4); 1 CPU thread, 3 seeds',
+                '(warmup 25, linear decay, last 3 checkpoints averaged, beam 4); 1 CPU thread, 3 seeds',
     command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run floater-recipe --full --threads 1 --work runs/experiments'))
