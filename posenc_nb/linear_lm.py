@@ -15,7 +15,7 @@ from fastcore.script import Param
 from .rope import rope_linear_attention, apply_rotary, get_rotary_cache
 from .mlm import BYTE_VOCAB, BYTE_OFFSET, clean_text, runs_dir, RESULTS, seed_curve, _rows, _RESUMABLE
 from .train import Task, Learner, Budget, TrainLog, Evaluator, Checkpointer, fit, restore, read_metrics, lr_multiplier
-from .train import _jsonl_log, _precision, _pick_device, _seed_all
+from .train import jsonl_logger, precision_name, pick_device, seed_all
 from .long_text import peak_rss_mb
 from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
 from .cli import command, command_line, use_threads, main as cli_main
@@ -129,7 +129,7 @@ def _lm_learner(cfg: LMConfig, run_dir: Path, device, train: torch.Tensor, valid
     ckpter = Checkpointer(run_dir, cfg.ckpt_every, keep=1, extra=lambda: {'lm_config': asdict(cfg)}, device=device); ck = ckpter.latest()
     if ck is not None and {k: v for k, v in ck['lm_config'].items() if k not in _RESUMABLE} != {k: v for k, v in asdict(cfg).items() if k not in _RESUMABLE}:
         raise ValueError(f"{run_dir} holds a language-model run with another config; use another run folder")
-    log = _jsonl_log(run_dir / 'metrics.jsonl', True, ck['step'] if ck else 0)
+    log = jsonl_logger(run_dir / 'metrics.jsonl', True, ck['step'] if ck else 0)
     L = Learner(model, opt, LMTask(train, valid, cfg, device), Budget(min(cfg.steps, stop_after or cfg.steps)), [TrainLog(cfg.log_every, log), Evaluator(cfg.eval_every, log), ckpter], sched=sched, grad_clip=1.0)
     if ck is not None: restore(L, ck)
     return L
@@ -143,14 +143,14 @@ def train_lm(cfg: LMConfig, # the run
              stop_after: Optional[int] = None, # end this process after this many updates (an interruption; the schedule still follows cfg.steps)
             ) -> dict:
     "Train (or resume) a byte-level LM of `cfg.variant`; the record holds its training and validation curves."
-    device, run_dir, t0 = _pick_device(device, 1), Path(run_dir), time.time(); run_dir.mkdir(parents=True, exist_ok=True); _seed_all(cfg.seed)
+    device, run_dir, t0 = pick_device(device, 1), Path(run_dir), time.time(); run_dir.mkdir(parents=True, exist_ok=True); seed_all(cfg.seed)
     L = _lm_learner(cfg, run_dir, device, byte_stream('train') if train is None else train, byte_stream('validation') if valid is None else valid, stop_after); fit(L)
     m = read_metrics(run_dir)
     rec = {'experiment': 'linear-lm', 'variant': cfg.variant, 'seed': cfg.seed, 'steps': L.state.step,
            'train_curve': [{'step': r['step'], 'loss': round(r['loss'], 5)} for r in m if 'loss' in r],
            'valid_curve': [{'step': r['step'], 'valid_loss': round(r['valid_loss'], 5)} for r in m if 'valid_loss' in r],
            'train_time_s': round(L.state.train_time, 2), 'wall_time_s': round(time.time() - t0, 2), 'segments': L.state.segments,
-           'tok_s': round(L.state.tokens_seen / max(L.state.train_time, 1e-9), 1), 'config': asdict(cfg), **provenance(cfg.seed, _precision(device, None), device, command=command)}
+           'tok_s': round(L.state.tokens_seen / max(L.state.train_time, 1e-9), 1), 'config': asdict(cfg), **provenance(cfg.seed, precision_name(device, None), device, command=command)}
     if out is not None: atomic_write(out, json.dumps(rec, indent=1) + '\n')
     return rec
 

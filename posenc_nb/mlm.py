@@ -16,7 +16,7 @@ from .core import Positions, list_posencs
 from .model import ModelConfig, Classifier, _dense
 from .data import load_labelled, pad_batch, TokenBatchSampler, cache_dir, BOS
 from .train import Task, Learner, Budget, BatchStream, TrainLog, Evaluator, KeepBest, Checkpointer, fit, restore, read_metrics, lr_multiplier, inverse_sqrt
-from .train import _jsonl_log, _amp, _precision, _pick_device, _seed_all
+from .train import jsonl_logger, autocast_for, precision_name, pick_device, seed_all
 from .classify import ClassifyConfig, ClassifyTask, classification_metrics, predict, GLUE_METRIC
 from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
 from .cli import command, command_line, use_threads, main as cli_main
@@ -187,12 +187,12 @@ def _resume_point(ckpter: Checkpointer, cfg: MLMConfig) -> Optional[dict]:
 def _mlm_learner(cfg: MLMConfig, run_dir: Path, device, stop_after: Optional[int] = None) -> Learner:
     "Model, optimizer, schedule, task and callbacks of a pre-training run, restored from the run folder's newest checkpoint."
     train = [x for x, _ in byte_split('imdb', 'train', cfg.max_len, cfg.n_train)]
-    task = MLMTask(train, [x for x, _ in byte_split('imdb', 'validation', cfg.max_len, cfg.n_valid)], cfg, device, lambda: _amp(device, cfg.amp))
+    task = MLMTask(train, [x for x, _ in byte_split('imdb', 'validation', cfg.max_len, cfg.n_valid)], cfg, device, lambda: autocast_for(device, cfg.amp))
     model = MLM(cfg.model_config()).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier('linear', s + 1, cfg.warmup, (s + 1) / cfg.steps))
     ckpter = Checkpointer(run_dir, cfg.ckpt_every, keep=1, extra=lambda: {'mlm_config': asdict(cfg)}, device=device)
-    ck = _resume_point(ckpter, cfg); log = _jsonl_log(run_dir / 'metrics.jsonl', True, ck['step'] if ck else 0)
+    ck = _resume_point(ckpter, cfg); log = jsonl_logger(run_dir / 'metrics.jsonl', True, ck['step'] if ck else 0)
     L = Learner(model, opt, task, Budget(min(cfg.steps, stop_after or cfg.steps)), [TrainLog(cfg.log_every, log), Evaluator(cfg.eval_every, log), ckpter], sched=sched, grad_clip=1.0)
     if ck is not None: restore(L, ck)
     return L
@@ -207,8 +207,8 @@ def pretrain_mlm(cfg: MLMConfig, # the run
                 ) -> dict:
     "Pre-train (or resume) `cfg` with masked language modelling; the record: curves, final validation loss, provenance."
     if cfg.encoding not in list_posencs(): raise ValueError(f"unknown encoding {cfg.encoding!r}; choose one of {list_posencs()}")
-    device, run_dir, t0 = _pick_device(device, 1), Path(run_dir), time.time(); run_dir.mkdir(parents=True, exist_ok=True)
-    _seed_all(cfg.seed); L = _mlm_learner(cfg, run_dir, device, stop_after); fit(L)
+    device, run_dir, t0 = pick_device(device, 1), Path(run_dir), time.time(); run_dir.mkdir(parents=True, exist_ok=True)
+    seed_all(cfg.seed); L = _mlm_learner(cfg, run_dir, device, stop_after); fit(L)
     rec = _mlm_record(cfg, L, run_dir, device, command, time.time() - t0)
     if out is not None: atomic_write(out, json.dumps(rec, indent=1) + '\n')
     return rec
@@ -221,7 +221,7 @@ def _mlm_record(cfg, L, run_dir, device, command, wall) -> dict:
             'train_curve': [{'step': s, 'loss': round(l, 5)} for s, l in tr], 'valid_curve': [{'step': s, 'valid_loss': round(l, 5)} for s, l in va],
             'train_time_s': round(L.state.train_time, 2), 'wall_time_s': round(wall, 2), 'segments': L.state.segments,
             'tok_s': round(L.state.tokens_seen / max(L.state.train_time, 1e-9), 1), 'n_params': sum(p.numel() for p in L.model.parameters()),
-            'config': asdict(cfg), **provenance(cfg.seed, _precision(device, cfg.amp), device, command=command)}
+            'config': asdict(cfg), **provenance(cfg.seed, precision_name(device, cfg.amp), device, command=command)}
 
 # %% ../nbs/26_mlm.ipynb #dcc73cb9
 def load_encoder(clf: Classifier, # a Classifier of the same encoding and sizes as the pre-trained MLM
@@ -278,7 +278,7 @@ def finetune(cfg: FinetuneConfig, # the run
             ) -> dict:
     "Train a byte-level `Classifier` on `cfg.task`, from scratch or from a pre-trained encoder; test the best-validation weights."
     if cfg.encoding not in list_posencs(): raise ValueError(f"unknown encoding {cfg.encoding!r}; choose one of {list_posencs()}")
-    device, t0 = _pick_device(device, 1), time.time(); _seed_all(cfg.seed)
+    device, t0 = pick_device(device, 1), time.time(); seed_all(cfg.seed)
     data = {s: byte_split(cfg.task, s, cfg.max_len, getattr(cfg, 'n_' + s.replace('validation', 'valid'))) for s in ('train', 'validation', 'test')}
     model = Classifier(replace(cfg.model_config(BYTE_VOCAB), max_len=cfg.pe_len or cfg.max_len, activation='gelu')).to(device)
     if init is not None: load_encoder(model, init)
@@ -298,7 +298,7 @@ def _ft_record(cfg, L, kb, data, metric, init, device, command, t0) -> dict:
             'second_test': _second_test(cfg, model, device), 'valid_curve': kb.curve, 'train_time_s': round(L.state.train_time, 2), 'test_time_s': round(test_s, 2),
             'wall_time_s': round(time.time() - t0, 2), 'tok_s': round(L.state.tokens_seen / max(L.state.train_time, 1e-9), 1),
             'n_params': sum(p.numel() for p in model.parameters()), 'n_train': len(data['train']), 'n_test': len(data['test']),
-            'config': asdict(cfg), **provenance(cfg.seed, _precision(device, None), device, command=command)}
+            'config': asdict(cfg), **provenance(cfg.seed, precision_name(device, None), device, command=command)}
 
 # %% ../nbs/26_mlm.ipynb #0ac2b332
 RESULTS = Path('results')

@@ -23,10 +23,11 @@ from .utils import atomic_save, atomic_write, provenance, WriteFailed, _write_fa
 __all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'STREAMS_FILE', 'LOCK_FILE', 'TrainConfig', 'upgrade_config_dict',
            'config_fields', 'config_from_name', 'inverse_sqrt', 'lr_multiplier', 'budget_progress', 'load_checkpoint',
            'init_checkpoint', 'warm_start', 'derived_state_keys', 'average_checkpoints', 'BatchStream',
-           'load_stream_provider', 'RunState', 'Clock', 'Budget', 'Task', 'Callback', 'Learner', 'train_step', 'fit',
-           'TrainLog', 'ProgressBar', 'Evaluator', 'KeepBest', 'Checkpointer', 'restore', 'cpu_bf16_supported',
-           'valid_loss', 'TranslationTask', 'RunFolderConflict', 'RunLocked', 'RunLock', 'OnStep', 'NonFiniteLoss',
-           'StopOnNonFinite', 'train', 'read_metrics', 'plot_curves']
+           'load_stream_provider', 'pick_device', 'seed_all', 'RunState', 'Clock', 'Budget', 'Task', 'Callback',
+           'Learner', 'train_step', 'fit', 'TrainLog', 'ProgressBar', 'Evaluator', 'KeepBest', 'Checkpointer',
+           'restore', 'cpu_bf16_supported', 'autocast_for', 'precision_name', 'valid_loss', 'TranslationTask',
+           'RunFolderConflict', 'RunLocked', 'RunLock', 'jsonl_logger', 'OnStep', 'NonFiniteLoss', 'StopOnNonFinite',
+           'train', 'read_metrics', 'plot_curves']
 
 # %% ../nbs/05_train.ipynb #18ca48be
 _MODEL_FIELDS = ('d_model', 'n_heads', 'n_enc', 'n_dec', 'd_ff', 'dropout', 'enc_pe', 'dec_pe', 'pe_options', 'dec_pe_options', 'max_len',
@@ -235,7 +236,7 @@ def _build_model(ck: dict) -> Seq2Seq:
 # %% ../nbs/05_train.ipynb #b4710807
 def load_checkpoint(path, device='cpu'):
     "Load a training checkpoint (or an averaged one): `(model in eval mode, tokenizer, TrainConfig)`."
-    device = _pick_device(device, 1) if device is not None else torch.device('cpu')   # 'gpu', or CUDA without one: a clear error first
+    device = pick_device(device, 1) if device is not None else torch.device('cpu')   # 'gpu', or CUDA without one: a clear error first
     ck = _read_ckpt(path)
     cfg = TrainConfig.from_dict(ck['config'])
     return _build_model(ck).to(device).eval(), Tokenizer.from_str(ck['tokenizer']), cfg
@@ -379,7 +380,9 @@ def _dist_setup(device):
     return dist.get_rank(), dist.get_world_size(), True
 
 # %% ../nbs/05_train.ipynb #53821ead
-def _pick_device(device, ws: int) -> torch.device:
+def pick_device(device, # 'cpu', 'cuda', 'cuda:N', a torch.device, or None for the default
+                ws: int = 1, # world size: with several processes each takes its LOCAL_RANK's GPU
+               ) -> torch.device:
     "`device` checked to exist on this machine, or by default CUDA (this rank's GPU) when available, else the CPU."
     if device is None:
         if torch.cuda.is_available(): return torch.device('cuda', int(os.environ.get('LOCAL_RANK', '0')) if ws > 1 else 0)
@@ -402,7 +405,9 @@ def _set_rng_state(s, device):
     random.setstate(s['python']); np.random.set_state(s['numpy']); torch.set_rng_state(s['torch'])
     if device.type == 'cuda' and 'cuda' in s: torch.cuda.set_rng_state(s['cuda'], device)
 
-def _seed_all(seed):
+def seed_all(seed: int, # one seed for Python's, numpy's and torch's generators
+            ):
+    "Seed every random generator a run reads: `random`, numpy and torch (CPU and every GPU)."
     random.seed(seed); np.random.seed(seed % 2 ** 32); torch.manual_seed(seed)
 
 # %% ../nbs/05_train.ipynb #584a7351
@@ -647,13 +652,20 @@ def _amp_dtype(device, amp, amp_cpu=False) -> Optional[str]:
     if device.type == 'cpu' and not (amp_cpu and amp == 'bf16' and cpu_bf16_supported()): return None   # no native bf16: fp32
     return amp
 
-def _amp(device, amp, amp_cpu=False):
+def autocast_for(device: torch.device, # where the run computes
+                 amp: Optional[str], # 'bf16', 'fp16' or None, as in `TrainConfig.amp`
+                 amp_cpu: bool = False, # autocast on the CPU too (used only where the CPU has native bf16)
+                ):
+    "The autocast context a run on `device` uses: disabled unless mixed precision is asked for and pays off there."
     dt = _amp_dtype(device, amp, amp_cpu)
     if dt is None: return torch.autocast('cpu', enabled=False)
     return torch.autocast(device.type, dtype=torch.bfloat16 if dt == 'bf16' else torch.float16)
 
 # %% ../nbs/05_train.ipynb #8d1beb10
-def _precision(device, amp, amp_cpu=False) -> str:
+def precision_name(device: torch.device, # where the run computes
+                   amp: Optional[str], # 'bf16', 'fp16' or None
+                   amp_cpu: bool = False, # autocast on the CPU too
+                  ) -> str:
     "How the arithmetic ran: fp32 (TF32 matmuls on CUDA), or bf16/fp16 autocast (fp16 with a gradient scaler)."
     dt = _amp_dtype(device, amp, amp_cpu)
     if dt is None: return 'fp32 (tf32 matmuls)' if device.type == 'cuda' and torch.backends.cuda.matmul.allow_tf32 else 'fp32'
@@ -747,7 +759,7 @@ def _translation_task(cfg: TrainConfig, out_dir, ck, rank: int, ws: int, device)
     streams_of = (lambda texts: prov.streams(texts, tok)) if prov is not None else (lambda texts: None)
     pairs, pair_streams = _train_pairs(cfg, tok, tr_src, tr_tgt, streams_of(tr_src))
     stream = BatchStream([(len(s) + 1, len(t) + 1) for s, t in pairs], cfg.max_tokens, seed=cfg.seed, rank=rank, world_size=ws)
-    task = TranslationTask(cfg, tok, pairs, pair_streams, stream, _valid_data(cfg, tok, streams_of, rank == 0, device), device, lambda: _amp(device, cfg.amp, cfg.amp_cpu))
+    task = TranslationTask(cfg, tok, pairs, pair_streams, stream, _valid_data(cfg, tok, streams_of, rank == 0, device), device, lambda: autocast_for(device, cfg.amp, cfg.amp_cpu))
     task.tok_str, task.streams_of = tok_str[0], streams_of
     return task
 
@@ -857,7 +869,10 @@ def _read_records(path: Path) -> tuple:
     return recs, False
 
 # %% ../nbs/05_train.ipynb #fbb33363
-def _jsonl_log(path: Path, is_main: bool, upto: int) -> Callable:
+def jsonl_logger(path: Path, # the log file (`metrics.jsonl`)
+                 is_main: bool, # only rank 0 writes
+                 upto: int, # the step resumed from: later records are dropped
+                ) -> Callable:
     "A function appending records to `path` (rank 0 only), after dropping records past step `upto` (left by a killed run)."
     if is_main and path.exists():
         recs, torn = _read_records(path)
@@ -904,7 +919,7 @@ def _final_test(cfg: TrainConfig, L: Learner, ckpter: Checkpointer, last_eval: O
                decode_s=time.time() - t0, averaged=n_avg, **{k: v for k, v in (last_eval or {}).items() if k != 'step'},
                train_time_s=st.train_time, wall_time_s=st.wall_time + time.time() - L.started, segments=st.segments, tokens_seen=st.tokens_seen,
                tok_s=st.tokens_seen / max(st.train_time, 1e-9), n_params=sum(p.numel() for p in L.model.parameters()), world_size=ws,
-               **provenance(cfg.seed, _precision(device, cfg.amp, cfg.amp_cpu), device, ws), device=str(device), config=asdict(cfg))
+               **provenance(cfg.seed, precision_name(device, cfg.amp, cfg.amp_cpu), device, ws), device=str(device), config=asdict(cfg))
     atomic_write(ckpter.folder / 'results.json', _dumps(res, indent=1))
     atomic_write(ckpter.folder / f'{cfg.test_split}.hyp', ''.join(h + '\n' for h in hyps))
     return {**res, 'hyps': hyps}
@@ -942,7 +957,7 @@ class StopOnNonFinite(Callback):
 # %% ../nbs/05_train.ipynb #f0579d20
 def _run_callbacks(cfg: TrainConfig, out_dir: Path, step: int, is_main: bool, ws: int, progress, on_step, device):
     "The callbacks of a translation run: caller's hook, divergence check, training log, progress bar, evaluation."
-    log = _jsonl_log(out_dir / 'metrics.jsonl', is_main, step)
+    log = jsonl_logger(out_dir / 'metrics.jsonl', is_main, step)
     tl = TrainLog(cfg.log_every, log, ws)
     show = (progress if progress is not None else sys.stderr.isatty()) and is_main
     hint = f"; lower lr (it is {cfg.lr:g})" + ('' if cfg.grad_clip else ' or set grad_clip (it is none)')
@@ -991,7 +1006,7 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
     and return the results (also written to `out_dir/results.json`, plus `model` and `tokenizer` objects)."""
     if isinstance(cfg, str): cfg = config_from_name(cfg)
     started, out_dir = time.time(), Path(out_dir)
-    device = _pick_device(device, int(os.environ.get('WORLD_SIZE', '1')))
+    device = pick_device(device, int(os.environ.get('WORLD_SIZE', '1')))
     rank, ws, created_pg = _dist_setup(device)
     if device.type == 'cuda': torch.cuda.set_device(device); torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True
     if rank == 0 and device.type == 'cpu' and cfg.amp_cpu and not cpu_bf16_supported():
@@ -1017,7 +1032,7 @@ def _train(cfg, out_dir, resume, device, progress, on_step, rank, ws, started) -
     ck = _prepare_run_dir(cfg, out_dir, resume, rank == 0, ckpter)
     if not resume and rank == 0: _clear_run(out_dir, ckpter)       # last: every check has passed
     if (progress if progress is not None else sys.stderr.isatty()) and rank == 0: _start_note(cfg, out_dir, ck, resume)
-    _seed_all(cfg.seed + rank)
+    seed_all(cfg.seed + rank)
     task = _translation_task(cfg, out_dir, ck, rank, ws, device)
     cbs, log = _run_callbacks(cfg, out_dir, ck['step'] if ck is not None else 0, rank == 0, ws, progress, on_step, device)
     L = _translation_learner(cfg, task, cbs + [ckpter], device, ws, started)
