@@ -15,7 +15,7 @@ from .core import list_posencs, provider_modules, import_registering
 from .data import load_parallel, cache_dir
 from .decode import translate, bleu, chrf
 from .train import TrainConfig, CONFIGS, config_from_name
-from .utils import provenance
+from .utils import provenance, atomic_write
 from .cli import (CLIError, command, command_line, check_device, use_threads, parse_sets, record_run, load_records,
                            summarize, format_table, main as cli_main)
 
@@ -364,14 +364,20 @@ def exp_summarize(experiment: str, # an experiment name, or a folder of run reco
 def exp_compare(experiment: str, # an experiment name, or a folder of run records
                 *, root: str = 'results', # where experiment names are looked up
                 baseline: str = 'sinusoidal', # the encoding every other one is tested against
-                seed: int = 0, # the seed whose runs are compared
+                seed: Param('', int, nargs='+') = None, # the seeds whose runs are compared, each seed on its own (default: 0)
+                pooled: bool = False, # also test all seeds together, each sentence paired with the baseline's of the same seed
                 samples: int = 1000, # bootstrap resamples
+                out: str = None, # also write the comparisons and this command as a JSON record
                ) -> int:
     """Paired bootstrap resampling of test BLEU: every encoding against a baseline, on the same test sentences.
 
     Examples:
-      python -m posenc_nb.experiments compare multi30k-20min --baseline sinusoidal --seed 0"""
-    print(format_significance(significance(experiment, baseline, seed, root, samples)))
+      python -m posenc_nb.experiments compare multi30k-20min --baseline sinusoidal --seed 0
+      python -m posenc_nb.experiments compare floater-recipe --baseline sinusoidal-continued --seed 0 1 2 --pooled --out results/floater-recipe/significance.json"""
+    sig = [x for s in (seed or [0]) for x in significance(experiment, baseline, s, root, samples)]
+    if pooled: sig += significance(experiment, baseline, None, root, samples)
+    print(format_significance(sig))
+    if out: atomic_write(out, json.dumps(dict(experiment=str(experiment), baseline=baseline, comparisons=sig, **provenance(command=command_line())), indent=1) + '\n')
     return 0
 
 # %% ../nbs/20_experiments.ipynb #9b4f40ac
