@@ -16,7 +16,7 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['SITE_KINDS', 'ENTRY_POINT_GROUP', 'Positions', 'host_fact', 'note_fact', 'whole_base', 'known_range', 'positions_max',
            'HostReads', 'Site', 'PosEnc', 'register_posenc', 'provider_modules', 'import_registering', 'list_posencs',
-           'make_posenc', 'encoding_streams', 'attention_mask', 'Attention']
+           'make_posenc', 'encoding_streams', 'attention_mask', 'head_input_proj', 'Attention']
 
 # %% ../nbs/00_core.ipynb #28c4ebe3
 def _check_int(t: Tensor, what: str):
@@ -206,7 +206,7 @@ class PosEnc(nn.Module):
         "Hook 1: `x` (B,L,D) with position information added; called once per stack, after the token embedding."
         return x
     def qkv_bias(self, q_p: Positions, kv_p: Positions, site: Site):
-        "Hook 2: `(bq, bk, bv)`, each (B,L,D) or None, added to the inputs of the q/k/v projections; or None."
+        "Hook 2: `(bq, bk, bv)`, each None, (B,L,D) added to the q/k/v projections' input, or (B,H,L,D) one input per head; or None."
         return None
     def head_positions(self, p: Positions, site: Site) -> Tensor:
         "Hook 3: positions each head reads, (B,1,L) or (B,H,L). Default: the absolute stream for all heads."
@@ -377,6 +377,21 @@ def _attend(q, k, v, bias, allowed, k_mask, drop: float = 0.0):
     if allowed is not None: bias = bias.masked_fill(~allowed, float('-inf'))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop)
 
+# %% ../nbs/00_core.ipynb #e6d8e25b
+def head_input_proj(x: Tensor, # the projection's shared input (B,L,D)
+                    b: Tensor, # per-head additive input (B|1,H,L,D): head h's projection reads x + b[:, h]
+                    weight: Tensor, # the projection's weight (H*dh, D), head h in rows h*dh:(h+1)*dh
+                    bias: Optional[Tensor], # its bias (H*dh,) or None
+                    n_heads: int # H
+                   ) -> Tensor: # (B,L,H*dh), head h in columns h*dh:(h+1)*dh, as F.linear returns them
+    "`F.linear(x + b[:, h], W_h, bias_h)` for every head h at once: the shared projection of `x` plus each head's projection of its own `b`."
+    if b.dim() != 4 or b.shape[1] != n_heads or b.shape[2:] != x.shape[1:]:
+        raise ValueError(f"a per-head qkv_bias must have shape (B, n_heads={n_heads}, L, D) = (B, {n_heads}, {x.shape[1]}, {x.shape[2]}), "
+                         f"got {tuple(b.shape)}; return (B,L,D) to give every head the same input")
+    extra = torch.einsum('bhld,hed->blhe', b.to(x.dtype), weight.view(n_heads, weight.shape[0] // n_heads, -1))
+    return F.linear(x, weight, bias) + extra.reshape(*extra.shape[:2], -1)
+
+
 # %% ../nbs/00_core.ipynb #a0593713
 class Attention(nn.Module):
     "Multi-head attention with the position hooks; self-attention when `mem` is None, else cross-attention."
@@ -396,6 +411,7 @@ class Attention(nn.Module):
     def _proj(self, x, i, b=None):
         w = self.in_proj.weight[i * self.d_model:(i + 1) * self.d_model]
         bb = None if self.in_proj.bias is None else self.in_proj.bias[i * self.d_model:(i + 1) * self.d_model]
+        if b is not None and b.dim() == 4: return head_input_proj(x, b, w, bb, self.n_heads)     # per-head inputs (hook 2)
         return F.linear(x if b is None else x + b, w, bb)
 
     def _heads(self, x): return x.view(x.shape[0], x.shape[1], self.n_heads, self.head_dim).transpose(1, 2)

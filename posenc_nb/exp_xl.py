@@ -19,7 +19,7 @@ XL_ORDERS = ('predicted', 'oracle-gold', 'oracle-aligner', 'random', 'monotone',
 XL_VARIANTS = ('sinusoidal', 'xl-input@predicted', 'xl-input@oracle', 'xl-input@random', 'xl-input@monotone',
                'xl-head@predicted', 'xl-rope@predicted', 'rope')
 
-def xl_variants(encodings=('xl-input', 'xl-head', 'xl-rope'), orders=XL_ORDERS) -> dict:
+def xl_variants(encodings=('xl-input', 'xl-headxl', 'xl-head', 'xl-rope'), orders=XL_ORDERS) -> dict:
     "Run label 'ENCODING@ORDER' -> TrainConfig overrides: ENCODING in the encoder, the XL stream from ORDER."
     return {f'{e}@{o}': dict(enc_pe=e, streams=f'xl:{o}') for e in encodings for o in orders}
 
@@ -40,7 +40,8 @@ register_experiment(Experiment('xl-enja', 'enja-base', steps=600, encodings=XL_V
 # %% ../nbs/25_xl_translation.ipynb #08153bdc
 XL_GOLD_VARIANTS = ('sinusoidal', 'rope', 'xl-input@oracle-gold', 'xl-input@oracle-aligner', 'xl-input@predicted', 'xl-input@monotone',
                     'xl-input@random', 'xl-head@predicted', 'xl-head@monotone', 'xl-head@random',
-                    'xl-rope@predicted', 'xl-rope@monotone', 'xl-rope@random')
+                    'xl-rope@predicted', 'xl-rope@monotone', 'xl-rope@random',
+                    'xl-headxl@predicted', 'xl-headxl@monotone', 'xl-headxl@random', 'xl-headxl@oracle-gold')
 
 # %% ../nbs/25_xl_translation.ipynb #bc5bcd4e
 register_experiment(Experiment('xl-synthetic-gold', 'synthetic-tiny', steps=600, encodings=XL_GOLD_VARIANTS, variants=xl_variants(),

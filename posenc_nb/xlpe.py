@@ -10,7 +10,7 @@ import numpy as np
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from .core import Positions, Site, PosEnc, register_posenc, make_posenc, list_posencs, Attention
-from .baselines import sinusoidal_table, relative_offsets
+from .baselines import sinusoidal_table, relative_offsets, SinusoidalPosEnc
 from .rope import RoPE, apply_rotary, RotaryCache
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll
 from .data import collate, StreamProvider, register_stream_provider
@@ -20,8 +20,9 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['XL', 'ORDER_MODES', 'ALIGN_OPTIONS', 'is_permutation', 'xl_positions', 'xl_for_subwords', 'xl_stream',
-           'XLInputPosEnc', 'xl_head_positions', 'XLHeadPosEnc', 'XLRopePosEnc', 'random_order', 'aligned_orders',
-           'synthetic_gold_order', 'XLPositionProvider', 'xl_streams_for', 'eval_xl', 'XLPairs', 'train_xl']
+           'XLInputPosEnc', 'xl_head_positions', 'XLHeadPosEnc', 'XLHeadXLPosEnc', 'XLRopePosEnc', 'random_order',
+           'aligned_orders', 'synthetic_gold_order', 'XLPositionProvider', 'xl_streams_for', 'eval_xl', 'XLPairs',
+           'train_xl']
 
 # %% ../nbs/14_xlpe.ipynb #e2935698
 from .core import known_range
@@ -152,6 +153,27 @@ class XLHeadPosEnc(PosEnc):
         s = torch.matmul(q, self.rel_k[self.xl_layers.index(site.layer)].to(q.dtype).T)       # (B,H,Lq,2c+1)
         idx = relative_offsets(q_pos, k_pos).clamp(-self.clip, self.clip) + self.clip          # (B,1|H,Lq,Lk)
         return torch.gather(s, -1, idx.expand(*q.shape[:3], idx.shape[-1])) * q.shape[-1] ** -0.5
+
+# %% ../nbs/14_xlpe.ipynb #52893676
+@register_posenc('xl-headxl')
+class XLHeadXLPosEnc(SinusoidalPosEnc):
+    "HeadXL (Ding et al. 2020): sinusoidal input; the first `n_xl_heads` heads of encoder layers `xl_layers` read E + PE(xl) in place of E + PE(pos)."
+    reads_streams = (XL,)
+    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+                 n_xl_heads: Optional[int] = None, # r, the heads that read XL positions (None: half the heads)
+                 xl_layers=(0,), # encoder layers whose r heads read them ('all': every layer); the paper: the first
+                 base: float = 10000.): # sinusoid frequency base
+        super().__init__(d_model, n_heads, n_layers, max_len, causal, base=base)
+        self.n_xl_heads, self.xl_layers = _n_xl_heads(n_heads, n_xl_heads), _layers(xl_layers, n_layers)
+
+    def qkv_bias(self, q_p: Positions, kv_p: Positions, site: Site):
+        "Per-head input (B,H,L,D): PE(xl) - PE(pos) for the first r heads of the XL layers, 0 for the others; None where nothing reads XL."
+        if XL not in q_p.streams or site.kind != 'enc' or site.layer not in self.xl_layers or self.n_xl_heads == 0: return None
+        delta = self.codes(q_p.streams[XL]) - self.codes(q_p.pos)                              # (B,L,D)
+        b = delta.new_zeros(delta.shape[0], site.n_heads, *delta.shape[1:])
+        b[:, :self.n_xl_heads] = delta[:, None]
+        return b, b, b
+
 
 # %% ../nbs/14_xlpe.ipynb #66ff66c6
 @register_posenc('xl-rope')
