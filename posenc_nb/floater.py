@@ -457,15 +457,16 @@ class FloaterPE(PosEnc):
         "Hook 2, projected: slot rows of the trajectory times `proj`'s q/k/v weights, once per solve (T rows, not B*L), then sliced or gathered."
         if self.inject == 'input': return None
         i, D, same = self._slot(site), self.d_model, site.is_self and q_p is kv_p
-        _span(q_p.pos); _span(kv_p.pos)                             # one read per positions tensor (CPU), the range included
-        P = self._site_table(i, proj.weight, q_p, self._need(q_p) if same else max(self._need(q_p), self._need(kv_p)))
+        qs = _span(q_p.pos); ks = qs if same else _span(kv_p.pos)   # one read per positions tensor (CPU), the range included
+        n = 1 + max(s[1] if s is not None else positions_max(p) for s, p in ((qs, q_p), (ks, kv_p)))
+        P = self._site_table(i, proj.weight, q_p, n)
         if P is None: return None                                   # exactly zero (untouched warm start): nothing to add
-        if same: return _rows(P, q_p.pos)
-        if torch.is_grad_enabled(): return _rows(P[:, :D], q_p.pos), _rows(P[:, D:], kv_p.pos)
+        if same: return _rows(P, q_p.pos, qs)
+        if torch.is_grad_enabled(): return _rows(P[:, :D], q_p.pos, qs), _rows(P[:, D:], kv_p.pos, ks)
         m = self._kv_memo.get(('rows', i))                         # decoding: the same source at every step
         if m is None or m[0] is not kv_p.pos or m[1] != kv_p.pos._version or m[2] is not P:
-            self._kv_memo[('rows', i)] = m = (kv_p.pos, kv_p.pos._version, P, _rows(P[:, D:], kv_p.pos))
-        return _rows(P[:, :D], q_p.pos), m[3]
+            self._kv_memo[('rows', i)] = m = (kv_p.pos, kv_p.pos._version, P, _rows(P[:, D:], kv_p.pos, ks))
+        return _rows(P[:, :D], q_p.pos, qs), m[3]
 
     def _site_table(self, i: int, weight: Tensor, q_p: Positions, n: int) -> Optional[Tensor]:
         "(T >= n, 3D) projected table of slot `i`, or None when exactly zero; without grad kept per parameter key and weight version."
@@ -499,9 +500,8 @@ def _span(pos: Tensor) -> Optional[tuple]:
     if pos.shape[-1] == 1: lo, hi = known_range(pos); return lo, hi, lo == hi      # a decoding step: its noted range says it all
     return host_fact(whole_base(pos), 'span', _read_span)
 
-def _rows(P: Tensor, pos: Tensor) -> Tensor:
-    "Rows of P (T, C) at integer positions (B, L): a broadcast slice (1, L, C) when every row is one plain range (`_span`), else a gather (B, L, C)."
-    s = _span(pos)
+def _rows(P: Tensor, pos: Tensor, s: Optional[tuple]) -> Tensor:
+    "Rows of P (T, C) at integer positions (B, L): a broadcast slice (1, L, C) when every row is one plain range (`s`, from `_span`), else a gather (B, L, C)."
     return P[s[0]:s[1] + 1][None] if s is not None and s[2] else F.embedding(pos, P)
 
 @register_posenc('floater')
