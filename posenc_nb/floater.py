@@ -254,7 +254,7 @@ class FloaterPE(PosEnc):
         self._traj, self._live_key, self._has_graph, self._exact, self._consumed = None, None, False, False, False
         self._steps, self._refreshed_at, self._ref, self._loaded = 0, 0, None, False
         self._zero_key, self._kv_memo, self.n_solves = None, {}, 0     # n_solves: trajectory computations (tests, benchmarks)
-        self._q_memo, self._fwd = None, None                          # inference: biases gathered per positions tensor
+        self._q_memo, self._fwd, self._split = None, None, None       # inference: biases gathered per positions tensor; training: slot rows
         self.register_load_state_dict_post_hook(FloaterPE._after_load)
 
     def _kv_flow(self, d_model, hidden):
@@ -369,7 +369,7 @@ class FloaterPE(PosEnc):
         "Pickling / deepcopy: drop the live trajectory (it may carry an autograd graph); the buffer keeps the values."
         state = self.__dict__.copy()
         state.update(_traj=None, _live_key=None, _has_graph=False, _exact=False, _consumed=False, _ref=None, _kv_memo={},
-                     _q_memo=None, _fwd=None)
+                     _q_memo=None, _fwd=None, _split=None)
         return state
 
     @staticmethod
@@ -470,23 +470,29 @@ class FloaterPE(PosEnc):
 
     def _site_table(self, i: int, weight: Tensor, q_p: Positions, n: int) -> Optional[Tensor]:
         "(T >= n, 3D) projected table of slot `i`, or None when exactly zero; without grad kept per parameter key and weight version."
-        if torch.is_grad_enabled(): return None if self._is_zero() else _project(self.trajectory(n), i, weight)
+        if torch.is_grad_enabled(): return None if self._is_zero() else _project(self._slot_rows(self.trajectory(n), i), weight)
         f = self._fwd
         key = (f[1] if f is not None and f[0] is q_p.pos else self._param_key(), weight.data_ptr(), weight._version)
         m = self._kv_memo.get(('P', i))
         if m is None or m[0] != key or (m[1] is not None and m[1].shape[0] < n):
-            self._kv_memo[('P', i)] = m = (key, None if self._is_zero() else _project(self.trajectory(n), i, weight))
+            self._kv_memo[('P', i)] = m = (key, None if self._is_zero() else _project(self.trajectory(n)[:, i:i + 3], weight))
         return m[1]
+
+    def _slot_rows(self, traj: Tensor, i: int) -> Tensor:
+        "Rows i..i+2 of the trajectory (T, 3, d); under autograd from one split per trajectory (one backward node, not a zero-filled trajectory per site)."
+        if not (torch.is_grad_enabled() and traj.requires_grad): return traj[:, i:i + 3]
+        if self._split is None or self._split[0] is not traj: self._split = (traj, traj.split(3, 1))
+        return self._split[1][i // 3]
 
     def extra_repr(self):
         return (super().extra_repr() + f", inject={self.inject}, kinds={self.kinds}, delta={self.delta}, solver={self.solver}, "
                 f"substeps={self.substeps}, adjoint={self.adjoint}, prior={self.prior}, init={self.init}, "
                 f"cross_kv_flow={self.cross_kv_flow}, refresh_every={self.refresh_every}, refresh_mode={self.refresh_mode}")
 
-def _project(traj: Tensor, i: int, weight: Tensor) -> Tensor:
-    "Trajectory rows i, i+1, i+2 (T, 3, d) through the q, k, v blocks of `weight` (3D, d): (T, 3D), what `F.linear` gives per block."
+def _project(slot: Tensor, weight: Tensor) -> Tensor:
+    "A slot's trajectory rows (T, 3, d), the q, k, v initial values' states, through the q, k, v blocks of `weight` (3D, d): (T, 3D), what `F.linear` gives per block."
     D = weight.shape[0] // 3
-    return torch.bmm(traj[:, i:i + 3].transpose(0, 1), weight.view(3, D, -1).transpose(1, 2)).transpose(0, 1).reshape(traj.shape[0], 3 * D)
+    return torch.bmm(slot.transpose(0, 1), weight.view(3, D, -1).transpose(1, 2)).transpose(0, 1).reshape(slot.shape[0], 3 * D)
 
 def _read_span(t: Tensor) -> tuple:
     lo, hi = torch.aminmax(t)
