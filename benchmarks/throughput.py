@@ -299,14 +299,14 @@ def mode_vs_transformer(args, dev):
     print(f"{'nn.Transformer':14s} {res['nn.Transformer'][0]:9.0f} tok/s")
     for row in rows:
         print(f"{row['encoding']:14s} {row['tok_s']:9.0f} tok/s  ratio {row['ratio']:.3f} ({row['ratio_min']:.3f}..{row['ratio_max']:.3f})")
-    if args.out:
-        out = dict(benchmark='throughput --mode vs-transformer', reference='nn.Transformer', reference_tok_s=res['nn.Transformer'][0],
+    out = dict(benchmark='throughput --mode vs-transformer', reference='nn.Transformer', reference_tok_s=res['nn.Transformer'][0],
                    reference_reps=ref_v, rows=rows, timer=f"time.{clock.__name__}", threads=torch.get_num_threads(),
                    method='contenders interleaved, order rotated per repetition; ratio = median over repetitions of tok/s / nn.Transformer tok/s in the same repetition',
                    model=dict(d_model=args.d_model, n_heads=args.heads, layers=f"{args.layers}+{args.layers}", d_ff=args.ff, vocab=args.vocab,
                               max_tokens=args.max_tokens, steps=args.steps, reps=args.reps, warmup=args.warmup, dropout=0.1, loss=args.loss,
                               optimizer='Adam'), **rec)
-        atomic_write(args.out, json.dumps(out, indent=1) + '\n')
+    if args.out: atomic_write(args.out, json.dumps(out, indent=1) + '\n')
+    return out
 
 
 def main(argv=None):

@@ -217,6 +217,11 @@ class PosEnc(nn.Module):
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
         "Hook 5: additive attention-logit bias broadcastable to (B,H,Lq,Lk), or None."
         return None
+    def qkv_out_bias(self, q_p: Positions, kv_p: Positions, site: Site, proj: nn.Linear):
+        """Hook 2 in projected form, asked first: hook 2's biases already passed through `proj`'s weight ($(x+b)W^T = xW^T + bW^T$), added to the
+        outputs of the fused projection, so it stays one product: self-attention (q and kv positions the same object) (B|1,L,3D); cross-attention
+        `(oq (B|1,Lq,D), okv (B|1,Lk,2D))`. None (the default): `Attention` calls `qkv_bias` instead."""
+        return None
 
     def acts_at(self, site: Site) -> bool:
         "Whether hooks 2-5 run at `site`: its kind is one of `sites`."
@@ -428,11 +433,16 @@ class Attention(nn.Module):
         kv_x, kv_p = (x, p) if self_attn else (mem, mem_p)
         if kv_p is None: raise ValueError("cross-attention needs the memory's Positions (mem_p)")
         acts = pe.acts_at(site)
-        bq, bk, bv = (pe.qkv_bias(p, kv_p, site) if acts else None) or (None, None, None)
+        ob = pe.qkv_out_bias(p, kv_p, site, self.in_proj) if acts else None     # hook 2, projected form (keeps the projection fused)
+        bq, bk, bv = (pe.qkv_bias(p, kv_p, site) if acts and ob is None else None) or (None, None, None)
         q_pos = pe.head_positions(p, site) if acts else p.pos[:, None]
         cached = cache is not None and not self_attn and 'k' in cache              # cross-attention memory already projected
         if self_attn and bq is None and bk is None and bv is None:
-            q, k, v = (self._heads(t) for t in self.in_proj(x).chunk(3, dim=-1))
+            qkv = self.in_proj(x)
+            q, k, v = (self._heads(t) for t in (qkv if ob is None else qkv.add_(ob)).chunk(3, dim=-1))
+        elif ob is not None:                                                         # cross-attention, projected biases
+            q = self._heads(self._proj(x, 0).add_(ob[0]))
+            if not cached: k, v = (self._heads(t) for t in F.linear(kv_x, *self._kv_weights()).add_(ob[1]).chunk(2, dim=-1))
         else:
             q = self._heads(self._proj(x, 0, bq))
             if not cached: k, v = self._heads(self._proj(kv_x, 1, bk)), self._heads(self._proj(kv_x, 2, bv))
@@ -447,3 +457,8 @@ class Attention(nn.Module):
         allowed = attention_mask(q.shape[2], k_mask, site.causal and self_attn, self_attn, x.device, k_len=k.shape[2])
         out = _attend(q, k, v, bias, allowed, k_mask, self.dropout if self.training else 0.0)
         return self.out_proj(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.d_model))
+
+    def _kv_weights(self):
+        "Weight and bias of the fused k/v projection (rows D..3D of `in_proj`)."
+        D = self.d_model
+        return self.in_proj.weight[D:], None if self.in_proj.bias is None else self.in_proj.bias[D:]

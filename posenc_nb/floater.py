@@ -21,7 +21,8 @@ __all__ = ['SOLVERS', 'FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FLOATER_OFFICIA
            'FloaterInputPE', 'floater_from_sinusoidal']
 
 # %% ../nbs/11_floater.ipynb #e12b9e3b
-from .core import known_range, positions_max
+from .core import known_range, positions_max, host_fact, note_fact, whole_base
+from . import rope as _rope
 
 # %% ../nbs/11_floater.ipynb #ed28f059
 class FloaterDynamics(nn.Module):
@@ -49,57 +50,72 @@ class FloaterDynamics(nn.Module):
         return self
 
 # %% ../nbs/11_floater.ipynb #55073907
-def _rk4_loop(y: Tensor, W1: Tensor, W2: Tensor, B1: Tensor, B2: Tensor, dt: float, substeps: int, n: int, store: bool):
-    "Classical rk4 on h(x) = relu(x W1 + B1[k]) W2 + B2[k], without autograd; with `store`, the stage inputs and activations too."
-    xs, acts, out = [], [], []
-    def f(k, x):
-        a = torch.relu(torch.addmm(B1[k], x, W1))
-        if store: xs.append(x); acts.append(a)
-        return torch.addmm(B2[k], a, W2)
-    for s in range(substeps * n):
-        k = 2 * s                                                          # the same operations as the autograd loop
-        k1 = f(k, y); k2 = f(k + 1, torch.add(y, k1, alpha=dt / 2))
-        k3 = f(k + 1, torch.add(y, k2, alpha=dt / 2)); k4 = f(k + 2, torch.add(y, k3, alpha=dt))
-        y = torch.add(y, k1 + 2 * (k2 + k3) + k4, alpha=dt / 6)
-        if (s + 1) % substeps == 0: out.append(y)
-    return torch.stack(out), xs, acts
+def _rk4_bases(W1, B1, B2, dt, S):
+    "Per-step biases of the folded rk4 (see `_rk4_loop`): stage pre-activation biases Z (4, S, h) and the update's bias BY (S, d)."
+    C2 = B2 @ W1                                                         # (K, h): b2(t) W1 for every half-step time
+    e, m, l = slice(0, 2 * S, 2), slice(1, 2 * S, 2), slice(2, 2 * S + 1, 2)   # times k, k+1, k+2 of step s (k = 2s)
+    Z = torch.stack([B1[e], B1[m] + (dt / 2) * C2[e], B1[m] + (dt / 2) * C2[m], B1[l] + dt * C2[m]])
+    BY = (dt / 6) * (B2[e] + 4 * B2[m] + B2[l])
+    return Z, BY
+
+def _rk4_loop(y, W1, W2, M, Z, BY, dt, substeps, n, store):
+    "Classical rk4 on h(x) = relu(x W1 + b1(t)) W2 + b2(t), stages folded through M = W2 W1 (five products a step, not eight), without autograd; with `store`, step inputs, activations and their weighted sums."
+    S, N, h = substeps * n, y.shape[0], W1.shape[1]
+    out = y.new_empty((n, *y.shape))
+    A = y.new_empty((S if store else 1, 4, N, h))
+    Y = y.new_empty((S, *y.shape)) if store else None
+    Sa = y.new_empty((S if store else 1, N, h))
+    c = (dt / 2, dt / 2, dt)
+    W1, W2 = W1.contiguous(), W2.contiguous()
+    for s in range(S):
+        a, j = A[s if store else 0], s if store else 0
+        if store: Y[s].copy_(y)
+        u = torch.mm(y, W1)
+        torch.add(u, Z[0, s], out=a[0]).relu_()
+        for st in range(3):                                              # z_{st+1} = u + Z[st+1] + c_st a_st M
+            torch.addmm(torch.add(u, Z[st + 1, s]), a[st], M, alpha=c[st], out=a[st + 1]).relu_()
+        sa = torch.add(a[0], a[3], out=Sa[j]).add_(torch.add(a[1], a[2]), alpha=2)
+        y = torch.addmm(torch.add(y, BY[s]), sa, W2, alpha=dt / 6, out=out[s // substeps] if (s + 1) % substeps == 0 else None)
+    return out, Y, A, Sa
 
 # %% ../nbs/11_floater.ipynb #8bdc13a7
 class _RK4Solve(torch.autograd.Function):
-    "The rk4 loop as one autograd node: a hand-written backward replaces hundreds of tiny autograd nodes per solve."
+    "The folded rk4 loop as one autograd node: a hand-written backward replaces hundreds of tiny autograd nodes per solve."
     @staticmethod
-    def forward(ctx, y, W1, W2, B1, B2, dt, substeps, n):
-        out, xs, acts = _rk4_loop(y, W1, W2, B1, B2, dt, substeps, n, store=True)
-        ctx.save_for_backward(W1, W2, torch.stack(xs), torch.stack(acts))
-        ctx.dt, ctx.substeps, ctx.b_shapes = dt, substeps, (B1.shape, B2.shape)
+    def forward(ctx, y, W1, W2, M, Z, BY, dt, substeps, n):
+        out, Y, A, Sa = _rk4_loop(y, W1, W2, M, Z, BY, dt, substeps, n, store=True)
+        ctx.save_for_backward(W1, W2, M, Y, A, Sa)
+        ctx.dt, ctx.substeps = dt, substeps
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_out):
-        W1, W2, X, A = ctx.saved_tensors
+        W1, W2, M, Y, A, Sa = ctx.saved_tensors
         dt, sub = ctx.dt, ctx.substeps
-        W1t, W2t = W1.t(), W2.t()
-        GO, GZ = [None] * X.shape[0], [None] * X.shape[0]               # per evaluation: d out, d pre-activation
-        def vjp(e, go):                                                  # evaluation e of h, given d h: d x
-            GO[e] = go
-            GZ[e] = gz = torch.ops.aten.threshold_backward(torch.mm(go, W2t), A[e], 0)
-            return torch.mm(gz, W1t)
+        S, N = Y.shape[0], Y.shape[1]
+        W1t, W2t, Mt = W1.t().contiguous(), W2.t().contiguous(), M.t().contiguous()
+        GZ, GY = torch.empty_like(A), torch.empty_like(Y)
+        c = (dt / 2, dt / 2, dt)
+        thr = lambda go, a, out: torch.ops.aten.threshold_backward.grad_input(go, a, 0, grad_input=out)
         g = torch.zeros_like(g_out[0])
-        for s in reversed(range(sub * g_out.shape[0])):
+        for s in reversed(range(S)):
             if (s + 1) % sub == 0: g = g + g_out[s // sub]
-            gsum = g * (dt / 6); g23 = 2 * gsum; e = 4 * s
-            gx = vjp(e + 3, gsum); gy = g + gx
-            gx = vjp(e + 2, torch.add(g23, gx, alpha=dt)); gy = gy + gx
-            gx = vjp(e + 1, torch.add(g23, gx, alpha=dt / 2)); gy = gy + gx
-            g = gy + vjp(e, torch.add(gsum, gx, alpha=dt / 2))
-        GO, GZ = torch.stack(GO), torch.stack(GZ)                       # (E, N, d) and (E, N, h) for E evaluations
-        flat = lambda t: t.flatten(0, 1)
-        gW1 = flat(X).t() @ flat(GZ); gW2 = flat(A).t() @ flat(GO)       # weight gradients: one product each
-        kidx = (2 * torch.arange(X.shape[0] // 4, device=X.device)[:, None] + torch.tensor([0, 1, 1, 2], device=X.device)).flatten()
-        gB1 = GZ.new_zeros(ctx.b_shapes[0]).index_add_(0, kidx, GZ.sum(1))
-        gB2 = GO.new_zeros(ctx.b_shapes[1]).index_add_(0, kidx, GO.sum(1))
-        return g, gW1, gW2, gB1, gB2, None, None, None
+            GY[s].copy_(g)
+            a, gz = A[s], GZ[s]
+            gS = torch.mm(g, W2t).mul_(dt / 6)
+            thr(gS, a[3], gz[3])
+            thr(torch.addmm(gS, gz[3], Mt, beta=2, alpha=c[2]), a[2], gz[2])
+            thr(torch.addmm(gS, gz[2], Mt, beta=2, alpha=c[1]), a[1], gz[1])
+            thr(torch.addmm(gS, gz[1], Mt, alpha=c[0]), a[0], gz[0])
+            g = torch.addmm(g, gz.sum(0), W1t)
+        flat = lambda t: t.flatten(0, -2)
+        GU = GZ.sum(1)
+        gW1 = flat(Y).t() @ flat(GU)
+        gW2 = (dt / 6) * (flat(Sa).t() @ flat(GY))
+        cs = torch.tensor(c, dtype=GZ.dtype, device=GZ.device)[None, :, None, None]
+        gM = flat(A[:, :3]).t() @ flat(GZ[:, 1:] * cs)
+        return g, gW1, gW2, gM, GZ.sum(2).transpose(0, 1), GY.sum(1), None, None, None
 
 # %% ../nbs/11_floater.ipynb #8fd4a902
 SOLVERS = ('rk4', 'midpoint', 'dopri5')
@@ -123,10 +139,11 @@ def _fixed_step(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: float,
     ts = (torch.arange(2 * substeps * n + 1, dtype=torch.float64, device=y.device) + k0) * (dt / 2)
     B1, B2 = h.time_biases(ts.to(y.dtype))
     W1, W2 = h.l1.weight[:, :-1].t(), h.l2.weight[:, :-1].t()
-    if method == 'rk4':                                                  # classical Runge-Kutta 4 (_rk4_loop)
+    if method == 'rk4':                                                  # classical Runge-Kutta 4, folded (_rk4_loop)
+        M, (Z, BY) = W2 @ W1, _rk4_bases(W1, B1, B2, dt, substeps * n)
         if torch.is_grad_enabled() and any(t.requires_grad for t in (y, W1, W2, B1, B2)):
-            return _RK4Solve.apply(y, W1, W2, B1, B2, dt, substeps, n)
-        return _rk4_loop(y, W1, W2, B1, B2, dt, substeps, n, store=False)[0]
+            return _RK4Solve.apply(y, W1, W2, M, Z, BY, dt, substeps, n)
+        return _rk4_loop(y, W1, W2, M, Z, BY, dt, substeps, n, store=False)[0]
     B1, B2 = B1.unbind(0), B2.unbind(0)
     f = lambda k, x: torch.addmm(B2[k], torch.relu(torch.addmm(B1[k], x, W1)), W2)
     out = []
@@ -238,7 +255,7 @@ class FloaterPE(PosEnc):
         self._traj, self._live_key, self._has_graph, self._exact, self._consumed = None, None, False, False, False
         self._steps, self._refreshed_at, self._ref, self._loaded = 0, 0, None, False
         self._zero_key, self._kv_memo, self.n_solves = None, {}, 0     # n_solves: trajectory computations (tests, benchmarks)
-        self._q_memo, self._fwd = None, None                          # inference: biases gathered per positions tensor
+        self._q_memo, self._fwd, self._split = None, None, None       # inference: biases gathered per positions tensor; training: slot rows
         self.register_load_state_dict_post_hook(FloaterPE._after_load)
 
     def _kv_flow(self, d_model, hidden):
@@ -353,7 +370,7 @@ class FloaterPE(PosEnc):
         "Pickling / deepcopy: drop the live trajectory (it may carry an autograd graph); the buffer keeps the values."
         state = self.__dict__.copy()
         state.update(_traj=None, _live_key=None, _has_graph=False, _exact=False, _consumed=False, _ref=None, _kv_memo={},
-                     _q_memo=None, _fwd=None)
+                     _q_memo=None, _fwd=None, _split=None)
         return state
 
     @staticmethod
@@ -437,10 +454,62 @@ class FloaterPE(PosEnc):
         self._kv_memo[i] = (kv_p.pos, kv_p.pos._version, key, bk, bv)   # holds pos: no id reuse
         return bq, bk, bv
 
+    def qkv_out_bias(self, q_p: Positions, kv_p: Positions, site: Site, proj: nn.Linear):
+        "Hook 2, projected: slot rows of the trajectory times `proj`'s q/k/v weights, once per solve (T rows, not B*L), then sliced or gathered."
+        if self.inject == 'input': return None
+        i, D, same = self._slot(site), self.d_model, site.is_self and q_p is kv_p
+        qs = _span(q_p.pos); ks = qs if same else _span(kv_p.pos)   # one read per positions tensor (CPU), the range included
+        n = 1 + max(s[1] if s is not None else positions_max(p) for s, p in ((qs, q_p), (ks, kv_p)))
+        P = self._site_table(i, proj.weight, q_p, n)
+        if P is None: return None                                   # exactly zero (untouched warm start): nothing to add
+        if same: return _rows(P, q_p.pos, qs)
+        if torch.is_grad_enabled(): return _rows(P[:, :D], q_p.pos, qs), _rows(P[:, D:], kv_p.pos, ks)
+        m = self._kv_memo.get(('rows', i))                         # decoding: the same source at every step
+        if m is None or m[0] is not kv_p.pos or m[1] != kv_p.pos._version or m[2] is not P:
+            self._kv_memo[('rows', i)] = m = (kv_p.pos, kv_p.pos._version, P, _rows(P[:, D:], kv_p.pos, ks))
+        return _rows(P[:, :D], q_p.pos, qs), m[3]
+
+    def _site_table(self, i: int, weight: Tensor, q_p: Positions, n: int) -> Optional[Tensor]:
+        "(T >= n, 3D) projected table of slot `i`, or None when exactly zero; without grad kept per parameter key and weight version."
+        if torch.is_grad_enabled(): return None if self._is_zero() else _project(self._slot_rows(self.trajectory(n), i), weight)
+        f = self._fwd
+        key = (f[1] if f is not None and f[0] is q_p.pos else self._param_key(), weight.data_ptr(), weight._version)
+        m = self._kv_memo.get(('P', i))
+        if m is None or m[0] != key or (m[1] is not None and m[1].shape[0] < n):
+            self._kv_memo[('P', i)] = m = (key, None if self._is_zero() else _project(self.trajectory(n)[:, i:i + 3], weight))
+        return m[1]
+
+    def _slot_rows(self, traj: Tensor, i: int) -> Tensor:
+        "Rows i..i+2 of the trajectory (T, 3, d); under autograd from one split per trajectory (one backward node, not a zero-filled trajectory per site)."
+        if not (torch.is_grad_enabled() and traj.requires_grad): return traj[:, i:i + 3]
+        if self._split is None or self._split[0] is not traj: self._split = (traj, traj.split(3, 1))
+        return self._split[1][i // 3]
+
     def extra_repr(self):
         return (super().extra_repr() + f", inject={self.inject}, kinds={self.kinds}, delta={self.delta}, solver={self.solver}, "
                 f"substeps={self.substeps}, adjoint={self.adjoint}, prior={self.prior}, init={self.init}, "
                 f"cross_kv_flow={self.cross_kv_flow}, refresh_every={self.refresh_every}, refresh_mode={self.refresh_mode}")
+
+def _project(slot: Tensor, weight: Tensor) -> Tensor:
+    "A slot's trajectory rows (T, 3, d), the q, k, v initial values' states, through the q, k, v blocks of `weight` (3D, d): (T, 3D), what `F.linear` gives per block."
+    D = weight.shape[0] // 3
+    return torch.bmm(slot.transpose(0, 1), weight.view(3, D, -1).transpose(1, 2)).transpose(0, 1).reshape(slot.shape[0], 3 * D)
+
+def _read_span(t: Tensor) -> tuple:
+    lo, hi = torch.aminmax(t)
+    lo, hi, plain = torch.stack([lo, hi, (t == torch.arange(t.shape[-1], device=t.device) + lo).all().long()]).tolist()
+    note_fact(t, 'range', (lo, hi))                              # what `known_range` would read: not read again
+    return lo, hi, bool(plain)
+
+def _span(pos: Tensor) -> Optional[tuple]:
+    "(lo, hi, every row is lo..hi) of integer positions, one read per tensor, or None where reading is not free (accelerators) or pos is empty."
+    if not pos.numel() or not _rope._reads_free(pos): return None
+    if pos.shape[-1] == 1: lo, hi = known_range(pos); return lo, hi, lo == hi      # a decoding step: its noted range says it all
+    return host_fact(whole_base(pos), 'span', _read_span)
+
+def _rows(P: Tensor, pos: Tensor, s: Optional[tuple]) -> Tensor:
+    "Rows of P (T, C) at integer positions (B, L): a broadcast slice (1, L, C) when every row is one plain range (`s`, from `_span`), else a gather (B, L, C)."
+    return P[s[0]:s[1] + 1][None] if s is not None and s[2] else F.embedding(pos, P)
 
 @register_posenc('floater')
 class FloaterBlocksPE(FloaterPE):
