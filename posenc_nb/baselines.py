@@ -26,7 +26,8 @@ class NoPosEnc(PosEnc):
 # %% ../nbs/01_baselines.ipynb #555b70ad
 @lru_cache(maxsize=64)
 def _inv_freq(d_model: int, base: float) -> Tensor:
-    return torch.pow(torch.tensor(float(base), dtype=torch.float64), -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    with torch.device('cpu'):   # cached: never on the device of a caller's `with torch.device(...)` (a meta-device build would poison it)
+        return torch.pow(torch.tensor(float(base), dtype=torch.float64), -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
 
 # %% ../nbs/01_baselines.ipynb #3a2573c8
 def sinusoidal_table(positions: Tensor, # integer positions, any shape
@@ -112,7 +113,7 @@ def _t5_lut(n_dir: int, max_distance: int) -> Tensor:
     for n in range(max_distance + 1):
         if n < exact: out.append(n)
         else: out.append(min(n_dir - 1, exact + int(math.floor((n_dir - exact) * math.log(n / exact) / math.log(max_distance / exact) + 1e-9))))
-    return torch.tensor(out, dtype=torch.long)
+    return torch.tensor(out, dtype=torch.long, device='cpu')   # cached: never on a caller's default device
 
 # %% ../nbs/01_baselines.ipynb #a1d4605b
 def t5_bucket(rel: Tensor, # relative offsets j - i (key minus query position)

@@ -349,7 +349,7 @@ def _rotate_functional(x: Tensor, cs: Tensor, style: str, out: Optional[Tensor] 
 @functools.lru_cache(maxsize=32)
 def get_rotary_cache(dim: int, base: float = 10000., **options) -> RotaryCache:
     "A shared `RotaryCache` per distinct configuration (what `apply_rotary` uses when no cache is passed)."
-    return RotaryCache(dim, base, **options)
+    with torch.device('cpu'): return RotaryCache(dim, base, **options)   # shared: its seed tensors never on a caller's default device (e.g. meta)
 
 def _table_fmt(x: Tensor, cache: RotaryCache, layout: str, style: str, r: int, inplace: bool) -> str:
     "'pairs' for interleaved; for half-split, 'wide' (three full-width contiguous passes) when x's (L, D) slabs can be read flat, else 'planes'."

@@ -281,3 +281,24 @@ def test_train_says_where_and_whether_resuming(run, capsys):
     lib_train(cfg, run, progress=True)
     err = capsys.readouterr().err
     assert str(run) in err and 'resuming from update 10' in err
+
+
+def test_meta_device_build_leaves_caches_usable():
+    "Training first builds the model on the meta device (`_preflight`); module-level caches filled then must not hold meta tensors."
+    code = """
+import torch
+from posenc_nb.core import list_posencs
+from posenc_nb.model import ModelConfig, Seq2Seq
+names = [n for n in list_posencs()]
+cfg = lambda n: ModelConfig(30, 30, d_model=16, n_heads=2, n_enc=1, n_dec=1, d_ff=32, enc_pe=n, dec_pe='sinusoidal' if n.startswith('xl') else None)
+for n in names:
+    with torch.device('meta'): Seq2Seq(cfg(n))
+for n in names:
+    m = Seq2Seq(cfg(n)).eval()
+    out = m(torch.randint(1, 30, (2, 5)), None, torch.randint(1, 30, (2, 4)), None)
+    assert torch.isfinite(out).all(), n
+print(len(names))
+"""
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)   # a fresh process: empty caches
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert int(r.stdout.split()[-1]) >= 12
