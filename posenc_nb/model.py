@@ -227,16 +227,17 @@ def warm_start_weights(model: Seq2Seq, # the new model; its encodings may differ
                        src: ModelConfig, # the trained model's config
                       ) -> Seq2Seq:
     "Load a trained model's weights into `model`; an encoding that differs migrates with `PosEnc.start_from`."
-    sides = [(s, pe, n, o) for s, pe, n, o in (('enc_pe', model.enc_pe, src.enc_pe, src.pe_options), ('dec_pe', model.dec_pe, src.dec_pe_name, src.dec_options))]
-    same = {s for s, pe, n, o in sides if (n, o) == ((model.cfg.enc_pe, model.cfg.pe_options) if s == 'enc_pe' else (model.cfg.dec_pe_name, model.cfg.dec_options))}
-    keep = {k: v for k, v in state.items() if k.split('.')[0] in same or k.split('.')[0] not in ('enc_pe', 'dec_pe')}
-    try: res = model.load_state_dict(keep, strict=False)
-    except RuntimeError as e: raise ValueError(f"cannot warm start: the trained model's weights do not fit ({str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else e})") from None
-    missing = [k for k in res.missing_keys if k.split('.')[0] in same or k.split('.')[0] not in ('enc_pe', 'dec_pe')]
+    cfg = model.cfg
+    trained = {'enc_pe': (src.enc_pe, src.pe_options), 'dec_pe': (src.dec_pe_name, src.dec_options)}
+    mine = {'enc_pe': (cfg.enc_pe, cfg.pe_options), 'dec_pe': (cfg.dec_pe_name, cfg.dec_options)}
+    differ = {s for s in trained if trained[s] != mine[s]}
+    copied = lambda k: k.split('.')[0] not in differ          # every weight but those of an encoding that changes
+    try: res = model.load_state_dict({k: v for k, v in state.items() if copied(k)}, strict=False)
+    except RuntimeError as e: raise ValueError(f"cannot warm start: the trained model's weights do not fit ({next(iter(str(e).splitlines()[1:]), str(e)).strip()})") from None
+    missing = [k for k in res.missing_keys if copied(k)]
     if missing or res.unexpected_keys:
         raise ValueError(f"cannot warm start: the models differ beyond their position encodings (missing {missing[:3]}, unexpected {res.unexpected_keys[:3]})")
-    for s, pe, n, o in sides:
-        if s not in same: pe.start_from(n, o)
+    for s in differ: getattr(model, s).start_from(*trained[s])
     return model
 
 # %% ../nbs/02_model.ipynb #bf7d7d8a
