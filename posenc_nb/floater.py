@@ -256,6 +256,7 @@ class FloaterPE(PosEnc):
         self._steps, self._refreshed_at, self._ref, self._loaded = 0, 0, None, False
         self._zero_key, self._kv_memo, self.n_solves = None, {}, 0     # n_solves: trajectory computations (tests, benchmarks)
         self._q_memo, self._fwd, self._split = None, None, None       # inference: biases gathered per positions tensor; training: slot rows
+        self._spans = ()                                                  # `_span` of the last two positions tensors (see `_span_of`)
         self.register_load_state_dict_post_hook(FloaterPE._after_load)
 
     def _kv_flow(self, d_model, hidden):
@@ -370,7 +371,7 @@ class FloaterPE(PosEnc):
         "Pickling / deepcopy: drop the live trajectory (it may carry an autograd graph); the buffer keeps the values."
         state = self.__dict__.copy()
         state.update(_traj=None, _live_key=None, _has_graph=False, _exact=False, _consumed=False, _ref=None, _kv_memo={},
-                     _q_memo=None, _fwd=None, _split=None)
+                     _q_memo=None, _fwd=None, _split=None, _spans=())
         return state
 
     @staticmethod
@@ -458,7 +459,7 @@ class FloaterPE(PosEnc):
         "Hook 2, projected: slot rows of the trajectory times `proj`'s q/k/v weights, once per solve (T rows, not B*L), then sliced or gathered."
         if self.inject == 'input': return None
         i, D, same = self._slot(site), self.d_model, site.is_self and q_p is kv_p
-        qs = _span(q_p.pos); ks = qs if same else _span(kv_p.pos)   # one read per positions tensor (CPU), the range included
+        qs = self._span_of(q_p.pos); ks = qs if same else self._span_of(kv_p.pos)   # one read per positions tensor (CPU), the range included
         n = 1 + max(s[1] if s is not None else positions_max(p) for s, p in ((qs, q_p), (ks, kv_p)))
         P = self._site_table(i, proj.weight, q_p, n)
         if P is None: return None                                   # exactly zero (untouched warm start): nothing to add
@@ -468,6 +469,14 @@ class FloaterPE(PosEnc):
         if m is None or m[0] is not kv_p.pos or m[1] != kv_p.pos._version or m[2] is not P:
             self._kv_memo[('rows', i)] = m = (kv_p.pos, kv_p.pos._version, P, _rows(P[:, D:], kv_p.pos, ks))
         return _rows(P[:, :D], q_p.pos, qs), m[3]
+
+    def _span_of(self, pos: Tensor) -> Optional[tuple]:
+        "`_span(pos)` kept for the last two positions tensors (a forward's own and its memory's): every block after the first finds it by identity."
+        for e in self._spans:
+            if e[0] is pos and e[1] == pos._version: return e[2]
+        s = _span(pos)
+        if not pos.is_inference(): self._spans = (*self._spans[-1:], (pos, pos._version, s))   # inference tensors have no version
+        return s
 
     def _site_table(self, i: int, weight: Tensor, q_p: Positions, n: int) -> Optional[Tensor]:
         "(T >= n, 3D) projected table of slot `i`, or None when exactly zero; without grad kept per parameter key and weight version."

@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_rope.ipynb #0df61017
 from __future__ import annotations
-import math, functools, itertools
+import math, functools, itertools, warnings
 from typing import Optional, Union
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
@@ -345,6 +345,32 @@ def _rotate_functional(x: Tensor, cs: Tensor, style: str, out: Optional[Tensor] 
     if out is not None: out.copy_(r); return out
     return r
 
+# %% ../nbs/10_rope.ipynb #eb0a74c0
+def _half_planes(x: Tensor, # (..., 2, h): the two halves of the rotated dims
+                 cs: Tensor, # 'planes' table (..., 2, h): cos over sin, broadcastable to x
+                 v: float # sign of sin: 1.0 rotates by the angle, -1.0 by minus the angle
+                ) -> Tensor: # rotated x (..., 2, h), in x's dtype
+    "The half-split rotation as one expression: what `torch.compile` fuses into a single loop over x."
+    c, s = cs[..., :1, :], cs[..., 1:, :] * v
+    x1, x2 = x[..., :1, :], x[..., 1:, :]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -2).to(x.dtype)
+
+_COMPILED_HALF = {}     # 'fn': the compiled `_half_planes`; False once compiling has failed in this process
+
+def _compiled_half(x: Tensor, cs: Tensor, v: float = 1.0) -> Optional[Tensor]:
+    "`_half_planes(x, cs, v)` through torch.compile with every dim but the last two dynamic; None (after one warning) where compiling fails."
+    fn = _COMPILED_HALF.get('fn')
+    if fn is False: return None
+    if fn is None: fn = _COMPILED_HALF['fn'] = torch.compile(_half_planes)
+    for t in (x, cs):
+        for d in range(t.dim() - 2): torch._dynamo.maybe_mark_dynamic(t, d)
+    try: return fn(x, cs, v)
+    except Exception as e:       # no C++ toolchain, an unsupported backend: the eager kernels give the same rotation
+        _COMPILED_HALF['fn'] = False
+        warnings.warn(f"compiled half-split RoPE is unavailable here ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
+                      f"using the eager kernels", RuntimeWarning)
+        return None
+
 # %% ../nbs/10_rope.ipynb #1359aa3d
 @functools.lru_cache(maxsize=32)
 def get_rotary_cache(dim: int, base: float = 10000., **options) -> RotaryCache:
@@ -382,13 +408,14 @@ def _table_for(x: Tensor, pos, cache: RotaryCache, layout: str, key: bool, fmt: 
 
 def apply_rotary(x: Tensor, pos: Union[None, int, Tensor] = None, cache: Optional[RotaryCache] = None, *,
                  layout: str = 'bhld', style: str = 'interleaved', rot_dim: Optional[int] = None, base: float = 10000.,
-                 key: bool = False, inplace: bool = False) -> Tensor:
+                 key: bool = False, inplace: bool = False, compiled: bool = False) -> Tensor:
     """Rotary position embedding of `x` (B,H,L,D) (`layout='bhld'`) or (B,L,H,D) (`'blhd'`).
     `pos`: None (0..L-1), an int offset (KV cache), or integer positions (L,), (B,L) or (B,1|H,L).
     The first `rot_dim` dims (default: the cache's dim, else D) are rotated, the rest pass through.
     `style`: 'interleaved' pairs (2i,2i+1) as in the paper, or 'half' pairs (i,i+r/2) as in GPT-NeoX/Llama.
     `key=True` only matters for xPos (keys get the inverse scale). Half-precision inputs are rotated in fp32.
-    Differentiable in `x` (a custom autograd op, as fast as the forward); the table for a positions tensor is resolved once and reused."""
+    Differentiable in `x` (a custom autograd op, as fast as the forward); the table for a positions tensor is resolved once and reused.
+    `compiled=True`: half-split rotations without grad, not in place, of every dim run as one compiled pass (`_compiled_half`)."""
     if layout not in LAYOUTS: raise ValueError(f"unknown layout {layout!r}; use 'bhld' (batch, heads, seq, dim) or 'blhd' (batch, seq, heads, dim)")
     if style not in STYLES: raise ValueError(f"unknown style {style!r}; use 'interleaved' (paper) or 'half' (GPT-NeoX/Llama)")
     if x.dim() != 4: raise ValueError(f"apply_rotary expects a 4-d tensor laid out {layout!r}, got shape {tuple(x.shape)}")
@@ -401,13 +428,17 @@ def apply_rotary(x: Tensor, pos: Union[None, int, Tensor] = None, cache: Optiona
     if r > D: raise ValueError(f"rotary dim {r} is larger than the head dim {D}; use a smaller rotary dim")
     grad = torch.is_grad_enabled() and x.requires_grad
     if grad and inplace: raise ValueError("inplace=True cannot be used on a tensor that requires grad; use inplace=False")
-    fmt = _table_fmt(x, cache, layout, style, r, inplace)
+    fast = compiled and style == 'half' and not grad and not inplace and r == D and not torch.compiler.is_compiling()
+    fmt = 'planes' if fast else _table_fmt(x, cache, layout, style, r, inplace)
     cs = _table_for(x, pos, cache, layout, key, fmt)
     if torch.compiler.is_compiling():           # functional path: what torch.compile fuses into a single loop
         xr = x.to(cs.dtype)
         rot = _rotate_functional(xr[..., :r], cs, style)
         return (rot if r == D else torch.cat([rot, xr[..., r:]], -1)).to(x.dtype)
     if grad: return _Rotary.apply(x, cs, fmt, r, False)
+    if fast:
+        y = _compiled_half(x.unflatten(-1, (2, D // 2)), cs)
+        if y is not None: return y.flatten(-2)
     return _rotate(x, cs, fmt, r, inplace=inplace)
 
 # %% ../nbs/10_rope.ipynb #fe866d06
@@ -422,17 +453,19 @@ def rotary_dims(head_dim: int, rotary_frac: float = 1.0) -> int:
 class RoPE(PosEnc):
     """Rotary position embedding (Su et al. 2021, arXiv 2104.09864) on q and k of self-attention sites.
     Options: base, rotary_frac, style ('interleaved'|'half'), scaling (None|'linear'|'ntk'|'yarn'|'xpos'), factor,
-    orig_len (YaRN; default max_len), angle_dtype, beta_fast/beta_slow (YaRN), xpos_gamma/xpos_scale_base, split (two-level tables).
+    orig_len (YaRN; default max_len), angle_dtype, beta_fast/beta_slow (YaRN), xpos_gamma/xpos_scale_base, split (two-level tables),
+    compiled (half-split inference rotations as one compiled pass, see `apply_rotary`).
     `max_len` is a size hint (and YaRN's default `orig_len`), not a limit: rotary angles exist at every position."""
     bounded = False     # any length: the tables grow on demand (RotaryCache's max_positions is the opt-in cap)
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None, causal: bool = False,
                  base: float = 10000., rotary_frac: float = 1.0, style: str = 'interleaved', scaling: Optional[str] = None,
                  factor: float = 1.0, orig_len: Optional[int] = None, angle_dtype='float64', beta_fast: float = 32.,
-                 beta_slow: float = 1., xpos_gamma: float = 0.4, xpos_scale_base: float = 512., split: Optional[int] = None):
+                 beta_slow: float = 1., xpos_gamma: float = 0.4, xpos_scale_base: float = 512., split: Optional[int] = None,
+                 compiled: bool = False):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         if d_model % n_heads: raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         if style not in STYLES: raise ValueError(f"unknown style {style!r}; use 'interleaved' (paper) or 'half' (GPT-NeoX/Llama)")
-        self.head_dim, self.style = d_model // n_heads, style
+        self.head_dim, self.style, self.compiled = d_model // n_heads, style, bool(compiled)
         if self.head_dim % 2 and rotary_frac == 1.0:
             raise ValueError(f"RoPE rotates pairs of dims, but the head dim d_model/n_heads = {d_model}/{n_heads} = {self.head_dim} is odd and "
                              "one dim would stay unrotated; pick an even head dim, or rotary_frac < 1 to rotate part of each head on purpose")
@@ -442,8 +475,8 @@ class RoPE(PosEnc):
 
     def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site):
         "Rotate q and k by their own positions (independently); called at self-attention sites only (`sites`)."
-        q = apply_rotary(q, q_pos, self.cache, style=self.style) if q.shape[2] else q
-        k = apply_rotary(k, k_pos, self.cache, style=self.style, key=True) if k.shape[2] else k
+        q = apply_rotary(q, q_pos, self.cache, style=self.style, compiled=self.compiled) if q.shape[2] else q
+        k = apply_rotary(k, k_pos, self.cache, style=self.style, key=True, compiled=self.compiled) if k.shape[2] else k
         return q, k
 
     def _apply(self, fn, *args, **kwargs):
