@@ -551,7 +551,8 @@ def record_run(cfg: TrainConfig, # the run's config
     res = train(cfg, work, resume=True, device=device, progress=progress)
     if int(os.environ.get('RANK', '0')) != 0: return {}          # torchrun: rank 0 writes the record
     m = _metrics(cfg, res, label, evaluate, extra)
-    run.update(finished_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), device=res.get('device'), train_hardware=res.get('hardware'))
+    run.update(finished_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), device=res.get('device'), train_hardware=res.get('hardware'),
+               precision=res.get('precision'))                  # the arithmetic training used (`train.precision_name`)
     write_record(rdir, cfg, m, run, res['hyps'], read_metrics(work))
     if work != rdir and not keep_checkpoints: shutil.rmtree(work, ignore_errors=True)
     return m
