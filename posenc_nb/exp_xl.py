@@ -11,8 +11,8 @@ from .experiments import EXPERIMENTS, Experiment, register_experiment, load_resu
 from .utils import mean_sd, fmt_mean_sd
 
 # %% auto #0
-__all__ = ['XL_ORDERS', 'XL_VARIANTS', 'XL_GOLD_VARIANTS', 'xl_variants', 'reordering_record', 'xl_summary', 'format_xl_summary',
-           'seed_significance', 'format_seed_significance', 'plot_xl']
+__all__ = ['XL_ORDERS', 'XL_VARIANTS', 'XL_GOLD_VARIANTS', 'HEADXL_R_VARIANTS', 'xl_variants', 'reordering_record', 'xl_summary',
+           'format_xl_summary', 'seed_significance', 'format_seed_significance', 'plot_xl']
 
 # %% ../nbs/25_xl_translation.ipynb #cef07488
 XL_ORDERS = ('predicted', 'oracle-gold', 'oracle-aligner', 'random', 'monotone', 'oracle')   # notebook 14's order sources ('oracle': the aligner oracle's earlier name)
@@ -58,6 +58,16 @@ register_experiment(Experiment('xl-synthetic-gold', 'synthetic-tiny', steps=600,
     description="synthetic BTG corpus: XL positions from the generator's gold orders, the aligner's (p0=0.2, intersection), the "
                 'reorderer trained on them, and monotone/random controls for every XL encoding; 600 updates per run, decoder sinusoidal',
     command='python -m posenc_nb.experiments run xl-synthetic-gold --threads 1'))
+
+# %% ../nbs/25_xl_translation.ipynb #923471be
+HEADXL_R_VARIANTS = {**{f'xl-headxl-r{r}@{o}': dict(enc_pe='xl-headxl', streams=f'xl:{o}', pe_options=dict(n_xl_heads=r))
+                        for r in (1, 2, 3, 4) for o in ('oracle-gold', 'predicted')},
+                     'xl-headxl@monotone': xl_variants()['xl-headxl@monotone']}      # the control: every r gives this function
+register_experiment(Experiment('xl-headxl-r', 'synthetic-tiny', steps=600, encodings=tuple(HEADXL_R_VARIANTS), variants=HEADXL_R_VARIANTS,
+    seeds=(0, 1, 2), overrides=dict(dec_pe='sinusoidal'),
+    description="synthetic BTG corpus as xl-synthetic-gold: HeadXL with r = 1, 2, 3, 4 of 4 heads reading XL positions, gold-oracle and "
+                "reorderer orders, and the monotone control; 600 updates per run, decoder sinusoidal",
+    command='python -m posenc_nb.experiments run xl-headxl-r --threads 1'))
 
 # %% ../nbs/25_xl_translation.ipynb #a53246a0
 def reordering_record(experiment: str = 'xl-synthetic-gold', # an experiment with an 'xl-input@predicted' variant on data='synthetic'
