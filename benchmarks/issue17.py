@@ -117,11 +117,11 @@ def floater(train_reps, decode_reps, B=32, L=32, steps=16):
                 decode={k: ratio(td, k, 'sinusoidal') for k in models if k != 'sinusoidal'},
                 setup=dict(batch=B, length=L, decode_steps=steps, d_model=256, layers='3+3', d_ff=1024, vocab=8000, optimizer='Adam', dropout=0.1))
 
-def vs_transformer(reps):
-    "Training tokens/s of every registered encoding / nn.Transformer of the same size (benchmarks/throughput.py --mode vs-transformer)."
+def vs_transformer(reps, steps=2):
+    "Training tokens/s of every registered encoding / nn.Transformer of the same size (benchmarks/throughput.py --mode vs-transformer), with a twin nn.Transformer as the noise floor."
     tpm = _script('throughput')
-    a = argparse.Namespace(encodings=None, vocab=8000, max_tokens=512, steps=2, d_model=256, heads=4, layers=3, ff=1024, loss='own',
-                           reps=reps, warmup=1, out=None)
+    a = argparse.Namespace(encodings=None, vocab=8000, max_tokens=512, steps=steps, d_model=256, heads=4, layers=3, ff=1024, loss='own',
+                           reps=reps, warmup=1, out=None, twin=True)
     return tpm.mode_vs_transformer(a, torch.device('cpu'))
 
 def host_reads_per_step():
@@ -182,6 +182,8 @@ def table(rec: dict) -> str:
         rows.append(f"| training tok/s / nn.Transformer, {x['encoding']} | {b['vs_transformer'].get(x['encoding'], float('nan')):.3f} | "
                     f"{x['ratio']:.3f} (per rep {x['ratio_min']:.2f}..{x['ratio_max']:.2f}) | >= 1{' (not FLOATER)' if x['encoding'].startswith('floater') else ''} | "
                     f"{x['ratio'] >= 1 if not x['encoding'].startswith('floater') else ''} |")
+    tw = a['vs_transformer'].get('twin')
+    if tw: rows.append(f"| noise floor: identical nn.Transformer twin, training tok/s | | {tw['ratio']:.3f} (per rep {tw['ratio_min']:.2f}..{tw['ratio_max']:.2f}) | | |")
     rows.append(f"| host reads per incremental decoding step, max over encodings | | {max(a['host_reads_per_step'].values()):.0f} | 0 | {max(a['host_reads_per_step'].values()) == 0} |")
     return '\n'.join(rows)
 
@@ -190,6 +192,7 @@ def main(argv=None):
     ap.add_argument('--reps', type=int, default=15, help='repetitions of the RoPE and FLOATER-decode sections')
     ap.add_argument('--train-reps', type=int, default=11, help='repetitions of the FLOATER training section')
     ap.add_argument('--vs-reps', type=int, default=5, help='repetitions of the nn.Transformer section')
+    ap.add_argument('--vs-steps', type=int, default=2, help='training steps per repetition in the nn.Transformer section')
     ap.add_argument('--out', default=None, help='write the JSON record here')
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -202,7 +205,7 @@ def main(argv=None):
                reps=dict(rope=a.reps, floater_train=a.train_reps, floater_decode=a.reps, vs_transformer=a.vs_reps))
     rec['before'] = before()
     t0 = time.time()
-    after = dict(rope_training=rope_training(a.reps), floater=floater(a.train_reps, a.reps), vs_transformer=vs_transformer(a.vs_reps),
+    after = dict(rope_training=rope_training(a.reps), floater=floater(a.train_reps, a.reps), vs_transformer=vs_transformer(a.vs_reps, a.vs_steps),
                  host_reads_per_step=host_reads_per_step())
     rec['warm_allocator'] = warm_allocator()            # from here on (the RoPE forward section only): freed memory reused
     rec['after'] = dict(rope_forward=rope_forward(a.reps), **after)

@@ -280,6 +280,10 @@ def mode_vs_transformer(args, dev):
     torch.manual_seed(0)
     ref = RefTransformer(args.vocab, args.d_model, args.heads, args.layers, args.layers, args.ff).to(dev)
     fns = {'nn.Transformer': ref_step_fn(ref.train(), torch.optim.Adam(ref.parameters(), 1e-4))}
+    if getattr(args, 'twin', False):           # a second, identical reference: its ratio is the noise floor of this run
+        torch.manual_seed(0)
+        twin = RefTransformer(args.vocab, args.d_model, args.heads, args.layers, args.layers, args.ff).to(dev)
+        fns['nn.Transformer (twin)'] = ref_step_fn(twin.train(), torch.optim.Adam(twin.parameters(), 1e-4))
     for name in names:
         torch.manual_seed(0)
         m = build_posenc(args, args.vocab, name, dev)
@@ -289,18 +293,20 @@ def mode_vs_transformer(args, dev):
     res = interleaved(fns, batches, args.reps, args.warmup, dev, clock, rotate=True)
     ref_v = res['nn.Transformer'][1]
     ntok = sum(int((b[2] != PAD).sum()) for b in batches)
-    rows = []
-    for name in names:
+    def ratio_row(name):
         r = [a / b for a, b in zip(res[name][1], ref_v)]
-        rows.append(dict(encoding=name, tok_s=res[name][0], ratio=statistics.median(r), ratio_min=min(r), ratio_max=max(r), reps=res[name][1]))
+        return dict(encoding=name, tok_s=res[name][0], ratio=statistics.median(r), ratio_min=min(r), ratio_max=max(r), reps=res[name][1])
+    rows = [ratio_row(name) for name in names]
     print(f"device={dev} threads={torch.get_num_threads()} clock={clock.__name__} d={args.d_model} heads={args.heads} "
           f"layers={args.layers}+{args.layers} ff={args.ff} vocab={args.vocab}; {len(batches)} batches/rep ({ntok / len(batches):.0f} target "
           f"tokens/batch), {args.reps} reps; loss={args.loss}")
     print(f"{'nn.Transformer':14s} {res['nn.Transformer'][0]:9.0f} tok/s")
     for row in rows:
         print(f"{row['encoding']:14s} {row['tok_s']:9.0f} tok/s  ratio {row['ratio']:.3f} ({row['ratio_min']:.3f}..{row['ratio_max']:.3f})")
+    twin_row = ratio_row('nn.Transformer (twin)') if 'nn.Transformer (twin)' in res else None
+    if twin_row: print(f"{'twin (noise)':14s} {twin_row['tok_s']:9.0f} tok/s  ratio {twin_row['ratio']:.3f} ({twin_row['ratio_min']:.3f}..{twin_row['ratio_max']:.3f})")
     out = dict(benchmark='throughput --mode vs-transformer', reference='nn.Transformer', reference_tok_s=res['nn.Transformer'][0],
-                   reference_reps=ref_v, rows=rows, timer=f"time.{clock.__name__}", threads=torch.get_num_threads(),
+                   reference_reps=ref_v, rows=rows, twin=twin_row, timer=f"time.{clock.__name__}", threads=torch.get_num_threads(),
                    method='contenders interleaved, order rotated per repetition; ratio = median over repetitions of tok/s / nn.Transformer tok/s in the same repetition',
                    model=dict(d_model=args.d_model, n_heads=args.heads, layers=f"{args.layers}+{args.layers}", d_ff=args.ff, vocab=args.vocab,
                               max_tokens=args.max_tokens, steps=args.steps, reps=args.reps, warmup=args.warmup, dropout=0.1, loss=args.loss,
@@ -314,6 +320,7 @@ def main(argv=None):
     ap.add_argument('--mode', choices=('ref', 'amp', 'encodings', 'vs-transformer'), default='ref')
     ap.add_argument('--threads', type=int, default=None, help='torch.set_num_threads (CPU)')
     ap.add_argument('--steps', type=int, default=6, help='training steps (batches) per repetition')
+    ap.add_argument('--twin', action='store_true', help='vs-transformer: also time an identical second nn.Transformer (the noise floor)')
     ap.add_argument('--reps', type=int, default=5, help='interleaved repetitions; the median is reported')
     ap.add_argument('--warmup', type=int, default=2, help='untimed warm-up steps per model')
     ap.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
