@@ -277,13 +277,11 @@ def mode_vs_transformer(args, dev):
     "Training tokens/s of Seq2Seq with each encoding / nn.Transformer of the same size, in one interleaved run."
     names = args.encodings.split(',') if args.encodings else list_posencs()
     batches = [tuple(t.to(dev) for t in b) for b in make_batches(args.vocab, args.max_tokens, args.steps)]
-    torch.manual_seed(0)
-    ref = RefTransformer(args.vocab, args.d_model, args.heads, args.layers, args.layers, args.ff).to(dev)
-    fns = {'nn.Transformer': ref_step_fn(ref.train(), torch.optim.Adam(ref.parameters(), 1e-4))}
-    if getattr(args, 'twin', False):           # a second, identical reference: its ratio is the noise floor of this run
+    fns = {}
+    for name in ['nn.Transformer'] + (['nn.Transformer (twin)'] if args.twin else []):   # the twin: an identical reference, the run's noise floor
         torch.manual_seed(0)
-        twin = RefTransformer(args.vocab, args.d_model, args.heads, args.layers, args.layers, args.ff).to(dev)
-        fns['nn.Transformer (twin)'] = ref_step_fn(twin.train(), torch.optim.Adam(twin.parameters(), 1e-4))
+        ref = RefTransformer(args.vocab, args.d_model, args.heads, args.layers, args.layers, args.ff).to(dev)
+        fns[name] = ref_step_fn(ref.train(), torch.optim.Adam(ref.parameters(), 1e-4))
     for name in names:
         torch.manual_seed(0)
         m = build_posenc(args, args.vocab, name, dev)

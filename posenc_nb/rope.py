@@ -348,23 +348,22 @@ def _rotate_functional(x: Tensor, cs: Tensor, style: str, out: Optional[Tensor] 
 # %% ../nbs/10_rope.ipynb #eb0a74c0
 def _half_planes(x: Tensor, # (..., 2, h): the two halves of the rotated dims
                  cs: Tensor, # 'planes' table (..., 2, h): cos over sin, broadcastable to x
-                 v: float # sign of sin: 1.0 rotates by the angle, -1.0 by minus the angle
                 ) -> Tensor: # rotated x (..., 2, h), in x's dtype
     "The half-split rotation as one expression: what `torch.compile` fuses into a single loop over x."
-    c, s = cs[..., :1, :], cs[..., 1:, :] * v
+    c, s = cs[..., :1, :], cs[..., 1:, :]
     x1, x2 = x[..., :1, :], x[..., 1:, :]
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -2).to(x.dtype)
 
 _COMPILED_HALF = {}     # 'fn': the compiled `_half_planes`; False once compiling has failed in this process
 
-def _compiled_half(x: Tensor, cs: Tensor, v: float = 1.0) -> Optional[Tensor]:
-    "`_half_planes(x, cs, v)` through torch.compile with every dim but the last two dynamic; None (after one warning) where compiling fails."
+def _compiled_half(x: Tensor, cs: Tensor) -> Optional[Tensor]:
+    "`_half_planes(x, cs)` through torch.compile with every dim but the last two dynamic; None (after one warning) where compiling fails."
     fn = _COMPILED_HALF.get('fn')
     if fn is False: return None
     if fn is None: fn = _COMPILED_HALF['fn'] = torch.compile(_half_planes)
     for t in (x, cs):
         for d in range(t.dim() - 2): torch._dynamo.maybe_mark_dynamic(t, d)
-    try: return fn(x, cs, v)
+    try: return fn(x, cs)
     except Exception as e:       # no C++ toolchain, an unsupported backend: the eager kernels give the same rotation
         _COMPILED_HALF['fn'] = False
         warnings.warn(f"compiled half-split RoPE is unavailable here ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
@@ -428,7 +427,7 @@ def apply_rotary(x: Tensor, pos: Union[None, int, Tensor] = None, cache: Optiona
     if r > D: raise ValueError(f"rotary dim {r} is larger than the head dim {D}; use a smaller rotary dim")
     grad = torch.is_grad_enabled() and x.requires_grad
     if grad and inplace: raise ValueError("inplace=True cannot be used on a tensor that requires grad; use inplace=False")
-    fast = compiled and style == 'half' and not grad and not inplace and r == D and not torch.compiler.is_compiling()
+    fast = compiled and style == 'half' and not grad and not inplace and r == D   # under torch.compile the functional path below runs instead
     fmt = 'planes' if fast else _table_fmt(x, cache, layout, style, r, inplace)
     cs = _table_for(x, pos, cache, layout, key, fmt)
     if torch.compiler.is_compiling():           # functional path: what torch.compile fuses into a single loop
