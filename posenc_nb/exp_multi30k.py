@@ -12,7 +12,7 @@ from .data import data_dir
 from .floater import FLOATER_OFFICIAL
 
 # %% auto #0
-__all__ = ['FLOATER_RECIPE', 'results_root', 'read_curve', 'plot_learning_curves']
+__all__ = ['FLOATER_RECIPE', 'FLOATER_RECIPE_1H', 'results_root', 'read_curve', 'plot_learning_curves']
 
 # %% ../nbs/21_multi30k.ipynb #06ad9ef2
 def results_root(start=None) -> Path:
@@ -70,3 +70,19 @@ register_experiment(Experiment('floater-recipe', 'multi30k-1h', seeds=(0, 1, 2),
                 'migrated to FLOATER (official options, refresh every update) or continued with sinusoidal positions for 200 more '
                 '(warmup 25, linear decay, last 3 checkpoints averaged, beam 4); 1 CPU thread, 3 seeds',
     command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run floater-recipe --full --threads 1 --work runs/experiments'))
+
+# %% ../nbs/21_multi30k.ipynb #da2a2790
+FLOATER_RECIPE_1H = dict(base_steps=3000, base_warmup=400, finetune_steps=1000, finetune_warmup=100)   # the one-hour scale
+
+register_experiment(Experiment('floater-recipe-1h', 'multi30k-1h', seeds=(0, 1, 2), ci=False,
+    encodings=('sinusoidal-base', 'floater-migrated', 'floater-official', 'sinusoidal-continued'),
+    overrides=dict(max_minutes=None, eval_every=500, ckpt_every=250, eval_bleu_sents=0),
+    variants={'sinusoidal-base': dict(enc_pe='sinusoidal', max_steps=FLOATER_RECIPE_1H['base_steps'], warmup=FLOATER_RECIPE_1H['base_warmup']),
+              **{arm: dict(enc_pe=enc, pe_options=opts, max_steps=FLOATER_RECIPE_1H['finetune_steps'], warmup=FLOATER_RECIPE_1H['finetune_warmup'])
+                 for arm, enc, opts in [('floater-migrated', 'floater', {**FLOATER_OFFICIAL, 'refresh_every': 1, 'adjoint': False}),
+                                        ('floater-official', 'floater', FLOATER_OFFICIAL), ('sinusoidal-continued', 'sinusoidal', {})]}},
+    starts_from={arm: 'sinusoidal-base' for arm in ('floater-migrated', 'floater-official', 'sinusoidal-continued')},
+    description='Multi30k en-de: the official FLOATER recipe at the one-hour scale: the multi30k-1h model (4096-token batches, dropout 0.2) trained 3000 updates '
+                'with sinusoidal positions, then fine-tuned 1000 updates (warmup 100, linear decay, last 3 checkpoints averaged, beam 4) as FLOATER '
+                'with a solve every update, as FLOATER exactly as officially configured (refresh every 400), or continued with sinusoidal positions; one GPU, 3 seeds',
+    command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run floater-recipe-1h --full --device cuda --work runs/experiments'))

@@ -127,6 +127,8 @@ class MLMConfig:
 # %% ../nbs/26_mlm.ipynb #e18cea82
 MLM_CONFIGS = {
     'cpu-tiny': MLMConfig(),
+    'gpu-small': MLMConfig(d_model=256, n_heads=4, n_layers=4, d_ff=1024, dropout=0.1, max_tokens=32768, lr=1e-3, warmup=200,
+                           steps=2000, n_valid=512, log_every=50, eval_every=250, ckpt_every=500),
     'gpu-base': MLMConfig(d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1, max_tokens=65536, lr=1e-4, warmup=10_000,
                           steps=100_000, n_valid=2000, log_every=100, eval_every=2000, ckpt_every=2000),
 }
@@ -247,6 +249,7 @@ class FinetuneConfig(ClassifyConfig):
     eval_len: Optional[int] = None    # also test on inputs truncated at this (longer) length
 
 FT_SIZES = {'cpu-tiny': dict(d_model=32, n_heads=2, n_layers=2, d_ff=128, dropout=0.0),
+            'gpu-small': dict(d_model=256, n_heads=4, n_layers=4, d_ff=1024, dropout=0.1),
             'gpu-base': dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1)}
 
 # %% ../nbs/26_mlm.ipynb #c3fb0a85

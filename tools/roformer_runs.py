@@ -1,45 +1,85 @@
 #!/usr/bin/env python3
-"""Every run of the RoFormer experiments (notebooks 26-28), in the order they were run, in one process (each data split is
-converted to bytes once). A run whose record exists under results/ is skipped; a pre-training run resumes from its checkpoint.
-Usage: python tools/roformer_runs.py [GROUP ...]   (groups: longtext, mlm, linear, bench, longtext-pre, glue, longtext-t5; default: all, in this order)"""
-import sys, time, torch
+"""Every run of the RoFormer experiments (notebooks 26-28) at one scale, in the order they were run, in one process (each data
+split is converted to bytes once). A run whose record exists under results/ is skipped; a pre-training run resumes from its checkpoint.
+
+    python tools/roformer_runs.py [GROUP ...]                          # cpu-tiny, as committed (2 CPU threads, hours)
+    python tools/roformer_runs.py --config gpu-small mlm longtext-pre  # on a CUDA machine (tools/gpu_session.sh runs these lanes in parallel)
+    python tools/roformer_runs.py --config gpu-small --seeds 0 --encodings rope longtext
+
+Groups: longtext, mlm, linear, bench, longtext-pre, glue, longtext-t5 (default: all, in this order). --seeds and --encodings
+keep a subset of a group's runs, so lanes of one plan can run side by side; a pre-trained arm needs its `mlm` run first."""
+import argparse, importlib, sys, time, torch
 
 SEEDS, LONG_ENCS, MLM_ENCS = (0, 1, 2), ('rope', 'sinusoidal', 'learned', 'alibi', 't5', 'none'), ('rope', 'sinusoidal', 'learned')
-LT = ['finetune', '--task', 'imdb', '--steps', '60', '--n-test', '400', '--n-valid', '128', '--eval-every', '60', '--lr', '2e-3', '--warmup', '10']
+# Per scale: the fine-tuning options of the long-text and GLUE runs (the model size and pre-training budget come with --config).
+PLANS = {
+    'cpu-tiny': dict(lt=['--steps', '60', '--n-test', '400', '--n-valid', '128', '--eval-every', '60', '--lr', '2e-3', '--warmup', '10'],
+                     glue=['--max-len', '256', '--steps', '100', '--eval-every', '50', '--n-valid', '512', '--max-tokens', '2048', '--lr', '2e-3'],
+                     defer_t5=True),
+    # gpu-small: the official 25,000-review test split, 600 updates of 32,768 padded bytes (about 1.7 passes at 512 bytes)
+    'gpu-small': dict(lt=['--steps', '600', '--n-valid', '512', '--eval-every', '200', '--lr', '5e-4', '--warmup', '60', '--max-tokens', '32768'],
+                      glue=['--max-len', '256', '--steps', '400', '--eval-every', '200', '--n-valid', '512', '--max-tokens', '8192', '--lr', '5e-4', '--warmup', '40'],
+                      defer_t5=False),
+}
 
-def longtext(pre=False, deferred=False):
-    "T5 at 1,024 (about 4 minutes a run here) is deferred for seeds 1 and 2 to the group 'longtext-t5', run last."
+
+def longtext(plan, config, pre=False, deferred=False):
+    "Scratch: every encoding at 512 and 1,024 bytes; pre-trained (`pre`): the MLM encodings. On cpu-tiny, T5 at 1,024 (about 4 minutes a run) is deferred for seeds 1 and 2 to the group 'longtext-t5', run last."
     encs = MLM_ENCS if pre else LONG_ENCS
     for L, s in ([(L, s) for s in SEEDS for L in (512, 1024)] if pre else [(L, s) for L in (512, 1024) for s in SEEDS]):
         for e in encs:
-            if (e == 't5' and L == 1024 and s > 0) != deferred: continue
+            if plan['defer_t5'] and (e == 't5' and L == 1024 and s > 0) != deferred: continue
+            if deferred and not plan['defer_t5']: continue
             extra = ['--eval-len', '1024'] if L == 512 and s == 0 else []
-            yield 'mlm', LT + ['--max-len', str(L), '--encoding', e, '--seed', str(s)] + extra + (['--pretrained'] if pre else [])
+            yield 'mlm', ['finetune', '--task', 'imdb', *plan['lt'], '--max-len', str(L), '--encoding', e, '--seed', str(s), *config] + extra + (['--pretrained'] if pre else [])
 
-def mlm():
+def mlm(plan, config):
     for s in SEEDS:
-        for e in MLM_ENCS: yield 'mlm', ['pretrain', '--encoding', e, '--seed', str(s)]
+        for e in MLM_ENCS: yield 'mlm', ['pretrain', '--encoding', e, '--seed', str(s), *config]
 
-def glue():
+def glue(plan, config):
     for s in SEEDS:
         for task in ('sst2', 'cola'):
             for e in MLM_ENCS:
                 for pre in ([], ['--pretrained']):
-                    yield 'mlm', ['finetune', '--task', task, '--max-len', '256', '--steps', '100', '--eval-every', '50', '--n-valid', '512',
-                                  '--max-tokens', '2048', '--lr', '2e-3', '--encoding', e, '--seed', str(s)] + pre
+                    yield 'mlm', ['finetune', '--task', task, *plan['glue'], '--encoding', e, '--seed', str(s), *config] + pre
 
-def linear():
+def linear(plan, config):
     for s in SEEDS:
-        for v in ('linear', 'linear-rope', 'softmax-rope'): yield 'linear_lm', ['train', '--variant', v, '--seed', str(s)]
-    yield 'linear_lm', ['bench']
+        for v in ('linear', 'linear-rope', 'softmax-rope'): yield 'linear_lm', ['train', '--variant', v, '--seed', str(s), *config]
+    if not config: yield 'linear_lm', ['bench']                      # the cost benchmark is a CPU record
 
-GROUPS = {'longtext': longtext, 'mlm': mlm, 'linear': linear, 'bench': lambda: iter([('long_text', ['bench'])]), 'longtext-pre': lambda: longtext(pre=True), 'glue': glue, 'longtext-t5': lambda: longtext(deferred=True)}
+GROUPS = {'longtext': longtext, 'mlm': mlm, 'linear': linear, 'bench': lambda plan, config: iter([('long_text', ['bench'])] if not config else []),
+          'longtext-pre': lambda plan, config: longtext(plan, config, pre=True), 'glue': glue,
+          'longtext-t5': lambda plan, config: longtext(plan, config, deferred=True)}
+
+
+def _keep(argv, seeds, encodings) -> bool:
+    "Whether a run's arguments pass the --seeds / --encodings filters (runs without a seed or an encoding always pass)."
+    opt = lambda k: argv[argv.index(k) + 1] if k in argv else None
+    s, e = opt('--seed'), opt('--encoding') or opt('--variant')
+    return (s is None or seeds is None or int(s) in seeds) and (e is None or encodings is None or e in encodings)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('groups', nargs='*', choices=[[], *GROUPS], default=[], metavar='GROUP', help=f"any of {', '.join(GROUPS)} (default: all)")
+    ap.add_argument('--config', default='cpu-tiny', choices=list(PLANS), help='scale: model size, budgets, test split (default: cpu-tiny)')
+    ap.add_argument('--seeds', type=int, nargs='+', help='only these seeds')
+    ap.add_argument('--encodings', nargs='+', help='only these encodings (linear: variants)')
+    ap.add_argument('--steps', type=int, help="every run's updates, replacing the plan's (a smoke test of the chain; records go to results/ as usual)")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    plan, config = PLANS[a.config], ([] if a.config == 'cpu-tiny' else ['--config', a.config])
+    for g in a.groups or list(GROUPS):
+        for mod, run in GROUPS[g](plan, config):
+            if not _keep(run, a.seeds, a.encodings): continue
+            if a.steps and run[0] in ('pretrain', 'finetune', 'train'): run = [*run, '--steps', str(a.steps)]
+            t = time.time(); rc = importlib.import_module(f'posenc_nb.{mod}').main(run)
+            if rc: sys.exit(f'[{g}] {mod} {" ".join(run)} exited with status {rc}')   # main reports errors as a status, not an exception
+            print(f'  [{g}] {time.time() - t:.0f}s {" ".join(run)}', flush=True)
+    return 0
+
 
 if __name__ == '__main__':
-    torch.set_num_threads(1)
-    import importlib
-    for g in sys.argv[1:] or list(GROUPS):
-        for mod, argv in GROUPS[g]():
-            t = time.time(); rc = importlib.import_module(f'posenc_nb.{mod}').main(argv)
-            if rc: sys.exit(f'[{g}] {mod} {" ".join(argv)} exited with status {rc}')   # main reports errors as a status, not an exception
-            print(f'  [{g}] {time.time() - t:.0f}s {" ".join(argv)}', flush=True)
+    sys.exit(main())

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One lent CUDA machine, one call: the GPU checks and the GPU-scale experiments, side by side, stopped at a deadline.
+#
+#   bash tools/gpu_session.sh smoke OUT   # deps, each chain end to end with a few updates, then the real lanes for RATE_S seconds (step rates)
+#   bash tools/gpu_session.sh full OUT    # the real lanes until DEADLINE_S, then gpu_check --no-bench; records as OUT/results.tgz
+#
+# The machine has no network and no copy of ../shared: the caller carries the data in .gpu/data (POSENC_DATA) and wheels of the
+# pure-Python packages its image lacks in .whl (fastcore, datasets, nbdev and their kin). Lanes, each a process of its own:
+#   floater  per seed: floater-recipe-1h's sinusoidal base, then its three arms at once (notebook 21)
+#   mlm      per (seed, encoding): MLM pre-training, the pre-trained long-text arms, the GLUE arms (notebooks 26, 27)
+#   long     per encoding: the long-text arms from scratch at 512 and 1,024 bytes (notebook 27)
+#   lm       per variant: the byte-level LM with linear or softmax attention (notebook 28)
+# A lane killed at the deadline loses only its unfinished run: every finished run has its record under results/.
+set -u
+MODE=${1:?smoke or full}; OUT=${2:?output folder}; T0=$(date +%s)
+DEADLINE_S=${DEADLINE_S:-520}; RATE_S=${RATE_S:-60}
+mkdir -p "$OUT" /tmp/logs
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
+export PYTHONPATH=/tmp/site:$PWD POSENC_DATA=$PWD/.gpu/data POSENC_CACHE=$PWD/.cache PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
+python3 -c "import torch, datasets, fastcore, posenc_nb.experiments, posenc_nb.mlm, posenc_nb.floater; print('torch', torch.__version__, torch.cuda.get_device_name(), 'bf16', torch.cuda.is_bf16_supported())" || exit 4
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+touch /tmp/start_marker
+EXP="python3 -m posenc_nb.experiments run floater-recipe-1h --full --device cuda --work runs/experiments"
+RR="python3 tools/roformer_runs.py --config gpu-small"
+
+lanes() {   # $1: extra arguments of every run (smoke: a few updates into a scratch folder)
+  local fx=$1 rx=$2
+  for s in 0 1 2; do
+    ( $EXP --encodings sinusoidal-base --seeds $s $fx && for arm in floater-migrated floater-official sinusoidal-continued; do
+        $EXP --encodings $arm --seeds $s $fx > /tmp/logs/floater-$arm-$s.log 2>&1 & done; wait ) > /tmp/logs/floater-base-$s.log 2>&1 &
+  done
+  for s in 0 1 2; do for e in rope sinusoidal learned; do
+    $RR --seeds $s --encodings $e $rx mlm longtext-pre glue > /tmp/logs/mlm-$e-$s.log 2>&1 &
+  done; done
+  for e in rope sinusoidal learned alibi t5 none; do $RR --encodings $e $rx longtext > /tmp/logs/long-$e.log 2>&1 & done
+  for v in linear linear-rope softmax-rope; do $RR --encodings $v $rx linear > /tmp/logs/lm-$v.log 2>&1 & done
+}
+
+wait_until() {   # wait for every lane, or kill them all at $1 seconds after the start
+  while [ -n "$(jobs -pr)" ] && [ $(( $(date +%s) - T0 )) -lt $1 ]; do sleep 5; done
+  for p in $(jobs -pr); do pkill -TERM -P $p 2>/dev/null; kill -TERM $p 2>/dev/null; done; sleep 3
+  pkill -KILL -f posenc_nb.experiments 2>/dev/null; pkill -KILL -f roformer_runs 2>/dev/null; wait 2>/dev/null
+}
+
+if [ "$MODE" = smoke ]; then
+  # 1. every chain end to end with a few updates, records into a scratch copy of results/ (thrown away)
+  cp -r results /tmp/results_real
+  lanes "--steps 8 --set test_max_sents=40 ckpt_every=4 eval_every=4 --out /tmp/smoke/floater" "--steps 4"
+  wait_until $(( DEADLINE_S / 2 ))
+  find results -newer /tmp/start_marker -type f | sort > "$OUT/smoke_records.txt"
+  rm -rf results .cache/roformer-runs runs; mv /tmp/results_real results
+  # 2. the real lanes for RATE_S seconds: step rates under the full load
+  T0=$(date +%s); lanes "" ""; wait_until $RATE_S
+  tar czf "$OUT/rates.tgz" runs .cache/roformer-runs /tmp/logs 2>/dev/null
+else
+  lanes "" ""; wait_until $DEADLINE_S
+  timeout 120 python3 tools/gpu_check.py --no-bench --out results/gpu > /tmp/logs/gpu_check.log 2>&1
+  tar czf "$OUT/results.tgz" $(find results -newer /tmp/start_marker -type f) 2>/dev/null
+  tar czf "$OUT/logs.tgz" /tmp/logs runs/experiments/*/curve.jsonl .cache/roformer-runs/*/metrics.jsonl 2>/dev/null
+fi
+tail -n 3 /tmp/logs/*.log
+echo "gpu_session $MODE: $(( $(date +%s) - T0 )) s"
