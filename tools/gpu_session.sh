@@ -2,7 +2,7 @@
 # One lent CUDA machine, one call: the GPU checks and the GPU-scale experiments, side by side, stopped at a deadline.
 #
 #   bash tools/gpu_session.sh smoke OUT   # deps, each chain end to end with a few updates, then the real lanes for RATE_S seconds (step rates)
-#   bash tools/gpu_session.sh full OUT    # the real lanes until DEADLINE_S, then gpu_check --no-bench; records as OUT/results.tgz
+#   bash tools/gpu_session.sh full OUT    # gpu_check --no-bench beside the real lanes until DEADLINE_S; records as OUT/results.tgz
 #
 # The machine has no network and no copy of ../shared: the caller carries the data in .gpu/data (POSENC_DATA) and wheels of the
 # pure-Python packages its image lacks in .whl (fastcore, datasets, nbdev and their kin). Lanes, each a process of its own:
@@ -45,16 +45,19 @@ wait_until() {   # wait for every lane, or kill them all at $1 seconds after the
 if [ "$MODE" = smoke ]; then
   # 1. every chain end to end with a few updates, records into a scratch copy of results/ (thrown away)
   cp -r results /tmp/results_real
-  lanes "--steps 8 --set test_max_sents=40 ckpt_every=4 eval_every=4 --out /tmp/smoke/floater" "--steps 4"
-  wait_until $(( DEADLINE_S / 2 ))
+  lanes "--steps 4 --set test_max_sents=16 ckpt_every=2 eval_every=2 --out /tmp/smoke/floater --work /tmp/smokework" "--steps 4"
+  wait_until $(( DEADLINE_S - RATE_S ))
   find results -newer /tmp/start_marker -type f | sort > "$OUT/smoke_records.txt"
   rm -rf results .cache/roformer-runs runs; mv /tmp/results_real results
   # 2. the real lanes for RATE_S seconds: step rates under the full load
-  T0=$(date +%s); lanes "" ""; wait_until $RATE_S
-  tar czf "$OUT/rates.tgz" runs .cache/roformer-runs /tmp/logs 2>/dev/null
+  mv /tmp/logs /tmp/smoke/logs; mkdir -p /tmp/logs; T0=$(date +%s); lanes "" ""
+  for arm in floater-migrated floater-official sinusoidal-continued; do    # the arms' rates, warm-started from the smoke base
+    $EXP --encodings $arm --seeds 0 --steps 1000 --out /tmp/smoke/arms --work /tmp/smokework > /tmp/logs/rate-$arm.log 2>&1 & done
+  wait_until $RATE_S
+  tar czf "$OUT/rates.tgz" runs /tmp/smokework .cache/roformer-runs /tmp/logs /tmp/smoke 2>/dev/null
 else
+  python3 tools/gpu_check.py --no-bench --out results/gpu > /tmp/logs/gpu_check.log 2>&1 &   # correctness only: the GPU is shared
   lanes "" ""; wait_until $DEADLINE_S
-  timeout 120 python3 tools/gpu_check.py --no-bench --out results/gpu > /tmp/logs/gpu_check.log 2>&1
   tar czf "$OUT/results.tgz" $(find results -newer /tmp/start_marker -type f) 2>/dev/null
   tar czf "$OUT/logs.tgz" /tmp/logs runs/experiments/*/curve.jsonl .cache/roformer-runs/*/metrics.jsonl 2>/dev/null
 fi
