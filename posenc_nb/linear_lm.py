@@ -113,7 +113,7 @@ class LMTask(Task):
 def loss(self: LMTask, model, b):
     "Mean next-byte cross-entropy, and (sum, sum, count) for `TrainLog`."
     l = F.cross_entropy(model(b[:, :-1]).float().flatten(0, 1), b[:, 1:].flatten(), reduction='sum'); n = b[:, 1:].numel()
-    return l / n, torch.stack([l.detach(), l.detach(), torch.tensor(float(n))]).double()
+    return l / n, torch.stack([l.detach(), l.detach(), l.new_tensor(float(n))]).double()
 
 @patch
 def evaluate(self: LMTask, model) -> dict:

@@ -267,7 +267,7 @@ def _second_test(cfg: FinetuneConfig, model, device) -> Optional[dict]:
     "Accuracy on the test subset truncated at `eval_len`, or the error a bounded encoding raises there."
     if not cfg.eval_len: return None
     pairs = byte_split(cfg.task, 'test', cfg.eval_len, cfg.n_test)
-    try: pred = predict(model, pairs, max_tokens=max(8192, cfg.eval_len), device=device)
+    try: pred = predict(model, pairs, max_tokens=max(8192, cfg.max_tokens, cfg.eval_len), device=device)
     except ValueError as e: return {'len': cfg.eval_len, 'error': str(e).split(';')[0]}
     m = classification_metrics([y for _, y in pairs], pred)
     return {'len': cfg.eval_len, 'accuracy': m['accuracy'], 'mcc': m['mcc'], 'pred': ''.join(map(str, pred))}
@@ -293,7 +293,7 @@ def finetune(cfg: FinetuneConfig, # the run
 # %% ../nbs/26_mlm.ipynb #f0c6e2a0
 def _ft_record(cfg, L, kb, data, metric, init, device, command, t0) -> dict:
     best, best_step = kb.restore_best(L); model = L.model
-    t1 = time.time(); pred = predict(model, data['test'], max_tokens=max(8192, cfg.max_len), device=device); test_s = time.time() - t1
+    t1 = time.time(); pred = predict(model, data['test'], max_tokens=max(8192, cfg.max_tokens, cfg.max_len), device=device); test_s = time.time() - t1
     m = classification_metrics([y for _, y in data['test']], pred)
     return {'experiment': 'finetune', 'task': cfg.task, 'encoding': cfg.encoding, 'seed': cfg.seed, 'pretrained': init is not None,
             'init_run': Path(init).name if init is not None else None, 'metric': metric, 'test_' + metric: m[metric], 'test_accuracy': m['accuracy'],

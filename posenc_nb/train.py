@@ -1008,7 +1008,7 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
     started, out_dir = time.time(), Path(out_dir)
     device = pick_device(device, int(os.environ.get('WORLD_SIZE', '1')))
     rank, ws, created_pg = _dist_setup(device)
-    if device.type == 'cuda': torch.cuda.set_device(device); torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True
+    if device.type == 'cuda': torch.cuda.set_device(torch.cuda.current_device() if device.index is None else device.index); torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True
     if rank == 0 and device.type == 'cpu' and cfg.amp_cpu and not cpu_bf16_supported():
         warnings.warn("this CPU has no native bf16 (AVX512-BF16/AMX), so amp_cpu is ignored and the run trains in fp32 "
                       "(recorded as precision 'fp32' in results.json); bf16 here would be many times slower")

@@ -9,7 +9,7 @@
 #   floater  per seed: floater-recipe-1h's sinusoidal base, then its three arms at once (notebook 21)
 #   mlm      per (seed, encoding): MLM pre-training, the pre-trained long-text arms, the GLUE arms (notebooks 26, 27)
 #   long     per encoding: the long-text arms from scratch at 512 and 1,024 bytes (notebook 27)
-#   lm       per variant: the byte-level LM with linear or softmax attention (notebook 28)
+#   lm       per variant, when LM=1: the byte-level LM with linear or softmax attention (notebook 28)
 # A lane killed at the deadline loses only its unfinished run: every finished run has its record under results/.
 set -u
 MODE=${1:?smoke or full}; OUT=${2:?output folder}; T0=$(date +%s)
@@ -21,7 +21,7 @@ python3 -c "import torch, datasets, fastcore, posenc_nb.experiments, posenc_nb.m
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 touch /tmp/start_marker
 EXP="python3 -m posenc_nb.experiments run floater-recipe-1h --full --device cuda --work runs/experiments"
-RR="python3 tools/roformer_runs.py --config gpu-small"
+RR="nice -n 10 python3 tools/roformer_runs.py --config gpu-small"   # the FLOATER lanes first on the CPUs
 
 lanes() {   # $1: extra arguments of every run (smoke: a few updates into a scratch folder)
   local fx=$1 rx=$2
@@ -33,7 +33,7 @@ lanes() {   # $1: extra arguments of every run (smoke: a few updates into a scra
     $RR --seeds $s --encodings $e $rx mlm longtext-pre glue > /tmp/logs/mlm-$e-$s.log 2>&1 &
   done; done
   for e in rope sinusoidal learned alibi t5 none; do $RR --encodings $e $rx longtext > /tmp/logs/long-$e.log 2>&1 & done
-  for v in linear linear-rope softmax-rope; do $RR --encodings $v $rx linear > /tmp/logs/lm-$v.log 2>&1 & done
+  [ -n "${LM:-}" ] && for v in linear linear-rope softmax-rope; do $RR --encodings $v $rx linear > /tmp/logs/lm-$v.log 2>&1 & done
 }
 
 wait_until() {   # wait for every lane, or kill them all at $1 seconds after the start
@@ -50,13 +50,13 @@ if [ "$MODE" = smoke ]; then
   find results -newer /tmp/start_marker -type f | sort > "$OUT/smoke_records.txt"
   rm -rf results .cache/roformer-runs runs; mv /tmp/results_real results
   # 2. the real lanes for RATE_S seconds: step rates under the full load
-  mv /tmp/logs /tmp/smoke/logs; mkdir -p /tmp/logs; T0=$(date +%s); lanes "" ""
+  mkdir -p /tmp/smoke; mv /tmp/logs /tmp/smoke/logs; mkdir -p /tmp/logs; T0=$(date +%s); lanes "" ""
   for arm in floater-migrated floater-official sinusoidal-continued; do    # the arms' rates, warm-started from the smoke base
     $EXP --encodings $arm --seeds 0 --steps 1000 --out /tmp/smoke/arms --work /tmp/smokework > /tmp/logs/rate-$arm.log 2>&1 & done
   wait_until $RATE_S
   tar czf "$OUT/rates.tgz" runs /tmp/smokework .cache/roformer-runs /tmp/logs /tmp/smoke 2>/dev/null
 else
-  python3 tools/gpu_check.py --no-bench --out results/gpu > /tmp/logs/gpu_check.log 2>&1 &   # correctness only: the GPU is shared
+  nice -n 10 python3 tools/gpu_check.py --no-bench --out results/gpu > /tmp/logs/gpu_check.log 2>&1 &   # correctness only: the GPU is shared
   lanes "" ""; wait_until $DEADLINE_S
   tar czf "$OUT/results.tgz" $(find results -newer /tmp/start_marker -type f) 2>/dev/null
   tar czf "$OUT/logs.tgz" /tmp/logs runs/experiments/*/curve.jsonl .cache/roformer-runs/*/metrics.jsonl 2>/dev/null
