@@ -59,7 +59,7 @@ else
   nice -n 10 python3 tools/gpu_check.py --no-bench --out results/gpu > /tmp/logs/gpu_check.log 2>&1 &   # correctness only: the GPU is shared
   lanes "" ""; wait_until $DEADLINE_S
   tar czf "$OUT/results.tgz" $(find results -newer /tmp/start_marker -type f) 2>/dev/null
-  tar czf "$OUT/logs.tgz" /tmp/logs runs/experiments/*/curve.jsonl .cache/roformer-runs/*/metrics.jsonl 2>/dev/null
+  tar czf "$OUT/logs.tgz" /tmp/logs runs/experiments/*/*/curve.jsonl .cache/roformer-runs/*/metrics.jsonl 2>/dev/null
 fi
 tail -n 3 /tmp/logs/*.log
 echo "gpu_session $MODE: $(( $(date +%s) - T0 )) s"
