@@ -217,9 +217,11 @@ def main(argv=None, # the arguments (default: `sys.argv[1:]`)
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
 
 # %% ../nbs/28_linear_lm.ipynb #8b813809
-def load_lm(folder='results/roformer-linear') -> list:
-    "Every language-model run record in `folder`, sorted by variant and seed."
-    return read_records(folder, experiment='linear-lm', key=lambda r: (r['variant'], r['seed']))
+def load_lm(folder='results/roformer-linear', # where the language-model records are
+            size: str = 'cpu-tiny', # the runs' scale (`LM_CONFIGS` key), named in every record's file name
+           ) -> list:
+    "Every language-model run record of one scale in `folder`, sorted by variant and seed."
+    return read_records(folder, f'{size}_*.json', experiment='linear-lm', key=lambda r: (r['variant'], r['seed']))
 
 # %% ../nbs/28_linear_lm.ipynb #1241e085
 def lm_curve(records: list, # language-model records (`load_lm`)

@@ -38,9 +38,10 @@ LONG_ENCODINGS = ('rope', 'sinusoidal', 'learned', 'alibi', 't5', 'none')
 
 # %% ../nbs/27_long_text.ipynb #abe6934c
 def load_records(folder='results/roformer-longtext', # where the run records are
+                 size: str = 'cpu-tiny', # the runs' scale (`MLM_CONFIGS` key), named in every record's file name
                 ) -> list:
-    "Every fine-tuning record (JSON) in `folder`, sorted by max length, pre-training, encoding, seed."
-    return read_records(folder, experiment='finetune', key=lambda r: (r['config']['max_len'], r['pretrained'], r['encoding'], r['seed']))
+    "Every fine-tuning record (JSON) of one scale in `folder`, sorted by max length, pre-training, encoding, seed."
+    return read_records(folder, f'*_{size}_*.json', experiment='finetune', key=lambda r: (r['config']['max_len'], r['pretrained'], r['encoding'], r['seed']))
 
 # %% ../nbs/27_long_text.ipynb #45ba7e5d
 def test_subset(n: int = 400, # test reviews scored per run

@@ -385,9 +385,10 @@ if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
 
 # %% ../nbs/26_mlm.ipynb #d928f7a2
 def load_mlm(folder='results/roformer-mlm', # where the pre-training records are
+             size: str = 'cpu-tiny', # the runs' scale (`MLM_CONFIGS` key), named in every record's file name
             ) -> list:
-    "Every pre-training record in `folder`, sorted by config, encoding, seed."
-    return read_records(folder, experiment='mlm-pretrain', key=lambda r: (r['config']['d_model'], r['encoding'], r['seed']))
+    "Every pre-training record of one scale in `folder`, sorted by encoding and seed."
+    return read_records(folder, f'{size}_*.json', experiment='mlm-pretrain', key=lambda r: (r['config']['d_model'], r['encoding'], r['seed']))
 
 # %% ../nbs/26_mlm.ipynb #3d0d68ce
 def seed_curve(records: list, # the runs of one arm, one per seed, each with a `KEY_curve` list of {'step': ..., LOSS: ...}
@@ -422,9 +423,11 @@ def mlm_table(records: list, encodings=('rope', 'sinusoidal', 'learned'), at: Op
     return out
 
 # %% ../nbs/26_mlm.ipynb #cdacad3c
-def load_finetune(folder='results/roformer-glue') -> list:
-    "Every fine-tuning record in `folder`."
-    return read_records(folder, experiment='finetune')
+def load_finetune(folder='results/roformer-glue', # where the fine-tuning records are
+                  size: str = 'cpu-tiny', # the runs' scale (`MLM_CONFIGS` key), named in every record's file name
+                 ) -> list:
+    "Every fine-tuning record of one scale in `folder`."
+    return read_records(folder, f'*_{size}_*.json', experiment='finetune')
 
 def finetune_table(records: list) -> list:
     "Per (task, encoding): test metric mean ± sd from scratch and pre-trained, and the per-seed gain of pre-training."

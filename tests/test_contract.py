@@ -8,7 +8,7 @@ Encodings that read extra position streams declare their names (`PosEnc.reads_st
 source under each of those names from the test's own batch, so no encoding is special-cased by name. The last tests define a
 stream provider and a stream-reading encoding in this file and show them found and used by collate, translate and train.
 """
-import copy, dataclasses, io
+import copy, dataclasses, io, os
 import pytest, torch, torch.nn as nn
 import posenc_nb.core as core
 from posenc_nb.core import SITE_KINDS, Positions, PosEnc, list_posencs, make_posenc, register_posenc
@@ -245,7 +245,7 @@ def test_third_party_entry_point(tmp_path):
             "assert 'plug' in names and 'sinusoidal' in names, names; print(type(make_posenc('plug', 16, 2)).__name__)")
     root = Path(__file__).resolve().parents[1]
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                       env={**__import__('os').environ, 'PYTHONPATH': f'{tmp_path}:{root}'})
+                       env={**os.environ, 'PYTHONPATH': os.pathsep.join(filter(None, [str(tmp_path), str(root), os.environ.get('PYTHONPATH')]))})   # keep the caller's path (packages installed with --target)
     assert r.returncode == 0 and r.stdout.strip() == 'PlugPosEnc', r.stderr[-2000:]
 
 

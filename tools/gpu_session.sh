@@ -9,8 +9,12 @@
 #   floater  per seed: floater-recipe-1h's sinusoidal base, then its three arms at once (notebook 21)
 #   mlm      per (seed, encoding): MLM pre-training, the pre-trained long-text arms, the GLUE arms (notebooks 26, 27)
 #   long     per encoding: the long-text arms from scratch at 512 and 1,024 bytes (notebook 27)
-#   lm       per variant, when LM=1: the byte-level LM with linear or softmax attention (notebook 28)
-# A lane killed at the deadline loses only its unfinished run: every finished run has its record under results/.
+#   lm       per variant: the byte-level LM with linear or softmax attention (notebook 28)
+# LANES picks them (default: "floater"; gpu_check --no-bench always runs beside, niced). A lane killed at the deadline loses only
+# its unfinished run: every finished run has its record under results/.
+# Seen on the first lent H200 (2026-12-04, 540 s): with all four kinds at once (about 25 processes) the GPU was the bottleneck
+# (fine-tuning trains in fp32), a 600-update long-text run took about 400 s and no FLOATER base reached 3,000 updates; so one
+# kind per session, FLOATER first.
 set -u
 MODE=${1:?smoke or full}; OUT=${2:?output folder}; T0=$(date +%s)
 DEADLINE_S=${DEADLINE_S:-520}; RATE_S=${RATE_S:-60}
@@ -23,17 +27,19 @@ touch /tmp/start_marker
 EXP="python3 -m posenc_nb.experiments run floater-recipe-1h --full --device cuda --work runs/experiments"
 RR="nice -n 10 python3 tools/roformer_runs.py --config gpu-small"   # the FLOATER lanes first on the CPUs
 
-lanes() {   # $1: extra arguments of every run (smoke: a few updates into a scratch folder)
+LANES=${LANES:-floater}
+lanes() {   # $1, $2: extra arguments of every FLOATER / RoFormer run (smoke: a few updates into a scratch folder)
   local fx=$1 rx=$2
-  for s in 0 1 2; do
+  [[ " $LANES " == *" floater "* ]] && for s in 0 1 2; do
     ( $EXP --encodings sinusoidal-base --seeds $s $fx && for arm in floater-migrated floater-official sinusoidal-continued; do
         $EXP --encodings $arm --seeds $s $fx > /tmp/logs/floater-$arm-$s.log 2>&1 & done; wait ) > /tmp/logs/floater-base-$s.log 2>&1 &
   done
-  for s in 0 1 2; do for e in rope sinusoidal learned; do
-    $RR --seeds $s --encodings $e $rx mlm longtext-pre glue > /tmp/logs/mlm-$e-$s.log 2>&1 &
+  [[ " $LANES " == *" mlm "* ]] && for s in 0 1 2; do for e in rope sinusoidal learned; do    # groups first: --encodings takes every word after it
+    $RR mlm longtext-pre glue --seeds $s --encodings $e $rx > /tmp/logs/mlm-$e-$s.log 2>&1 &
   done; done
-  for e in rope sinusoidal learned alibi t5 none; do $RR --encodings $e $rx longtext > /tmp/logs/long-$e.log 2>&1 & done
-  [ -n "${LM:-}" ] && for v in linear linear-rope softmax-rope; do $RR --encodings $v $rx linear > /tmp/logs/lm-$v.log 2>&1 & done
+  [[ " $LANES " == *" long "* ]] && for e in rope sinusoidal learned alibi t5 none; do $RR longtext --encodings $e $rx > /tmp/logs/long-$e.log 2>&1 & done
+  [[ " $LANES " == *" lm "* ]] && for v in linear linear-rope softmax-rope; do $RR linear --encodings $v $rx > /tmp/logs/lm-$v.log 2>&1 & done
+  return 0
 }
 
 wait_until() {   # wait for every lane, or kill them all at $1 seconds after the start

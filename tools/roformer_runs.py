@@ -3,8 +3,8 @@
 split is converted to bytes once). A run whose record exists under results/ is skipped; a pre-training run resumes from its checkpoint.
 
     python tools/roformer_runs.py [GROUP ...]                          # cpu-tiny, as committed (2 CPU threads, hours)
-    python tools/roformer_runs.py --config gpu-small mlm longtext-pre  # on a CUDA machine (tools/gpu_session.sh runs these lanes in parallel)
-    python tools/roformer_runs.py --config gpu-small --seeds 0 --encodings rope longtext
+    python tools/roformer_runs.py mlm longtext-pre --config gpu-small  # on a CUDA machine (tools/gpu_session.sh runs these lanes in parallel)
+    python tools/roformer_runs.py longtext --config gpu-small --seeds 0 --encodings rope   # groups first: --encodings takes every word after it
 
 Groups: longtext, mlm, linear, bench, longtext-pre, glue, longtext-t5 (default: all, in this order). --seeds and --encodings
 keep a subset of a group's runs, so lanes of one plan can run side by side; a pre-trained arm needs its `mlm` run first."""
@@ -69,6 +69,8 @@ def main(argv=None) -> int:
     ap.add_argument('--encodings', nargs='+', help='only these encodings (linear: variants)')
     ap.add_argument('--steps', type=int, help="every run's updates, replacing the plan's (a smoke test of the chain; records go to results/ as usual)")
     a = ap.parse_args(argv)
+    swallowed = [g for g in a.encodings or [] if g in GROUPS]
+    if swallowed: ap.error(f"--encodings took the group name(s) {', '.join(swallowed)}: put the groups first, e.g. roformer_runs.py {' '.join(swallowed)} --encodings {a.encodings[0]}")
     torch.set_num_threads(1)
     plan, config = PLANS[a.config], ([] if a.config == 'cpu-tiny' else ['--config', a.config])
     for g in a.groups or list(GROUPS):
