@@ -14,7 +14,7 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from .core import Positions, list_posencs, encoding_streams
 from .model import ModelConfig, Classifier
 from .data import load_glue, get_tokenizer, pad_batch, TokenBatchSampler, GLUE_TASKS, UNK
-from .train import inverse_sqrt
+from .train import inverse_sqrt, autocast_for
 from .utils import atomic_write, provenance, mean_sd, read_records
 
 # %% auto #0
@@ -60,6 +60,7 @@ class ClassifyConfig:
     max_steps: Optional[int] = None
     max_minutes: Optional[float] = None  # training wall-clock budget (evaluation excluded)
     eval_every: int = 100
+    amp: Optional[str] = None        # 'bf16' or 'fp16': autocast where it pays off (CUDA), as `TrainConfig.amp`; None: fp32
 
     def __post_init__(self):
         if self.max_steps is None and self.max_minutes is None:
@@ -93,19 +94,20 @@ def _tensors(pairs, idx, pad_id, device):
     return x.to(device), Positions.from_mask(m).to(device), y.to(device)
 
 @torch.no_grad()
-def predict(model: Classifier, pairs, max_tokens: int = 4096, device='cpu') -> list:
-    "Predicted labels of (ids, label) pairs, in input order."
+def predict(model: Classifier, pairs, max_tokens: int = 4096, device='cpu', amp: Optional[str] = None) -> list:
+    "Predicted labels of (ids, label) pairs, in input order (`amp`: autocast as in training, see `autocast_for`)."
     was = model.training; model.eval()
     out = [0] * len(pairs)
     for idx in _batches(pairs, max_tokens, False, 0):
         x, p, _ = _tensors(pairs, idx, model.cfg.pad_id, device)
-        for i, v in zip(idx, model(x, p).argmax(-1).tolist()): out[i] = v
+        with autocast_for(torch.device(device), amp): logits = model(x, p)
+        for i, v in zip(idx, logits.argmax(-1).tolist()): out[i] = v
     model.train(was)
     return out
 
-def evaluate(model: Classifier, pairs, max_tokens: int = 4096, device='cpu') -> dict:
+def evaluate(model: Classifier, pairs, max_tokens: int = 4096, device='cpu', amp: Optional[str] = None) -> dict:
     "`classification_metrics` of the model's predictions on (ids, label) pairs."
-    return classification_metrics([y for _, y in pairs], predict(model, pairs, max_tokens, device))
+    return classification_metrics([y for _, y in pairs], predict(model, pairs, max_tokens, device, amp))
 
 # %% ../nbs/23_glue.ipynb #3d810f12
 def write_result(record: dict, path) -> Path:
@@ -126,9 +128,11 @@ class ClassifyTask(Task):
         self.batches = map(self._tensors, self.stream)
     def _tensors(self, idx):
         self.seen += len(idx); return _tensors(self.data['train'], idx, self.pad_id, self.device)
-    def loss(self, model, b): return F.cross_entropy(model(b[0], b[1]), b[2], label_smoothing=self.cfg.label_smoothing)
+    def loss(self, model, b):
+        with autocast_for(torch.device(self.device), self.cfg.amp): logits = model(b[0], b[1])
+        return F.cross_entropy(logits.float(), b[2], label_smoothing=self.cfg.label_smoothing)
     def tokens(self, b) -> int: return int(b[1].mask.sum())
-    def evaluate(self, model) -> dict: return {'valid_' + self.metric: evaluate(model, self.data['validation'], device=self.device)[self.metric]}
+    def evaluate(self, model) -> dict: return {'valid_' + self.metric: evaluate(model, self.data['validation'], device=self.device, amp=self.cfg.amp)[self.metric]}
 
 # %% ../nbs/23_glue.ipynb #ddc7972d
 def _classify_data(task: str, cfg: ClassifyConfig, data: Optional[dict], vocab: Optional[int]):

@@ -249,8 +249,8 @@ class FinetuneConfig(ClassifyConfig):
     eval_len: Optional[int] = None    # also test on inputs truncated at this (longer) length
 
 FT_SIZES = {'cpu-tiny': dict(d_model=32, n_heads=2, n_layers=2, d_ff=128, dropout=0.0),
-            'gpu-small': dict(d_model=256, n_heads=4, n_layers=4, d_ff=1024, dropout=0.1),
-            'gpu-base': dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1)}
+            'gpu-small': dict(d_model=256, n_heads=4, n_layers=4, d_ff=1024, dropout=0.1, amp='bf16'),
+            'gpu-base': dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1, amp='bf16')}   # bf16: autocast on CUDA only
 
 # %% ../nbs/26_mlm.ipynb #c3fb0a85
 def _ft_learner(cfg: FinetuneConfig, model, data, metric, device):
@@ -267,7 +267,7 @@ def _second_test(cfg: FinetuneConfig, model, device) -> Optional[dict]:
     "Accuracy on the test subset truncated at `eval_len`, or the error a bounded encoding raises there."
     if not cfg.eval_len: return None
     pairs = byte_split(cfg.task, 'test', cfg.eval_len, cfg.n_test)
-    try: pred = predict(model, pairs, max_tokens=max(8192, cfg.max_tokens, cfg.eval_len), device=device)
+    try: pred = predict(model, pairs, max_tokens=max(8192, cfg.max_tokens, cfg.eval_len), device=device, amp=cfg.amp)
     except ValueError as e: return {'len': cfg.eval_len, 'error': str(e).split(';')[0]}
     m = classification_metrics([y for _, y in pairs], pred)
     return {'len': cfg.eval_len, 'accuracy': m['accuracy'], 'mcc': m['mcc'], 'pred': ''.join(map(str, pred))}
@@ -293,7 +293,7 @@ def finetune(cfg: FinetuneConfig, # the run
 # %% ../nbs/26_mlm.ipynb #f0c6e2a0
 def _ft_record(cfg, L, kb, data, metric, init, device, command, t0) -> dict:
     best, best_step = kb.restore_best(L); model = L.model
-    t1 = time.time(); pred = predict(model, data['test'], max_tokens=max(8192, cfg.max_tokens, cfg.max_len), device=device); test_s = time.time() - t1
+    t1 = time.time(); pred = predict(model, data['test'], max_tokens=max(8192, cfg.max_tokens, cfg.max_len), device=device, amp=cfg.amp); test_s = time.time() - t1
     m = classification_metrics([y for _, y in data['test']], pred)
     return {'experiment': 'finetune', 'task': cfg.task, 'encoding': cfg.encoding, 'seed': cfg.seed, 'pretrained': init is not None,
             'init_run': Path(init).name if init is not None else None, 'metric': metric, 'test_' + metric: m[metric], 'test_accuracy': m['accuracy'],
@@ -301,7 +301,7 @@ def _ft_record(cfg, L, kb, data, metric, init, device, command, t0) -> dict:
             'second_test': _second_test(cfg, model, device), 'valid_curve': kb.curve, 'train_time_s': round(L.state.train_time, 2), 'test_time_s': round(test_s, 2),
             'wall_time_s': round(time.time() - t0, 2), 'tok_s': round(L.state.tokens_seen / max(L.state.train_time, 1e-9), 1),
             'n_params': sum(p.numel() for p in model.parameters()), 'n_train': len(data['train']), 'n_test': len(data['test']),
-            'config': asdict(cfg), **provenance(cfg.seed, precision_name(device, None), device, command=command)}
+            'config': asdict(cfg), **provenance(cfg.seed, precision_name(device, cfg.amp), device, command=command)}
 
 # %% ../nbs/26_mlm.ipynb #0ac2b332
 RESULTS = Path('results')

@@ -13,7 +13,7 @@
 # LANES picks them (default: "floater"; gpu_check --no-bench always runs beside, niced). A lane killed at the deadline loses only
 # its unfinished run: every finished run has its record under results/.
 # Seen on the first lent H200 (2026-12-04, 540 s): with all four kinds at once (about 25 processes) the GPU was the bottleneck
-# (fine-tuning trains in fp32), a 600-update long-text run took about 400 s and no FLOATER base reached 3,000 updates; so one
+# (fine-tuning then trained in fp32; it now autocasts bf16 on CUDA, FT_SIZES amp), a 600-update long-text run took about 400 s and no FLOATER base reached 3,000 updates; so one
 # kind per session, FLOATER first.
 set -u
 MODE=${1:?smoke or full}; OUT=${2:?output folder}; T0=$(date +%s)
