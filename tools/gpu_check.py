@@ -27,8 +27,9 @@ def run_cmd(cmd: list, timeout: int, env=None) -> dict:
         rc, text = p.returncode, p.stdout + p.stderr
     except subprocess.TimeoutExpired as e:
         rc, text = 124, f"timed out after {timeout} s\n{(e.stdout or b'')[-4000:]}"
+    text = str(text)   # the head keeps the first error where exit-time noise (e.g. torch._dynamo's ignored exceptions) fills the tail
     return dict(ok=rc == 0, rc=rc, seconds=round(time.time() - t0, 1), command=' '.join(shlex.quote(c) for c in cmd),
-                output_tail=str(text)[-6000:])
+                output_head=text[:4000] if len(text) > 6000 else '', output_tail=text[-6000:])
 
 
 class _Kill(RuntimeError): pass
