@@ -259,9 +259,9 @@ def to_torch_transformer(model: Seq2Seq) -> nn.Transformer:
     if cfg.prenorm: ref.encoder.norm.load_state_dict(model.enc_norm.state_dict()); ref.decoder.norm.load_state_dict(model.dec_norm.state_dict())
     return ref
 
-# %% ../nbs/02_model.ipynb #7f45b1fe
+# %% ../nbs/02_model.ipynb #a24b5da8
 class _SmoothedNLL(torch.autograd.Function):
-    "Label-smoothed NLL sums of float logits (N, V) as one autograd node: forward as `log_softmax`, a gather and a row sum; backward in one pass over (N, V) instead of four."
+    "Label-smoothed NLL sums of float logits (N, V) as one autograd node: forward as `log_softmax`, a gather and a row sum; backward writes the logits' gradient into one tensor, not through a chain of full-size autograd steps."
     @staticmethod
     def forward(ctx, x, tgt, keep, eps):
         V = x.shape[-1]
