@@ -445,7 +445,10 @@ class Attention(nn.Module):
             if not cached: k, v = (self._heads(t) for t in F.linear(kv_x, *self._kv_weights()).add_(ob[1]).chunk(2, dim=-1))
         else:
             q = self._heads(self._proj(x, 0, bq))
-            if not cached: k, v = self._heads(self._proj(kv_x, 1, bk)), self._heads(self._proj(kv_x, 2, bv))
+            if cached: pass
+            elif bk is None and bv is None:                                          # no k/v inputs: one k/v product, as nn.MultiheadAttention does
+                k, v = (self._heads(t) for t in F.linear(kv_x, *self._kv_weights()).chunk(2, dim=-1))
+            else: k, v = self._heads(self._proj(kv_x, 1, bk)), self._heads(self._proj(kv_x, 2, bv))
         if self_attn: k_pos, k_mask = q_pos, kv_p.mask
         elif cached: k, v, k_pos, k_mask = cache['k'], cache['v'], cache['k_pos'], cache['k_mask']
         else:

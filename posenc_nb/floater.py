@@ -59,24 +59,24 @@ def _rk4_bases(W1, B1, B2, dt, S):
     return Z, BY
 
 def _rk4_loop(y, W1, W2, M, Z, BY, dt, substeps, n, store):
-    "Classical rk4 on h(x) = relu(x W1 + b1(t)) W2 + b2(t), stages folded through M = W2 W1 (five products a step, not eight), without autograd; with `store`, step inputs, activations and their weighted sums."
+    "Classical rk4 on h(x) = relu(x W1 + b1(t)) W2 + b2(t), stages folded through M = W2 W1 (five products a step, not eight), without autograd: the outputs (n, N, d), the states Y (S+1, N, d) from `y` on, activations A (4, S, N, h) and their weighted sums Sa (S, N, h) (one step's with `store` False)."
     S, N, h = substeps * n, y.shape[0], W1.shape[1]
-    out = y.new_empty((n, *y.shape))
-    A = y.new_empty((S if store else 1, 4, N, h))
-    Y = y.new_empty((S, *y.shape)) if store else None
-    Sa = y.new_empty((S if store else 1, N, h))
-    c = (dt / 2, dt / 2, dt)
-    W1, W2 = W1.contiguous(), W2.contiguous()
-    for s in range(S):
-        a, j = A[s if store else 0], s if store else 0
-        if store: Y[s].copy_(y)
-        u = torch.mm(y, W1)
-        torch.add(u, Z[0, s], out=a[0]).relu_()
-        for st in range(3):                                              # z_{st+1} = u + Z[st+1] + c_st a_st M
-            torch.addmm(torch.add(u, Z[st + 1, s]), a[st], M, alpha=c[st], out=a[st + 1]).relu_()
-        sa = torch.add(a[0], a[3], out=Sa[j]).add_(torch.add(a[1], a[2]), alpha=2)
-        y = torch.addmm(torch.add(y, BY[s]), sa, W2, alpha=dt / 6, out=out[s // substeps] if (s + 1) % substeps == 0 else None)
-    return out, Y, A, Sa
+    T = S if store else 1
+    A, Y, Sa = y.new_empty((4, T, N, h)), y.new_empty((S + 1, *y.shape)), y.new_empty((T, N, h))
+    c, w4 = (dt / 2, dt / 2, dt), y.new_tensor([1., 2., 2., 1.])
+    W1, W2, M = W1.contiguous(), W2.contiguous(), M.contiguous()
+    Zs, BYs, Ys, As, Sas = Z[:, :, None].unbind(1), BY.unbind(0), Y.unbind(0), A.unbind(1), Sa.unbind(0)   # per-step views, made once
+    Al = [a.unbind(0) for a in As]
+    y = Ys[0].copy_(y)
+    for s in range(S):                                                   # every step writes into its own views: no copies, no temporaries
+        j = s if store else 0
+        a = Al[j]
+        torch.add(Zs[s], torch.mm(y, W1), out=As[j])                     # the four stages' pre-activations share u = y W1
+        a[0].relu_()
+        for st in range(3): a[st + 1].addmm_(a[st], M, alpha=c[st]).relu_()   # z_{st+1} += c_st a_st M, in place
+        torch.mv(As[j].reshape(4, -1).t(), w4, out=Sas[j].view(-1))      # a_1 + 2 a_2 + 2 a_3 + a_4 in one pass
+        y = torch.add(y, BYs[s], out=Ys[s + 1]).addmm_(Sas[j], W2, alpha=dt / 6)
+    return Y[substeps::substeps], Y, A, Sa
 
 # %% ../nbs/11_floater.ipynb #8bdc13a7
 class _RK4Solve(torch.autograd.Function):
@@ -86,36 +86,37 @@ class _RK4Solve(torch.autograd.Function):
         out, Y, A, Sa = _rk4_loop(y, W1, W2, M, Z, BY, dt, substeps, n, store=True)
         ctx.save_for_backward(W1, W2, M, Y, A, Sa)
         ctx.dt, ctx.substeps = dt, substeps
-        return out
+        return out.clone()                                               # `out` is a view of the saved states
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_out):
         W1, W2, M, Y, A, Sa = ctx.saved_tensors
         dt, sub = ctx.dt, ctx.substeps
-        S, N = Y.shape[0], Y.shape[1]
-        W1t, W2t, Mt = W1.t().contiguous(), W2.t().contiguous(), M.t().contiguous()
-        GZ, GY = torch.empty_like(A), torch.empty_like(Y)
-        c = (dt / 2, dt / 2, dt)
-        thr = lambda go, a, out: torch.ops.aten.threshold_backward.grad_input(go, a, 0, grad_input=out)
-        g = torch.zeros_like(g_out[0])
+        S, c = Y.shape[0] - 1, (dt / 2, dt / 2, dt)
+        W1t, W2t, Mt = W1.t().contiguous(), (W2.t() * (dt / 6)).contiguous(), M.t().contiguous()
+        GZ, GY, GU = torch.empty_like(A), torch.empty_like(Y[1:]), torch.empty_like(A[0])
+        thr = torch.ops.aten.threshold_backward.grad_input
+        Al, GZl = [a.unbind(0) for a in A.unbind(1)], [z.unbind(0) for z in GZ.unbind(1)]
+        GYs, GUs, GZs = GY.unbind(0), GU.unbind(0), GZ.unbind(1)
+        g = GYs[S - 1].copy_(g_out[-1])                                  # GY[s]: the gradient of step s's output, written in place
         for s in reversed(range(S)):
-            if (s + 1) % sub == 0: g = g + g_out[s // sub]
-            GY[s].copy_(g)
-            a, gz = A[s], GZ[s]
-            gS = torch.mm(g, W2t).mul_(dt / 6)
-            thr(gS, a[3], gz[3])
-            thr(torch.addmm(gS, gz[3], Mt, beta=2, alpha=c[2]), a[2], gz[2])
-            thr(torch.addmm(gS, gz[2], Mt, beta=2, alpha=c[1]), a[1], gz[1])
-            thr(torch.addmm(gS, gz[1], Mt, alpha=c[0]), a[0], gz[0])
-            g = torch.addmm(g, gz.sum(0), W1t)
+            a, gz = Al[s], GZl[s]
+            gS = torch.mm(g, W2t)                                        # dt/6 g W2^T
+            thr(gS, a[3], 0, grad_input=gz[3])
+            for st in (2, 1, 0):                                         # beta: the update's weights 2, 2, 1
+                thr(torch.addmm(gS, gz[st + 1], Mt, beta=1 if st == 0 else 2, alpha=c[st], out=gz[st]), a[st], 0, grad_input=gz[st])
+            gu = torch.sum(GZs[s], 0, out=GUs[s])
+            if not s: g = torch.addmm(g, gu, W1t); break
+            g = torch.addmm(g, gu, W1t, out=GYs[s - 1])
+            if s % sub == 0: g.add_(g_out[s // sub - 1])
         flat = lambda t: t.flatten(0, -2)
-        GU = GZ.sum(1)
-        gW1 = flat(Y).t() @ flat(GU)
+        gW1 = flat(Y[:-1]).t() @ flat(GU)
         gW2 = (dt / 6) * (flat(Sa).t() @ flat(GY))
-        cs = torch.tensor(c, dtype=GZ.dtype, device=GZ.device)[None, :, None, None]
-        gM = flat(A[:, :3]).t() @ flat(GZ[:, 1:] * cs)
-        return g, gW1, gW2, gM, GZ.sum(2).transpose(0, 1), GY.sum(1), None, None, None
+        gZ = GZ.sum(2)
+        GZ[3].mul_(2)                                                    # c = dt/2 (1, 1, 2): one product for the three stages
+        gM = torch.mm(flat(A[:3]).t(), flat(GZ[1:])).mul_(dt / 2)
+        return g, gW1, gW2, gM, gZ, GY.sum(1), None, None, None
 
 # %% ../nbs/11_floater.ipynb #8fd4a902
 SOLVERS = ('rk4', 'midpoint', 'dopri5')

@@ -259,6 +259,32 @@ def to_torch_transformer(model: Seq2Seq) -> nn.Transformer:
     if cfg.prenorm: ref.encoder.norm.load_state_dict(model.enc_norm.state_dict()); ref.decoder.norm.load_state_dict(model.dec_norm.state_dict())
     return ref
 
+# %% ../nbs/02_model.ipynb #a24b5da8
+class _SmoothedNLL(torch.autograd.Function):
+    "Label-smoothed NLL sums of float logits (N, V) as one autograd node: forward as `log_softmax`, a gather and a row sum; backward writes the logits' gradient into one tensor, not through a chain of full-size autograd steps."
+    @staticmethod
+    def forward(ctx, x, tgt, keep, eps):
+        V = x.shape[-1]
+        lp = F.log_softmax(x, -1)
+        gold = lp.gather(-1, tgt[:, None])[:, 0]
+        nll = -(gold * keep).sum()
+        e = eps / (V - 1) if eps else 0.
+        loss = (1 - eps - e) * nll - e * (lp.sum(-1) * keep).sum() if eps else nll.clone()
+        ctx.save_for_backward(lp, tgt, keep)
+        ctx.eps, ctx.e = eps, e
+        return loss, nll
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_loss, g_nll):
+        lp, tgt, keep = ctx.saved_tensors
+        eps, e, V = ctx.eps, ctx.e, lp.shape[-1]
+        k = keep.to(lp.dtype)
+        wg = g_loss * (1 - eps - e) + g_nll                              # weight of -log p(gold)
+        a = (wg + g_loss * (e * V)) * k                                  # d/dx of -sum_v w_v log p_v = p (sum_v w_v) - w
+        g = torch.exp(lp).mul_(a[:, None]).sub_((g_loss * e * k)[:, None])
+        return g.scatter_add_(1, tgt[:, None], (-wg * k)[:, None]), None, None, None
+
 # %% ../nbs/02_model.ipynb #ed6ad764
 def label_smoothed_nll(logits: Tensor, # (..., V) unnormalised scores
                        target: Tensor, # (...) gold ids
@@ -266,15 +292,10 @@ def label_smoothed_nll(logits: Tensor, # (..., V) unnormalised scores
                        ignore_index: int = 0): # targets with this id (padding) are left out
     "(loss_sum, nll_sum, n_tokens) over targets != ignore_index; eps spread over the V-1 wrong classes."
     V = logits.shape[-1]
-    lp = F.log_softmax(logits.reshape(-1, V).float(), -1)
     tgt = target.reshape(-1)
     keep = tgt != ignore_index
-    gold = lp.gather(-1, tgt.clamp(0, V - 1)[:, None])[:, 0]
-    nll = -(gold * keep).sum()
-    if eps == 0: return nll, nll, keep.sum()
-    smooth = -(lp.sum(-1) * keep).sum()
-    e = eps / (V - 1)
-    return (1 - eps - e) * nll + e * smooth, nll, keep.sum()
+    loss, nll = _SmoothedNLL.apply(logits.reshape(-1, V).float(), tgt.clamp(0, V - 1), keep, float(eps))
+    return (nll if eps == 0 else loss), nll, keep.sum()
 
 # %% ../nbs/02_model.ipynb #37da72cf
 class Classifier(nn.Module):
