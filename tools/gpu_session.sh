@@ -5,7 +5,13 @@
 #   bash tools/gpu_session.sh full OUT    # gpu_check --no-bench beside the real lanes until DEADLINE_S; records as OUT/results.tgz
 #
 # The machine has no network and no copy of ../shared: the caller carries the data in .gpu/data (POSENC_DATA) and wheels of the
-# pure-Python packages its image lacks in .whl (fastcore, datasets, nbdev and their kin). Lanes, each a process of its own:
+# pure-Python packages its image lacks in .whl (fastcore, datasets, nbdev and their kin), made here with
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux2014_x86_64 -d .whl \
+#     datasets==5.2.0 dill multiprocess fastcore==1.14.5 nbdev==2.4.14 execnb==0.1.18 ghapi==1.1.1 fastgit astunparse asttokens \
+#     executing pure_eval stack_data ipython ipython_pygments_lexers jedi parso matplotlib_inline pexpect ptyprocess prompt_toolkit \
+#     wcwidth traitlets watchdog
+# (versions as pip resolved them on 2026-12-04), and `cp -r ../shared/data/{multi30k,glue,imdb,README.md} .gpu/data/`.
+# Lanes, each a process of its own:
 #   floater  per seed: floater-recipe-1h's sinusoidal base, then its three arms at once (notebook 21)
 #   mlm      per (seed, encoding): MLM pre-training, the pre-trained long-text arms, the GLUE arms (notebooks 26, 27)
 #   long     per encoding: the long-text arms from scratch at 512 and 1,024 bytes (notebook 27)
