@@ -388,7 +388,7 @@ def load_mlm(folder='results/roformer-mlm', # where the pre-training records are
              size: str = 'cpu-tiny', # the runs' scale (`MLM_CONFIGS` key), named in every record's file name
             ) -> list:
     "Every pre-training record of one scale in `folder`, sorted by encoding and seed."
-    return read_records(folder, f'{size}_*.json', experiment='mlm-pretrain', key=lambda r: (r['config']['d_model'], r['encoding'], r['seed']))
+    return read_records(folder, f'{size}_*.json', experiment='mlm-pretrain', key=lambda r: (r['encoding'], r['seed']))
 
 # %% ../nbs/26_mlm.ipynb #3d0d68ce
 def seed_curve(records: list, # the runs of one arm, one per seed, each with a `KEY_curve` list of {'step': ..., LOSS: ...}

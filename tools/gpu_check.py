@@ -87,9 +87,10 @@ def main(argv=None) -> int:
             try: rec = check_resume(device, amp, Path(tmp) / str(amp), a.smoke)
             except Exception as e: rec = dict(ok=False, error=f"{type(e).__name__}: {e}")
             save(f'train_resume_{amp or "fp32"}', rec, precision=amp or 'fp32')
-    if a.no_bench:
-        print(f"gpu_check: {'all checks passed' if not failed else 'FAILED: ' + ', '.join(failed)} (benchmarks skipped: --no-bench)")
+    def done(note=''):
+        print(f"gpu_check: {'all checks passed' if not failed else 'FAILED: ' + ', '.join(failed)}{note}")
         return 1 if failed else 0
+    if a.no_bench: return done(' (benchmarks skipped: --no-bench)')
     dev = ['--device', device.type]
     tiny = ['--steps', '1', '--reps', '1', '--warmup', '0', '--max-tokens', '256', '--d-model', '32', '--layers', '1', '--ff', '64', '--vocab', '200']
     save('throughput_vs_nn_transformer', run_cmd([py, 'benchmarks/throughput.py', *dev, *(tiny if a.smoke else [])], timeout=600))
@@ -100,8 +101,7 @@ def main(argv=None) -> int:
     fl = [py, 'benchmarks/floater_bench.py', *dev] + (['--d', '32', '--layers', '1', '--vocab', '200', '--batch', '4', '--lens', '8', '--reps', '1', '--decode-steps', '2']
                                                       if a.smoke else ['--reps', '5', '--out', str(out / 'floater-cuda.json')])
     save('floater_bench', run_cmd(fl, timeout=600))
-    print(f"gpu_check: {'all checks passed' if not failed else 'FAILED: ' + ', '.join(failed)}")
-    return 1 if failed else 0
+    return done()
 
 
 if __name__ == '__main__':

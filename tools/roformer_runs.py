@@ -25,11 +25,11 @@ PLANS = {
 
 def longtext(plan, config, pre=False, deferred=False):
     "Scratch: every encoding at 512 and 1,024 bytes; pre-trained (`pre`): the MLM encodings. On cpu-tiny, T5 at 1,024 (about 4 minutes a run) is deferred for seeds 1 and 2 to the group 'longtext-t5', run last."
+    if deferred and not plan['defer_t5']: return
     encs = MLM_ENCS if pre else LONG_ENCS
     for L, s in ([(L, s) for s in SEEDS for L in (512, 1024)] if pre else [(L, s) for L in (512, 1024) for s in SEEDS]):
         for e in encs:
             if plan['defer_t5'] and (e == 't5' and L == 1024 and s > 0) != deferred: continue
-            if deferred and not plan['defer_t5']: continue
             extra = ['--eval-len', '1024'] if L == 512 and s == 0 else []
             yield 'mlm', ['finetune', '--task', 'imdb', *plan['lt'], '--max-len', str(L), '--encoding', e, '--seed', str(s), *config] + extra + (['--pretrained'] if pre else [])
 
