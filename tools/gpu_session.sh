@@ -16,7 +16,7 @@
 #   mlm      per (seed, encoding): MLM pre-training, the pre-trained long-text arms, the GLUE arms (notebooks 26, 27)
 #   long     per encoding: the long-text arms from scratch at 512 and 1,024 bytes (notebook 27)
 #   lm       per variant: the byte-level LM with linear or softmax attention (notebook 28)
-# LANES picks them (default: "floater"; gpu_check --no-bench always runs beside, niced). A lane killed at the deadline loses only
+# LANES picks them (default: "floater"; gpu_check --no-bench always runs beside, niced); LANES_AFTER (e.g. "mlm") starts when they finish. A lane killed at the deadline loses only
 # its unfinished run: every finished run has its record under results/.
 # Seen on the first lent H200 (2026-12-04, 540 s): with all four kinds at once (about 25 processes) the GPU was the bottleneck
 # (fine-tuning then trained in fp32; it now autocasts bf16 on CUDA, FT_SIZES amp), a 600-update long-text run took about 400 s and no FLOATER base reached 3,000 updates; so one
@@ -48,8 +48,10 @@ lanes() {   # $1, $2: extra arguments of every FLOATER / RoFormer run (smoke: a 
   return 0
 }
 
+running() { jobs -pr | grep -vx "${GC_PID:-none}"; }   # the lanes still running (not the niced gpu_check)
+wait_lanes() { while [ -n "$(running)" ] && [ $(( $(date +%s) - T0 )) -lt $1 ]; do sleep 5; done; }
 wait_until() {   # wait for every lane, or kill them all at $1 seconds after the start
-  while [ -n "$(jobs -pr)" ] && [ $(( $(date +%s) - T0 )) -lt $1 ]; do sleep 5; done
+  wait_lanes $1; while [ -n "$(jobs -pr)" ] && [ $(( $(date +%s) - T0 )) -lt $1 ]; do sleep 5; done
   for p in $(jobs -pr); do pkill -TERM -P $p 2>/dev/null; kill -TERM $p 2>/dev/null; done; sleep 3
   pkill -KILL -f posenc_nb.experiments 2>/dev/null; pkill -KILL -f roformer_runs 2>/dev/null; wait 2>/dev/null
 }
@@ -69,7 +71,11 @@ if [ "$MODE" = smoke ]; then
   tar czf "$OUT/rates.tgz" runs /tmp/smokework .cache/roformer-runs /tmp/logs /tmp/smoke 2>/dev/null
 else
   nice -n 10 python3 tools/gpu_check.py --no-bench --out results/gpu > /tmp/logs/gpu_check.log 2>&1 &   # correctness only: the GPU is shared
-  lanes "" ""; wait_until $DEADLINE_S
+  GC_PID=$!
+  lanes "" ""
+  if [ -n "${LANES_AFTER:-}" ]; then   # when LANES finish early, LANES_AFTER gets the rest of the time
+    wait_lanes $DEADLINE_S; echo "lanes $LANES done at $(( $(date +%s) - T0 )) s"; LANES=$LANES_AFTER; lanes "" ""; fi
+  wait_until $DEADLINE_S
   tar czf "$OUT/results.tgz" $(find results -newer /tmp/start_marker -type f) 2>/dev/null
   tar czf "$OUT/logs.tgz" /tmp/logs runs/experiments/*/*/curve.jsonl .cache/roformer-runs/*/metrics.jsonl 2>/dev/null
 fi
