@@ -113,11 +113,19 @@ class RotaryCache:
                               if scaling == 'xpos' else None)
         if split is not None and (split < 2 or split & (split - 1)): raise ValueError(f"split must be a power of two >= 2, got {split}")
         self.split = split      # two-level (angle addition) tables, see the extension section
-        self._tables, self._memo = {}, {}
+        self._tables, self._memo, self._freqs = {}, {}, {}
 
     def clear(self):
         "Drop every table (they are rebuilt lazily, on the device and in the dtype of the next call)."
-        self._tables, self._memo = {}, {}
+        self._tables, self._memo, self._freqs = {}, {}, {}
+
+    def freqs(self, device, fp64: bool = False) -> Tensor:
+        "The frequencies (`inv_freq`, or `inv_freq64` when `fp64`) on `device`: copied there once, since a host-to-device copy syncs."
+        t = self.inv_freq64 if fp64 else self.inv_freq
+        device = torch.device(device)
+        if t.device == device: return t
+        if (device, fp64) not in self._freqs: self._freqs[device, fp64] = t.to(device)
+        return self._freqs[device, fp64]
 
     def __repr__(self):
         return (f"RotaryCache(dim={self.dim}, base={self.base}, scaling={self.scaling}, factor={self.factor}, "
@@ -130,7 +138,7 @@ class RotaryCache:
 
     def _angles_table(self, pos: Tensor, dtype, fmt: str = 'pairs') -> Tensor:
         "cos/sin of pos*theta from angles in angle_dtype, in the table format `fmt` (see `_cs_format`), stored in `dtype`."
-        ang = pos.to(self.angle_dtype)[..., None] * self.inv_freq.to(pos.device)
+        ang = pos.to(self.angle_dtype)[..., None] * self.freqs(pos.device)
         ang = ang.to(torch.promote_types(self.angle_dtype, dtype))
         cs = _cs_format(ang.cos(), ang.sin(), fmt)
         if self.mscale != 1.0: cs = cs * self.mscale
@@ -220,7 +228,7 @@ class RotaryCache:
         n_hi = hi // K + 1
         if tabs is None or tabs[0].shape[0] < n_hi:
             size = max(16, 1 << max(n_hi - 1, 1).bit_length())
-            inv = self.inv_freq64.to(pos.device)
+            inv = self.freqs(pos.device, fp64=True)
             hi_ang = (torch.arange(size, device=pos.device, dtype=torch.float64) * K)[:, None] * inv
             lo_ang = torch.arange(K, device=pos.device, dtype=torch.float64)[:, None] * inv
             mk = lambda a: torch.view_as_complex(torch.stack([a.cos(), a.sin()], -1).contiguous()).to(
