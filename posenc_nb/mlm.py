@@ -232,6 +232,8 @@ def load_encoder(clf: Classifier, # a Classifier of the same encoding and sizes 
     "Copy the pre-trained encoder weights into `clf` (in place); its head stays as initialised."
     ck = Checkpointer(run_dir, 1, 1).latest()
     if ck is None: raise FileNotFoundError(f"no pre-training checkpoint in {run_dir}; run pretrain_mlm there first")
+    if ck['step'] < ck['mlm_config']['steps']:
+        raise ValueError(f"the pre-training in {run_dir} stopped at update {ck['step']} of {ck['mlm_config']['steps']}; finish it first (pretrain_mlm resumes it)")
     enc = {k[4:]: v for k, v in ck['model'].items() if k.startswith('enc.') and not k.startswith('enc.head.')}
     try: missing, unexpected = clf.load_state_dict(enc, strict=False)
     except RuntimeError as e: raise ValueError(f"the checkpoint in {run_dir} does not fit this classifier ({str(e).splitlines()[1].strip()}); use the pre-training sizes") from None
@@ -324,15 +326,19 @@ def mlm_pretrain(*, encoding: str = 'rope', # the position encoding
                  steps: int = None, # updates (default: the config's)
                  threads: int = 1, # CPU threads for torch
                  out: str = None, # record file (default: results/roformer-mlm/CONFIG_ENCODING_seedSEED.json)
+                 weights: bool = False, # the fine-tuning needs the weights here: pre-train again when the record exists but the finished checkpoint does not (a record made on another machine), replacing the record
                 ) -> int:
-    """Pre-train one byte-level MLM, resuming from its checkpoint in `pretrain_dir`; skipped when its record exists.
+    """Pre-train one byte-level MLM, resuming from its checkpoint in `pretrain_dir`; skipped when its record exists (and, with `weights`, its finished checkpoint).
 
     Examples:
       python -m posenc_nb.mlm pretrain --encoding rope --seed 0 --config cpu-tiny"""
     use_threads(threads)
     cfg = replace(MLM_CONFIGS[config], encoding=encoding, seed=seed, **({'steps': steps} if steps else {}))
-    out = Path(out or RESULTS / 'roformer-mlm' / f'{config}_{encoding}_seed{seed}.json')
-    if not out.exists(): pretrain_mlm(cfg, pretrain_dir(encoding, seed, config), out, command=command_line())
+    out, run = Path(out or RESULTS / 'roformer-mlm' / f'{config}_{encoding}_seed{seed}.json'), pretrain_dir(encoding, seed, config)
+    ck = Checkpointer(run, 1, 1).latest() if weights and out.exists() else None
+    if weights and out.exists() and not (ck and ck['step'] >= ck['mlm_config']['steps']):
+        print(f'{out}: the record exists but {run} holds no finished checkpoint: pre-training again', flush=True); out.unlink()
+    if not out.exists(): pretrain_mlm(cfg, run, out, command=command_line())
     print(f'{out}: {"done" if out.exists() else "missing"}', flush=True)
     return 0
 

@@ -73,10 +73,12 @@ def main(argv=None) -> int:
     if swallowed: ap.error(f"--encodings took the group name(s) {', '.join(swallowed)}: put the groups first, e.g. roformer_runs.py {' '.join(swallowed)} --encodings {a.encodings[0]}")
     torch.set_num_threads(1)
     plan, config = PLANS[a.config], ([] if a.config == 'cpu-tiny' else ['--config', a.config])
+    needs_weights = bool({'longtext-pre', 'glue'} & set(a.groups or GROUPS))
     for g in a.groups or list(GROUPS):
         for mod, run in GROUPS[g](plan, config):
             if not _keep(run, a.seeds, a.encodings): continue
             if a.steps and run[0] in ('pretrain', 'finetune', 'train'): run = [*run, '--steps', str(a.steps)]
+            if run[0] == 'pretrain' and needs_weights: run = [*run, '--weights']   # the fine-tuning below starts from these weights
             t = time.time(); rc = importlib.import_module(f'posenc_nb.{mod}').main(run)
             if rc: sys.exit(f'[{g}] {mod} {" ".join(run)} exited with status {rc}')   # main reports errors as a status, not an exception
             print(f'  [{g}] {time.time() - t:.0f}s {" ".join(run)}', flush=True)
