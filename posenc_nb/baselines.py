@@ -25,9 +25,11 @@ class NoPosEnc(PosEnc):
 
 # %% ../nbs/01_baselines.ipynb #555b70ad
 @lru_cache(maxsize=64)
-def _inv_freq(d_model: int, base: float) -> Tensor:
-    with torch.device('cpu'):   # cached: never on the device of a caller's `with torch.device(...)` (a meta-device build would poison it)
-        return torch.pow(torch.tensor(float(base), dtype=torch.float64), -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+def _inv_freq(d_model: int, base: float, device=torch.device('cpu'), dtype=torch.float64) -> Tensor:
+    "base^(-2i/d) built in fp64 on the CPU, then cast and moved once per (device, dtype): a host-to-device copy syncs, so not on every call."
+    with torch.device('cpu'):   # never built on the device of a caller's `with torch.device(...)` (a meta-device build would poison the cache)
+        inv = torch.pow(torch.tensor(float(base), dtype=torch.float64), -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    return inv.to(device=device, dtype=dtype)
 
 # %% ../nbs/01_baselines.ipynb #3a2573c8
 def sinusoidal_table(positions: Tensor, # integer positions, any shape
@@ -38,7 +40,7 @@ def sinusoidal_table(positions: Tensor, # integer positions, any shape
     "Sinusoidal codes (..., d_model) of integer `positions`: sin at even, cos at odd dims; angles computed in `dtype`."
     if positions.is_floating_point(): raise TypeError(f"positions must be an integer tensor, got {positions.dtype}; pass Positions.pos")
     if d_model < 1: raise ValueError(f"d_model must be positive, got {d_model}")
-    inv = _inv_freq(d_model, float(base)).to(device=positions.device, dtype=dtype)
+    inv = _inv_freq(d_model, float(base), positions.device, dtype)
     ang = positions.to(dtype)[..., None] * inv                                    # (..., ceil(d/2))
     return torch.stack((ang.sin(), ang.cos()), -1).flatten(-2)[..., :d_model]    # interleave, drop the last cos if d is odd
 
