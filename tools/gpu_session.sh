@@ -16,11 +16,13 @@
 #   mlm      per (seed, encoding): MLM pre-training, the pre-trained long-text arms, the GLUE arms (notebooks 26, 27)
 #   long     per encoding: the long-text arms from scratch at 512 and 1,024 bytes (notebook 27)
 #   lm       per variant: the byte-level LM with linear or softmax attention (notebook 28)
-# LANES picks them (default: "floater"; gpu_check --no-bench always runs beside, niced); LANES_AFTER (e.g. "mlm") starts when they finish. A lane killed at the deadline loses only
+# LANES picks them (default: "mlm", since floater-recipe-1h has its records; gpu_check --no-bench always runs beside, niced); LANES_AFTER (e.g. "long") starts when they finish. A lane killed at the deadline loses only
 # its unfinished run: every finished run has its record under results/.
 # Seen on the first lent H200 (2026-12-04, 540 s): with all four kinds at once (about 25 processes) the GPU was the bottleneck
 # (fine-tuning then trained in fp32; it now autocasts bf16 on CUDA, FT_SIZES amp), a 600-update long-text run took about 400 s and no FLOATER base reached 3,000 updates; so one
-# kind per session, FLOATER first.
+# kind per session, FLOATER first. The second lent H200 (2026-12-04, 550 + 240 s) finished floater-recipe-1h in 475 s (3 bases of 3,000
+# updates side by side in about 159 s, then 9 arms at once in 127-293 s) and, after it, the 9 gpu-small MLM pre-trainings; their weights
+# stayed on that machine, so the mlm lanes pre-train again (--weights) before the long-text and GLUE arms. Next: LANES=mlm, then long.
 set -u
 MODE=${1:?smoke or full}; OUT=${2:?output folder}; T0=$(date +%s)
 DEADLINE_S=${DEADLINE_S:-520}; RATE_S=${RATE_S:-60}
@@ -33,7 +35,7 @@ touch /tmp/start_marker
 EXP="python3 -m posenc_nb.experiments run floater-recipe-1h --full --device cuda --work runs/experiments"
 RR="nice -n 10 python3 tools/roformer_runs.py --config gpu-small"   # the FLOATER lanes first on the CPUs
 
-LANES=${LANES:-floater}
+LANES=${LANES:-mlm}
 lanes() {   # $1, $2: extra arguments of every FLOATER / RoFormer run (smoke: a few updates into a scratch folder)
   local fx=$1 rx=$2
   [[ " $LANES " == *" floater "* ]] && for s in 0 1 2; do
