@@ -22,7 +22,8 @@
 # (fine-tuning then trained in fp32; it now autocasts bf16 on CUDA, FT_SIZES amp), a 600-update long-text run took about 400 s and no FLOATER base reached 3,000 updates; so one
 # kind per session, FLOATER first. The second lent H200 (2026-12-04, 550 + 240 s) finished floater-recipe-1h in 475 s (3 bases of 3,000
 # updates side by side in about 159 s, then 9 arms at once in 127-293 s) and, after it, the 9 gpu-small MLM pre-trainings; their weights
-# stayed on that machine, so the mlm lanes pre-train again (--weights) before the long-text and GLUE arms. Next: LANES=mlm, then long.
+# stayed on that machine, so the mlm lanes pre-train again (--weights) before the long-text and GLUE arms. Next:
+#   DEADLINE_S=550 LANES=mlm LANES_AFTER=long bash tools/gpu_session.sh full $OUT
 set -u
 MODE=${1:?smoke or full}; OUT=${2:?output folder}; T0=$(date +%s)
 DEADLINE_S=${DEADLINE_S:-520}; RATE_S=${RATE_S:-60}
