@@ -226,13 +226,17 @@ def _mlm_record(cfg, L, run_dir, device, command, wall) -> dict:
             'config': asdict(cfg), **provenance(cfg.seed, precision_name(device, cfg.amp), device, command=command)}
 
 # %% ../nbs/26_mlm.ipynb #dcc73cb9
+def _finished(ck: Optional[dict]) -> bool:
+    "Whether a pre-training checkpoint (`Checkpointer.latest()`) holds the end of its run."
+    return ck is not None and ck['step'] >= ck['mlm_config']['steps']
+
 def load_encoder(clf: Classifier, # a Classifier of the same encoding and sizes as the pre-trained MLM
                  run_dir, # a `pretrain_mlm` run folder (its newest checkpoint is used)
                 ) -> Classifier:
     "Copy the pre-trained encoder weights into `clf` (in place); its head stays as initialised."
     ck = Checkpointer(run_dir, 1, 1).latest()
     if ck is None: raise FileNotFoundError(f"no pre-training checkpoint in {run_dir}; run pretrain_mlm there first")
-    if ck['step'] < ck['mlm_config']['steps']:
+    if not _finished(ck):
         raise ValueError(f"the pre-training in {run_dir} stopped at update {ck['step']} of {ck['mlm_config']['steps']}; finish it first (pretrain_mlm resumes it)")
     enc = {k[4:]: v for k, v in ck['model'].items() if k.startswith('enc.') and not k.startswith('enc.head.')}
     try: missing, unexpected = clf.load_state_dict(enc, strict=False)
@@ -335,8 +339,7 @@ def mlm_pretrain(*, encoding: str = 'rope', # the position encoding
     use_threads(threads)
     cfg = replace(MLM_CONFIGS[config], encoding=encoding, seed=seed, **({'steps': steps} if steps else {}))
     out, run = Path(out or RESULTS / 'roformer-mlm' / f'{config}_{encoding}_seed{seed}.json'), pretrain_dir(encoding, seed, config)
-    ck = Checkpointer(run, 1, 1).latest() if weights and out.exists() else None
-    if weights and out.exists() and not (ck and ck['step'] >= ck['mlm_config']['steps']):
+    if weights and out.exists() and not _finished(Checkpointer(run, 1, 1).latest()):
         print(f'{out}: the record exists but {run} holds no finished checkpoint: pre-training again', flush=True); out.unlink()
     if not out.exists(): pretrain_mlm(cfg, run, out, command=command_line())
     print(f'{out}: {"done" if out.exists() else "missing"}', flush=True)

@@ -54,7 +54,7 @@ lanes() {   # $1, $2: extra arguments of every FLOATER / RoFormer run (smoke: a 
 running() { jobs -pr | grep -vx "${GC_PID:-none}"; }   # the lanes still running (not the niced gpu_check)
 wait_lanes() { while [ -n "$(running)" ] && [ $(( $(date +%s) - T0 )) -lt $1 ]; do sleep 5; done; }
 wait_until() {   # wait for every lane, or kill them all at $1 seconds after the start
-  wait_lanes $1; while [ -n "$(jobs -pr)" ] && [ $(( $(date +%s) - T0 )) -lt $1 ]; do sleep 5; done
+  while [ -n "$(jobs -pr)" ] && [ $(( $(date +%s) - T0 )) -lt $1 ]; do sleep 5; done
   for p in $(jobs -pr); do pkill -TERM -P $p 2>/dev/null; kill -TERM $p 2>/dev/null; done; sleep 3
   pkill -KILL -f posenc_nb.experiments 2>/dev/null; pkill -KILL -f roformer_runs 2>/dev/null; wait 2>/dev/null
 }
