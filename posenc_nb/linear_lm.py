@@ -89,6 +89,8 @@ class LMConfig:
     n_valid: int = 32; log_every: int = 5; eval_every: int = 25; ckpt_every: int = 25
 
 LM_CONFIGS = {'cpu-tiny': LMConfig(),
+              'cpu-small': LMConfig(seq_len=512, batch=16, d_model=64, n_heads=2, n_layers=2, d_ff=256, lr=2e-3, warmup=30, steps=600,
+                                    log_every=10, eval_every=50, ckpt_every=100),
               'gpu-small': LMConfig(seq_len=1024, batch=32, d_model=256, n_heads=4, n_layers=4, d_ff=1024, lr=1e-3, warmup=200, steps=2000,
                                     n_valid=128, log_every=50, eval_every=250, ckpt_every=500),
               'gpu-base': LMConfig(seq_len=1024, batch=128, d_model=768, n_heads=12, n_layers=12, d_ff=3072, lr=1e-4, warmup=4000, steps=100_000,

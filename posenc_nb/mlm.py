@@ -127,6 +127,7 @@ class MLMConfig:
 # %% ../nbs/26_mlm.ipynb #e18cea82
 MLM_CONFIGS = {
     'cpu-tiny': MLMConfig(),
+    'cpu-small': MLMConfig(max_tokens=16384, steps=1000, warmup=50, n_valid=256, log_every=20, eval_every=100, ckpt_every=100),
     'gpu-small': MLMConfig(d_model=256, n_heads=4, n_layers=4, d_ff=1024, dropout=0.1, max_tokens=32768, lr=1e-3, warmup=200,
                            steps=2000, n_valid=512, log_every=50, eval_every=250, ckpt_every=500),
     'gpu-base': MLMConfig(d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1, max_tokens=65536, lr=1e-4, warmup=10_000,
@@ -254,7 +255,8 @@ class FinetuneConfig(ClassifyConfig):
     n_test: Optional[int] = None
     eval_len: Optional[int] = None    # also test on inputs truncated at this (longer) length
 
-FT_SIZES = {'cpu-tiny': dict(d_model=32, n_heads=2, n_layers=2, d_ff=128, dropout=0.0),
+_CPU_SIZE = dict(d_model=32, n_heads=2, n_layers=2, d_ff=128, dropout=0.0)
+FT_SIZES = {'cpu-tiny': _CPU_SIZE, 'cpu-small': _CPU_SIZE,      # cpu-small: the same model, a larger budget (the runs' options)
             'gpu-small': dict(d_model=256, n_heads=4, n_layers=4, d_ff=1024, dropout=0.1, amp='bf16'),
             'gpu-base': dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1, amp='bf16')}   # bf16: autocast on CUDA only
 

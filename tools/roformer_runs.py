@@ -3,6 +3,7 @@
 split is converted to bytes once). A run whose record exists under results/ is skipped; a pre-training run resumes from its checkpoint.
 
     python tools/roformer_runs.py [GROUP ...]                          # cpu-tiny, as committed (2 CPU threads, hours)
+    python tools/roformer_runs.py longtext linear --config cpu-small   # the CPU scale where the classifiers leave chance (hours)
     python tools/roformer_runs.py mlm longtext-pre --config gpu-small  # on a CUDA machine (tools/gpu_session.sh runs these lanes in parallel)
     python tools/roformer_runs.py longtext --config gpu-small --seeds 0 --encodings rope   # groups first: --encodings takes every word after it
 
@@ -15,21 +16,30 @@ SEEDS, LONG_ENCS, MLM_ENCS = (0, 1, 2), ('rope', 'sinusoidal', 'learned', 'alibi
 PLANS = {
     'cpu-tiny': dict(lt=['--steps', '60', '--n-test', '400', '--n-valid', '128', '--eval-every', '60', '--lr', '2e-3', '--warmup', '10'],
                      glue=['--max-len', '256', '--steps', '100', '--eval-every', '50', '--n-valid', '512', '--max-tokens', '2048', '--lr', '2e-3'],
-                     defer_t5=True),
+                     defer_t5='seeds 1-2 at 1024'),
+    # cpu-small: the cpu-tiny model on batches of 16,384 bytes for 600 updates (about 0.4 passes at 512 bytes), scored on 2,000 test reviews;
+    # the classifiers leave chance here. T5 (5-7 times sinusoidal's time per update on this CPU) runs last, in the group 'longtext-t5'.
+    'cpu-small': dict(lt=['--steps', '600', '--n-test', '2000', '--n-valid', '512', '--eval-every', '150', '--lr', '2e-3', '--warmup', '30', '--max-tokens', '16384'],
+                      glue=['--max-len', '256', '--steps', '400', '--eval-every', '100', '--n-valid', '512', '--max-tokens', '8192', '--lr', '2e-3', '--warmup', '20'],
+                      defer_t5='all'),
     # gpu-small: the official 25,000-review test split, 600 updates of 32,768 padded bytes (about 1.7 passes at 512 bytes)
     'gpu-small': dict(lt=['--steps', '600', '--n-valid', '512', '--eval-every', '200', '--lr', '5e-4', '--warmup', '60', '--max-tokens', '32768'],
                       glue=['--max-len', '256', '--steps', '400', '--eval-every', '200', '--n-valid', '512', '--max-tokens', '8192', '--lr', '5e-4', '--warmup', '40'],
-                      defer_t5=False),
+                      defer_t5=None),
 }
 
 
+def _deferred(plan, e, L, s) -> bool:
+    "Whether a scratch run waits for the group 'longtext-t5', run last: the plan's `defer_t5` says which T5 runs (T5 is the slowest arm)."
+    return e == 't5' and (plan['defer_t5'] == 'all' or (plan['defer_t5'] == 'seeds 1-2 at 1024' and L == 1024 and s > 0))
+
 def longtext(plan, config, pre=False, deferred=False):
-    "Scratch: every encoding at 512 and 1,024 bytes; pre-trained (`pre`): the MLM encodings. On cpu-tiny, T5 at 1,024 (about 4 minutes a run) is deferred for seeds 1 and 2 to the group 'longtext-t5', run last."
+    "Scratch: every encoding at 512 and 1,024 bytes; pre-trained (`pre`): the MLM encodings. Slow T5 runs (`_deferred`) go to the group 'longtext-t5'."
     if deferred and not plan['defer_t5']: return
     encs = MLM_ENCS if pre else LONG_ENCS
     for L, s in ([(L, s) for s in SEEDS for L in (512, 1024)] if pre else [(L, s) for L in (512, 1024) for s in SEEDS]):
         for e in encs:
-            if plan['defer_t5'] and (e == 't5' and L == 1024 and s > 0) != deferred: continue
+            if _deferred(plan, e, L, s) != deferred: continue
             extra = ['--eval-len', '1024'] if L == 512 and s == 0 else []
             yield 'mlm', ['finetune', '--task', 'imdb', *plan['lt'], '--max-len', str(L), '--encoding', e, '--seed', str(s), *config] + extra + (['--pretrained'] if pre else [])
 
