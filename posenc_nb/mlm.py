@@ -127,7 +127,7 @@ class MLMConfig:
 # %% ../nbs/26_mlm.ipynb #e18cea82
 MLM_CONFIGS = {
     'cpu-tiny': MLMConfig(),
-    'cpu-small': MLMConfig(max_tokens=16384, steps=1000, warmup=50, n_valid=256, log_every=20, eval_every=100, ckpt_every=100),
+    'cpu-small': MLMConfig(max_tokens=16384, steps=600, warmup=30, n_valid=256, log_every=20, eval_every=100, ckpt_every=100),   # the fine-tuning budget
     'gpu-small': MLMConfig(d_model=256, n_heads=4, n_layers=4, d_ff=1024, dropout=0.1, max_tokens=32768, lr=1e-3, warmup=200,
                            steps=2000, n_valid=512, log_every=50, eval_every=250, ckpt_every=500),
     'gpu-base': MLMConfig(d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1, max_tokens=65536, lr=1e-4, warmup=10_000,
