@@ -18,7 +18,7 @@ from .cli import command, command_line, use_threads, main as cli_main
 # %% auto #0
 __all__ = ['LONG_ENCODINGS', 'LONG_TEXT_COMMANDS', 'byte_lengths', 'length_shares', 'load_records', 'test_subset',
            'accuracy_summary', 'format_accuracy', 'paired_bootstrap_acc', 'significance', 'format_significance',
-           'length_gain', 'peak_rss_mb', 'bench_encodings', 'longtext_bench', 'main']
+           'length_gain', 'compare_arms', 'peak_rss_mb', 'bench_encodings', 'longtext_bench', 'main']
 
 # %% ../nbs/27_long_text.ipynb #2cd38db7
 def byte_lengths(name: str, # a registered labelled data set
@@ -121,6 +121,20 @@ def length_gain(records: list, labels, n_samples: int = 2000) -> list:
     for r in records: g.setdefault((r['pretrained'], r['encoding']), {}).setdefault(r['config']['max_len'], []).append(r)
     return [{'pretrained': pre, 'encoding': enc, **paired_bootstrap_acc(_correct(d[512], labels), _correct(d[1024], labels), n_samples)}
             for (pre, enc), d in sorted(g.items()) if 512 in d and 1024 in d]
+
+# %% ../nbs/27_long_text.ipynb #b74c24b4
+def compare_arms(records: list, labels, # fine-tuning records; the test items' labels
+                 a: tuple, # the reference arm: (max_len, pretrained, encoding)
+                 b: tuple, # the arm compared with it
+                 n_samples: int = 2000) -> dict:
+    "Accuracy of arm b minus arm a: paired bootstrap over the items (seed-averaged correctness) and the seed-level mean difference."
+    arm = lambda k: sorted([r for r in records if (r['config']['max_len'], r['pretrained'], r['encoding']) == tuple(k)], key=lambda r: r['seed'])
+    ra, rb = arm(a), arm(b)
+    if not ra or not rb: raise ValueError(f"no records for arm {a if not ra else b}; arms are (max_len, pretrained, encoding)")
+    acc = lambda rs: {r['seed']: r['test_accuracy'] for r in rs}
+    sa, sb = acc(ra), acc(rb)
+    return {**paired_bootstrap_acc(_correct(ra, labels), _correct(rb, labels), n_samples), 'seeds': (len(ra), len(rb)),
+            'seed_diff': mean_sd([sb[s] - sa[s] for s in sb if s in sa])[0]}
 
 # %% ../nbs/27_long_text.ipynb #d2e5e74b
 _PROBE = """
