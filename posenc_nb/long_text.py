@@ -122,7 +122,7 @@ def length_gain(records: list, labels, n_samples: int = 2000) -> list:
     return [{'pretrained': pre, 'encoding': enc, **paired_bootstrap_acc(_correct(d[512], labels), _correct(d[1024], labels), n_samples)}
             for (pre, enc), d in sorted(g.items()) if 512 in d and 1024 in d]
 
-# %% ../nbs/27_long_text.ipynb #b74c24b4
+# %% ../nbs/27_long_text.ipynb #31ff5b6b
 def compare_arms(records: list, labels, # fine-tuning records; the test items' labels
                  a: tuple, # the reference arm: (max_len, pretrained, encoding)
                  b: tuple, # the arm compared with it
