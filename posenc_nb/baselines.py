@@ -117,20 +117,26 @@ def _t5_lut(n_dir: int, max_distance: int) -> Tensor:
         else: out.append(min(n_dir - 1, exact + int(math.floor((n_dir - exact) * math.log(n / exact) / math.log(max_distance / exact) + 1e-9))))
     return torch.tensor(out, dtype=torch.long, device='cpu')   # cached: never on a caller's default device
 
+@lru_cache(maxsize=32)
+def _t5_signed_lut(num_buckets: int, max_distance: int, bidirectional: bool) -> Tensor:
+    "Bucket of every offset j-i from -max_distance to max_distance, stored at index offset + max_distance: both directions in one table."
+    n_dir = num_buckets // 2 if bidirectional else num_buckets
+    d, n = _t5_lut(n_dir, max_distance), torch.arange(-max_distance, max_distance + 1)
+    return d[n.abs()] + (n > 0).long() * n_dir if bidirectional else d[(-n).clamp_min(0)]   # causal: future offsets -> bucket 0
+
 # %% ../nbs/01_baselines.ipynb #a1d4605b
 def t5_bucket(rel: Tensor, # relative offsets j - i (key minus query position)
               bidirectional: bool = True, # encoder (both directions) or causal decoder
               num_buckets: int = 32, # buckets in all (half per direction when bidirectional)
               max_distance: int = 128, # offsets at or beyond it share the last bucket
-              lut: Optional[Tensor] = None # a cached `_t5_lut` on rel's device
+              lut: Optional[Tensor] = None # a cached `_t5_signed_lut` on rel's device
              ) -> Tensor: # bucket index, shape of `rel`
-    "T5 bucket index of relative offsets `rel = j - i` (key minus query position); `lut` optionally a cached `_t5_lut`."
+    "T5 bucket index of relative offsets `rel = j - i` (key minus query position); `lut` optionally a cached `_t5_signed_lut`."
     n_dir = num_buckets // 2 if bidirectional else num_buckets
     if n_dir < 2 or max_distance <= n_dir // 2:
         raise ValueError(f"t5 buckets need num_buckets >= {4 if bidirectional else 2} and max_distance > {n_dir // 2}; got {num_buckets}, {max_distance}")
-    if lut is None: lut = _t5_lut(n_dir, max_distance).to(rel.device)
-    if bidirectional: return lut[rel.abs().clamp_max(max_distance)] + (rel > 0).long() * n_dir
-    return lut[(-rel).clamp(0, max_distance)]
+    if lut is None: lut = _t5_signed_lut(num_buckets, max_distance, bidirectional).to(rel.device)
+    return lut[rel.clamp(-max_distance, max_distance).add_(max_distance)]     # exact: every |offset| >= max_distance shares its direction's last bucket
 
 # %% ../nbs/01_baselines.ipynb #5328444b
 @register_posenc('t5')
@@ -145,8 +151,8 @@ class T5PosEnc(PosEnc):
         self.bias = nn.Embedding(num_buckets, n_heads)
         nn.init.normal_(self.bias.weight, 0., 0.1)
         # lookup tables live on the module's device (no host-to-device copy per call); not part of the state_dict
-        self.register_buffer('lut_bi', _t5_lut(num_buckets // 2, max_distance).clone(), persistent=False)
-        self.register_buffer('lut_causal', _t5_lut(num_buckets, max_distance).clone(), persistent=False)
+        self.register_buffer('lut_bi', _t5_signed_lut(num_buckets, max_distance, True).clone(), persistent=False)
+        self.register_buffer('lut_causal', _t5_signed_lut(num_buckets, max_distance, False).clone(), persistent=False)
 
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
         lut = self.lut_causal if site.causal else self.lut_bi
