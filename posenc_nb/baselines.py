@@ -121,7 +121,7 @@ def _t5_lut(n_dir: int, max_distance: int) -> Tensor:
 def _t5_signed_lut(num_buckets: int, max_distance: int, bidirectional: bool) -> Tensor:
     "Bucket of every offset j-i from -max_distance to max_distance, stored at index offset + max_distance: both directions in one table."
     n_dir = num_buckets // 2 if bidirectional else num_buckets
-    d, n = _t5_lut(n_dir, max_distance), torch.arange(-max_distance, max_distance + 1)
+    d, n = _t5_lut(n_dir, max_distance), torch.arange(-max_distance, max_distance + 1, device='cpu')   # cached: never on a caller's default device (e.g. meta)
     return d[n.abs()] + (n > 0).long() * n_dir if bidirectional else d[(-n).clamp_min(0)]   # causal: future offsets -> bucket 0
 
 # %% ../nbs/01_baselines.ipynb #a1d4605b
