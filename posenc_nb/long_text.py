@@ -18,7 +18,7 @@ from .cli import command, command_line, use_threads, main as cli_main
 # %% auto #0
 __all__ = ['LONG_ENCODINGS', 'LONG_TEXT_COMMANDS', 'byte_lengths', 'length_shares', 'load_records', 'test_subset',
            'accuracy_summary', 'format_accuracy', 'paired_bootstrap_acc', 'significance', 'format_significance',
-           'length_gain', 'compare_arms', 'peak_rss_mb', 'bench_encodings', 'longtext_bench', 'main']
+           'compare_arms', 'length_gain', 'peak_rss_mb', 'bench_encodings', 'longtext_bench', 'main']
 
 # %% ../nbs/27_long_text.ipynb #2cd38db7
 def byte_lengths(name: str, # a registered labelled data set
@@ -115,14 +115,6 @@ def format_significance(sig: list, alpha: float = 0.05) -> str:
                           f"{s['p']:.3f}", f(s['seed_diff']) + ('' if s['seed_sd'] is None else f" ± {100 * s['seed_sd']:.1f}"), 'yes' if s['p'] < alpha else 'no'] for s in sig])
 
 # %% ../nbs/27_long_text.ipynb #6848ea70
-def length_gain(records: list, labels, n_samples: int = 2000) -> list:
-    "Per encoding and init: accuracy at 1,024 minus at 512 (paired over the same items; the paper's 512 -> 1,024 comparison)."
-    g = {}
-    for r in records: g.setdefault((r['pretrained'], r['encoding']), {}).setdefault(r['config']['max_len'], []).append(r)
-    return [{'pretrained': pre, 'encoding': enc, **paired_bootstrap_acc(_correct(d[512], labels), _correct(d[1024], labels), n_samples)}
-            for (pre, enc), d in sorted(g.items()) if 512 in d and 1024 in d]
-
-# %% ../nbs/27_long_text.ipynb #31ff5b6b
 def compare_arms(records: list, labels, # fine-tuning records; the test items' labels
                  a: tuple, # the reference arm: (max_len, pretrained, encoding)
                  b: tuple, # the arm compared with it
@@ -135,6 +127,13 @@ def compare_arms(records: list, labels, # fine-tuning records; the test items' l
     sa, sb = acc(ra), acc(rb)
     return {**paired_bootstrap_acc(_correct(ra, labels), _correct(rb, labels), n_samples), 'seeds': (len(ra), len(rb)),
             'seed_diff': mean_sd([sb[s] - sa[s] for s in sb if s in sa])[0]}
+
+# %% ../nbs/27_long_text.ipynb #31ff5b6b
+def length_gain(records: list, labels, n_samples: int = 2000) -> list:
+    "Per encoding and init: accuracy at 1,024 minus at 512 (`compare_arms` over the same items; the paper's 512 -> 1,024 comparison)."
+    have = {(r['config']['max_len'], r['pretrained'], r['encoding']) for r in records}
+    return [{'pretrained': pre, 'encoding': enc, **compare_arms(records, labels, (512, pre, enc), (1024, pre, enc), n_samples)}
+            for pre, enc in sorted({(p, e) for _, p, e in have}) if (512, pre, enc) in have and (1024, pre, enc) in have]
 
 # %% ../nbs/27_long_text.ipynb #d2e5e74b
 _PROBE = """
