@@ -18,7 +18,7 @@ PLANS = {
                      glue=['--max-len', '256', '--steps', '100', '--eval-every', '50', '--n-valid', '512', '--max-tokens', '2048', '--lr', '2e-3'],
                      defer_t5='seeds 1-2 at 1024'),
     # cpu-small: the cpu-tiny model on batches of 16,384 bytes for 600 updates (about 0.4 passes at 512 bytes), scored on 2,000 test reviews;
-    # the classifiers leave chance here. T5 (5-7 times sinusoidal's time per update on this CPU) runs last, in the group 'longtext-t5'.
+    # the classifiers leave chance here. T5 (several times sinusoidal's time per update: results/roformer-longtext/cost.json) runs last, in the group 'longtext-t5'.
     'cpu-small': dict(lt=['--steps', '600', '--n-test', '2000', '--n-valid', '512', '--eval-every', '150', '--lr', '2e-3', '--warmup', '30', '--max-tokens', '16384'],
                       glue=['--max-len', '256', '--steps', '400', '--eval-every', '100', '--n-valid', '512', '--max-tokens', '8192', '--lr', '2e-3', '--warmup', '20'],
                       defer_t5='all'),
