@@ -397,6 +397,17 @@ def head_input_proj(x: Tensor, # the projection's shared input (B,L,D)
     return F.linear(x, weight, bias) + extra.reshape(*extra.shape[:2], -1)
 
 
+# %% ../nbs/00_core.ipynb #73d481d4
+def _proj_add(x: Tensor, # the projection's input (B,L,D)
+              w: Tensor, # its weight (out, D)
+              b: Optional[Tensor], # its bias (out,) or None
+              ob: Tensor # a bias per position, broadcastable to (B,L,out)
+             ) -> Tensor: # (B,L,out)
+    "`F.linear(x, w, b) + ob`, adding in place; under autograd through `matmul`, whose 3-D result is not a view (`F.linear`'s is), so autograd copies nothing."
+    if not torch.is_grad_enabled(): return F.linear(x, w, b).add_(ob)        # inference: the bias stays fused in the product
+    y = torch.matmul(x, w.t())
+    return y.add_((ob if b is None else ob + b).to(y.dtype))
+
 # %% ../nbs/00_core.ipynb #a0593713
 class Attention(nn.Module):
     "Multi-head attention with the position hooks; self-attention when `mem` is None, else cross-attention."
@@ -414,8 +425,7 @@ class Attention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def _proj(self, x, i, b=None):
-        w = self.in_proj.weight[i * self.d_model:(i + 1) * self.d_model]
-        bb = None if self.in_proj.bias is None else self.in_proj.bias[i * self.d_model:(i + 1) * self.d_model]
+        w, bb = self._blocks(i)
         if b is not None and b.dim() == 4: return head_input_proj(x, b, w, bb, self.n_heads)     # per-head inputs (hook 2)
         return F.linear(x if b is None else x + b, w, bb)
 
@@ -438,16 +448,16 @@ class Attention(nn.Module):
         q_pos = pe.head_positions(p, site) if acts else p.pos[:, None]
         cached = cache is not None and not self_attn and 'k' in cache              # cross-attention memory already projected
         if self_attn and bq is None and bk is None and bv is None:
-            qkv = self.in_proj(x)
-            q, k, v = (self._heads(t) for t in (qkv if ob is None else qkv.add_(ob)).chunk(3, dim=-1))
+            qkv = self.in_proj(x) if ob is None else _proj_add(x, self.in_proj.weight, self.in_proj.bias, ob)
+            q, k, v = (self._heads(t) for t in qkv.chunk(3, dim=-1))
         elif ob is not None:                                                         # cross-attention, projected biases
-            q = self._heads(self._proj(x, 0).add_(ob[0]))
-            if not cached: k, v = (self._heads(t) for t in F.linear(kv_x, *self._kv_weights()).add_(ob[1]).chunk(2, dim=-1))
+            q = self._heads(_proj_add(x, *self._blocks(0), ob[0]))
+            if not cached: k, v = (self._heads(t) for t in _proj_add(kv_x, *self._blocks(1, 2), ob[1]).chunk(2, dim=-1))
         else:
             q = self._heads(self._proj(x, 0, bq))
             if cached: pass
             elif bk is None and bv is None:                                          # no k/v inputs: one k/v product, as nn.MultiheadAttention does
-                k, v = (self._heads(t) for t in F.linear(kv_x, *self._kv_weights()).chunk(2, dim=-1))
+                k, v = (self._heads(t) for t in F.linear(kv_x, *self._blocks(1, 2)).chunk(2, dim=-1))
             else: k, v = self._heads(self._proj(kv_x, 1, bk)), self._heads(self._proj(kv_x, 2, bv))
         if self_attn: k_pos, k_mask = q_pos, kv_p.mask
         elif cached: k, v, k_pos, k_mask = cache['k'], cache['v'], cache['k_pos'], cache['k_mask']
@@ -461,7 +471,7 @@ class Attention(nn.Module):
         out = _attend(q, k, v, bias, allowed, k_mask, self.dropout if self.training else 0.0)
         return self.out_proj(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.d_model))
 
-    def _kv_weights(self):
-        "Weight and bias of the fused k/v projection (rows D..3D of `in_proj`)."
-        D = self.d_model
-        return self.in_proj.weight[D:], None if self.in_proj.bias is None else self.in_proj.bias[D:]
+    def _blocks(self, i, n=1):
+        "Weight and bias of blocks i..i+n-1 of `in_proj` (q, k, v: D rows each); (1, 2) is the fused k/v projection."
+        s = slice(i * self.d_model, (i + n) * self.d_model)
+        return self.in_proj.weight[s], None if self.in_proj.bias is None else self.in_proj.bias[s]

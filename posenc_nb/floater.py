@@ -313,8 +313,8 @@ class FloaterPE(PosEnc):
         if exact: self.traj_cache = traj.detach()
 
     def _fresh(self, n, key, graph):
-        "Solve from p(0) for k*chunk+1 >= n positions."
-        m = self._round(n)
+        "Solve from p(0) for k*chunk+1 >= n positions; a training solve of a fixed-step solver (re-solved every step) for exactly n."
+        m = n if graph and self.refresh_every == 1 and self.solver != 'dopri5' and not self.adjoint else self._round(n)
         y = self.p0 if graph else self.p0.detach()
         self._set(torch.cat([y[None], self._solve(y, 0, m - 1)]), key, graph, True)
 
@@ -503,7 +503,8 @@ class FloaterPE(PosEnc):
 def _project(slot: Tensor, weight: Tensor) -> Tensor:
     "A slot's trajectory rows (T, 3, d), the q, k, v initial values' states, through the q, k, v blocks of `weight` (3D, d): (T, 3D), what `F.linear` gives per block."
     D = weight.shape[0] // 3
-    return torch.bmm(slot.transpose(0, 1), weight.view(3, D, -1).transpose(1, 2)).transpose(0, 1).reshape(slot.shape[0], 3 * D)
+    P = torch.bmm(weight.view(3, D, -1), slot.permute(1, 2, 0))           # W_k p^T: the weight's gradient lands in its own layout, no copy
+    return P.permute(2, 0, 1).reshape(slot.shape[0], 3 * D).contiguous()  # rows by position (the reshape alone is a strided view)
 
 def _read_span(t: Tensor) -> tuple:
     lo, hi = torch.aminmax(t)
