@@ -1,5 +1,6 @@
 """Issue 17's table in one run (CPU): RoPE's half-split forward and training path, FLOATER's training step and greedy
-decoding, training tokens/s against `nn.Transformer`, host reads per decoding step; before (from the committed records)
+decoding, training tokens/s against `nn.Transformer`, host reads per decoding step, the package's dropout against
+`F.dropout`; before (from the committed records)
 and after (this run), written as one JSON record.
 
     python benchmarks/issue17.py --out results/speed/issue17.json
@@ -18,8 +19,9 @@ How it measures, so that ratios survive a shared, loaded machine:
 import argparse, ctypes, importlib.util, json, statistics, sys, time
 from pathlib import Path
 import torch
+import torch.nn.functional as F
 from posenc_nb.core import HostReads, Positions, list_posencs
-from posenc_nb.model import ModelConfig, Seq2Seq, label_smoothed_nll
+from posenc_nb.model import ModelConfig, Seq2Seq, label_smoothed_nll, dropout
 from posenc_nb.rope import RotaryCache, apply_rotary
 import posenc_nb.rope as _rope
 from posenc_nb.floater import FLOATER_OFFICIAL
@@ -124,6 +126,16 @@ def vs_transformer(reps, steps=2):
                            reps=reps, warmup=1, out=None, twin=True)
     return tpm.mode_vs_transformer(a, torch.device('cpu'))
 
+def dropout_speed(reps):
+    "posenc_nb.model.dropout / F.dropout, forward + backward at p=0.1, on the two activation widths of the nn.Transformer section (512 tokens)."
+    out = {}
+    for shape in [(16, 32, 256), (16, 32, 1024)]:
+        torch.manual_seed(0)
+        x, g = torch.randn(shape, requires_grad=True), torch.randn(shape)
+        fns = {'F.dropout': lambda: F.dropout(x, 0.1, True).backward(g), 'posenc_nb': lambda: dropout(x, 0.1, True).backward(g)}
+        out[str(shape)] = ratio(interleaved(fns, reps), 'posenc_nb', 'F.dropout')
+    return out
+
 def host_reads_per_step():
     "Host reads per incremental decoding step (3 layers, steps 1-3 after the first), every registered encoding."
     out = {}
@@ -184,6 +196,8 @@ def table(rec: dict) -> str:
                     f"{x['ratio'] >= 1 if not x['encoding'].startswith('floater') else ''} |")
     tw = a['vs_transformer'].get('twin')
     if tw: rows.append(f"| noise floor: identical nn.Transformer twin, training tok/s | | {tw['ratio']:.3f} (per rep {tw['ratio_min']:.2f}..{tw['ratio_max']:.2f}) | | |")
+    for sh, x in a.get('dropout', {}).items():
+        rows.append(f"| dropout forward+backward / F.dropout, {sh} | | {fmt(x)} | | |")
     rows.append(f"| host reads per incremental decoding step, max over encodings | | {max(a['host_reads_per_step'].values()):.0f} | 0 | {max(a['host_reads_per_step'].values()) == 0} |")
     return '\n'.join(rows)
 
@@ -206,7 +220,7 @@ def main(argv=None):
     rec['before'] = before()
     t0 = time.time()
     after = dict(rope_training=rope_training(a.reps), floater=floater(a.train_reps, a.reps), vs_transformer=vs_transformer(a.vs_reps, a.vs_steps),
-                 host_reads_per_step=host_reads_per_step())
+                 host_reads_per_step=host_reads_per_step(), dropout=dropout_speed(a.reps))
     rec['warm_allocator'] = warm_allocator()            # from here on (the RoPE forward section only): freed memory reused
     rec['after'] = dict(rope_forward=rope_forward(a.reps), **after)
     rec['measure_s'] = round(time.time() - t0, 1)

@@ -13,7 +13,7 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from fastcore.basics import patch
 from fastcore.script import Param
 from .core import Positions, list_posencs
-from .model import ModelConfig, Classifier, _dense
+from .model import ModelConfig, Classifier, _dense, dropout
 from .data import load_labelled, pad_batch, TokenBatchSampler, cache_dir, BOS
 from .train import Task, Learner, Budget, BatchStream, TrainLog, Evaluator, KeepBest, Checkpointer, fit, restore, read_metrics, lr_multiplier, inverse_sqrt
 from .train import jsonl_logger, autocast_for, precision_name, pick_device, seed_all
@@ -93,7 +93,7 @@ def encoder_states(clf: Classifier, # any Classifier
     "The (B,L,D) final hidden states of `clf`'s encoder: `Classifier.forward` without pooling and head."
     p = Positions.from_mask(x != clf.cfg.pad_id) if p is None else p.to(x.device)
     clf.enc_pe.check_positions(p); p = _dense(p)
-    h = F.dropout(clf.enc_pe.embed(clf.emb(x) * clf.scale, p), clf.cfg.dropout, clf.training)
+    h = dropout(clf.enc_pe.embed(clf.emb(x) * clf.scale, p), clf.cfg.dropout, clf.training)
     for layer in clf.layers: h = layer(h, p, clf.enc_pe)
     return clf.norm(h)
 

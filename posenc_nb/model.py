@@ -12,7 +12,7 @@ from torch import Tensor
 from .core import Positions, PosEnc, Attention, make_posenc, list_posencs
 
 # %% auto #0
-__all__ = ['ModelConfig', 'EncoderLayer', 'DecoderLayer', 'Seq2Seq', 'reorder_cache', 'warm_start_weights',
+__all__ = ['ModelConfig', 'dropout', 'EncoderLayer', 'DecoderLayer', 'Seq2Seq', 'reorder_cache', 'warm_start_weights',
            'to_torch_transformer', 'label_smoothed_nll', 'Classifier']
 
 # %% ../nbs/02_model.ipynb #0aac78f8
@@ -65,6 +65,19 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, d: dict) -> 'ModelConfig': return cls(**d)
 
+# %% ../nbs/02_model.ipynb #6d8c75a1
+def dropout(x: Tensor, # activations of any float dtype
+            p: float, # probability of zeroing each entry
+            training: bool = True # False: `x` comes back unchanged
+           ) -> Tensor: # x with entries zeroed with probability p and the rest scaled by 1/(1-p)
+    "`F.dropout(x, p, training)`; on CPU, outside torch.compile, the keep mask is 32-bit random integers compared with a threshold."
+    if not training or p == 0 or x.numel() == 0: return x
+    if x.device.type != 'cpu' or not 0 < p < 1 or torch.compiler.is_compiling(): return F.dropout(x, p, training)
+    n = x.numel()
+    words = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-2**63, None)      # the full 64-bit range: two 32-bit draws a word
+    keep = words.view(torch.int32)[:n].view(x.shape) >= min(round(p * 2**32), 2**32 - 1) - 2**31   # u >= p 2^32, in signed form
+    return (x * keep).mul_(1 / (1 - p))
+
 # %% ../nbs/02_model.ipynb #ca5da97e
 def _act(name): return F.gelu if name == 'gelu' else F.relu
 
@@ -79,10 +92,10 @@ class EncoderLayer(nn.Module):
         self.norm1, self.norm2 = nn.LayerNorm(D), nn.LayerNorm(D)
         self.prenorm, self.p, self.act = cfg.prenorm, cfg.dropout, _act(cfg.activation)
 
-    def _ff(self, x): return self.linear2(F.dropout(self.act(self.linear1(x)), self.p, self.training))
+    def _ff(self, x): return self.linear2(dropout(self.act(self.linear1(x)), self.p, self.training))
 
     def forward(self, x: Tensor, p: Positions, pe: PosEnc) -> Tensor:
-        drop = lambda t: F.dropout(t, self.p, self.training)
+        drop = lambda t: dropout(t, self.p, self.training)
         if self.prenorm:
             x = x + drop(self.self_attn(self.norm1(x), p, pe))
             return x + drop(self._ff(self.norm2(x)))
@@ -101,10 +114,10 @@ class DecoderLayer(nn.Module):
         self.norm1, self.norm2, self.norm3 = nn.LayerNorm(D), nn.LayerNorm(D), nn.LayerNorm(D)
         self.prenorm, self.p, self.act = cfg.prenorm, cfg.dropout, _act(cfg.activation)
 
-    def _ff(self, x): return self.linear2(F.dropout(self.act(self.linear1(x)), self.p, self.training))
+    def _ff(self, x): return self.linear2(dropout(self.act(self.linear1(x)), self.p, self.training))
 
     def forward(self, x: Tensor, p: Positions, pe: PosEnc, mem: Tensor, mem_p: Positions, cache=None) -> Tensor:
-        drop = lambda t: F.dropout(t, self.p, self.training)
+        drop = lambda t: dropout(t, self.p, self.training)
         sc, cc = cache if cache is not None else (None, None)
         if self.prenorm:
             x = x + drop(self.self_attn(self.norm1(x), p, pe, cache=sc))
@@ -173,7 +186,7 @@ class Seq2Seq(nn.Module):
 
     def _embed(self, emb, pe, tok, p):
         x = pe.embed(emb(tok) * self.scale, p)
-        return F.dropout(x, self.cfg.dropout, self.training)
+        return dropout(x, self.cfg.dropout, self.training)
 
     def encode(self, src: Tensor, src_p: Optional[Positions] = None) -> Tensor:
         "Encoder output (B,S,D)."
@@ -316,11 +329,11 @@ class Classifier(nn.Module):
         self.enc_pe.check_positions(p)
         mask = p.mask
         p = _dense(p)
-        h = F.dropout(self.enc_pe.embed(self.emb(x) * self.scale, p), self.cfg.dropout, self.training)
+        h = dropout(self.enc_pe.embed(self.emb(x) * self.scale, p), self.cfg.dropout, self.training)
         for layer in self.layers: h = layer(h, p, self.enc_pe)
         h = self.norm(h)
         if mask is None: pooled = h.mean(1)
         else:
             w = mask.to(h.dtype)[..., None]
             pooled = (h * w).sum(1) / w.sum(1).clamp_min(1)
-        return self.head(F.dropout(pooled, self.cfg.dropout, self.training))
+        return self.head(dropout(pooled, self.cfg.dropout, self.training))
