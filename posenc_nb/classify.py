@@ -14,7 +14,7 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from .core import Positions, list_posencs, encoding_streams
 from .model import ModelConfig, Classifier
 from .data import load_glue, get_tokenizer, pad_batch, TokenBatchSampler, GLUE_TASKS, UNK
-from .train import inverse_sqrt, autocast_for
+from .train import inverse_sqrt, autocast_for, fused_adam
 from .utils import atomic_write, provenance, mean_sd, read_records
 
 # %% auto #0
@@ -157,7 +157,8 @@ def train_classifier(task: str = 'cola', encoding: str = 'sinusoidal', seed: int
     data, vocab = _classify_data(task, cfg, data, vocab)
     metric = GLUE_METRIC.get(task, 'accuracy')
     model = Classifier(cfg.model_config(vocab)).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=cfg.weight_decay,
+                            fused=fused_adam(device))
     ev = Evaluator(cfg.eval_every); kb = KeepBest(ev, 'valid_' + metric, verbose=verbose)
     L = Learner(model, opt, ClassifyTask(data, cfg, metric, model.cfg.pad_id, device), Budget(cfg.max_steps, cfg.max_minutes), [ev, kb],
                 sched=torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt(s + 1, cfg.warmup)), grad_clip=cfg.grad_clip, exclude_pauses=True)

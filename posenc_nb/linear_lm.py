@@ -15,7 +15,7 @@ from fastcore.script import Param
 from .rope import rope_linear_attention, apply_rotary, get_rotary_cache
 from .mlm import BYTE_VOCAB, BYTE_OFFSET, clean_text, runs_dir, RESULTS, seed_curve, _rows, _RESUMABLE
 from .train import Task, Learner, Budget, TrainLog, Evaluator, Checkpointer, fit, restore, read_metrics, lr_multiplier
-from .train import jsonl_logger, precision_name, pick_device, seed_all
+from .train import jsonl_logger, precision_name, pick_device, seed_all, fused_adam
 from .long_text import peak_rss_mb
 from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
 from .cli import command, command_line, use_threads, main as cli_main
@@ -128,7 +128,7 @@ def evaluate(self: LMTask, model) -> dict:
 # %% ../nbs/28_linear_lm.ipynb #a838919d
 def _lm_learner(cfg: LMConfig, run_dir: Path, device, train: torch.Tensor, valid: torch.Tensor, stop_after=None) -> Learner:
     model = ByteLM(cfg.variant, cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.chunk).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01, fused=fused_adam(device))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier('linear', s + 1, cfg.warmup, (s + 1) / cfg.steps))
     ckpter = Checkpointer(run_dir, cfg.ckpt_every, keep=1, extra=lambda: {'lm_config': asdict(cfg)}, device=device); ck = ckpter.latest()
     if ck is not None and {k: v for k, v in ck['lm_config'].items() if k not in _RESUMABLE} != {k: v for k, v in asdict(cfg).items() if k not in _RESUMABLE}:

@@ -16,7 +16,7 @@ from .core import Positions, list_posencs
 from .model import ModelConfig, Classifier, _dense, dropout
 from .data import load_labelled, pad_batch, TokenBatchSampler, cache_dir, BOS
 from .train import Task, Learner, Budget, BatchStream, TrainLog, Evaluator, KeepBest, Checkpointer, fit, restore, read_metrics, lr_multiplier, inverse_sqrt
-from .train import jsonl_logger, autocast_for, precision_name, pick_device, seed_all
+from .train import jsonl_logger, autocast_for, precision_name, pick_device, seed_all, fused_adam
 from .classify import ClassifyConfig, ClassifyTask, classification_metrics, predict, GLUE_METRIC
 from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
 from .cli import command, command_line, use_threads, main as cli_main
@@ -192,7 +192,7 @@ def _mlm_learner(cfg: MLMConfig, run_dir: Path, device, stop_after: Optional[int
     train = [x for x, _ in byte_split('imdb', 'train', cfg.max_len, cfg.n_train)]
     task = MLMTask(train, [x for x, _ in byte_split('imdb', 'validation', cfg.max_len, cfg.n_valid)], cfg, device, lambda: autocast_for(device, cfg.amp))
     model = MLM(cfg.model_config()).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01, fused=fused_adam(device))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier('linear', s + 1, cfg.warmup, (s + 1) / cfg.steps))
     ckpter = Checkpointer(run_dir, cfg.ckpt_every, keep=1, extra=lambda: {'mlm_config': asdict(cfg)}, device=device)
     ck = _resume_point(ckpter, cfg); log = jsonl_logger(run_dir / 'metrics.jsonl', True, ck['step'] if ck else 0)
@@ -263,7 +263,8 @@ FT_SIZES = {'cpu-tiny': _CPU_SIZE, 'cpu-small': _CPU_SIZE,      # cpu-small: the
 # %% ../nbs/26_mlm.ipynb #c3fb0a85
 def _ft_learner(cfg: FinetuneConfig, model, data, metric, device):
     "The fine-tuning Learner: AdamW, warmup + inverse square root, `ClassifyTask`, evaluation with best-weights keeping."
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=cfg.weight_decay,
+                            fused=fused_adam(device))
     ev = Evaluator(cfg.eval_every); kb = KeepBest(ev, 'valid_' + metric)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt(s + 1, cfg.warmup))
     L = Learner(model, opt, ClassifyTask(data, cfg, metric, model.cfg.pad_id, device), Budget(cfg.max_steps, cfg.max_minutes), [ev, kb],

@@ -65,7 +65,7 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, d: dict) -> 'ModelConfig': return cls(**d)
 
-# %% ../nbs/02_model.ipynb #6d8c75a1
+# %% ../nbs/02_model.ipynb #698d5a3a
 def dropout(x: Tensor, # activations of any float dtype
             p: float, # probability of zeroing each entry
             training: bool = True # False: `x` comes back unchanged

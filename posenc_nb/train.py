@@ -26,8 +26,8 @@ __all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'STREAMS_FILE', 'LOCK_FILE'
            'load_stream_provider', 'pick_device', 'seed_all', 'RunState', 'Clock', 'Budget', 'Task', 'Callback',
            'Learner', 'train_step', 'fit', 'TrainLog', 'ProgressBar', 'Evaluator', 'KeepBest', 'Checkpointer',
            'restore', 'cpu_bf16_supported', 'autocast_for', 'precision_name', 'valid_loss', 'TranslationTask',
-           'RunFolderConflict', 'RunLocked', 'RunLock', 'jsonl_logger', 'OnStep', 'NonFiniteLoss', 'StopOnNonFinite',
-           'train', 'read_metrics', 'plot_curves']
+           'RunFolderConflict', 'RunLocked', 'RunLock', 'jsonl_logger', 'fused_adam', 'OnStep', 'NonFiniteLoss',
+           'StopOnNonFinite', 'train', 'read_metrics', 'plot_curves']
 
 # %% ../nbs/05_train.ipynb #18ca48be
 _MODEL_FIELDS = ('d_model', 'n_heads', 'n_enc', 'n_dec', 'd_ff', 'dropout', 'enc_pe', 'dec_pe', 'pe_options', 'dec_pe_options', 'max_len',
@@ -885,12 +885,19 @@ def jsonl_logger(path: Path, # the log file (`metrics.jsonl`)
         except OSError as e: raise _write_failed(path, e) from e      # e.g. a full disk: named, one line
     return log
 
+# %% ../nbs/05_train.ipynb #7949e8b9
+def fused_adam(device: Union[str, torch.device] # where the parameters live
+              ) -> Optional[bool]: # the `fused=` argument for torch.optim.Adam/AdamW
+    "True on CUDA, and on CPU from torch 2.4, where Adam(W) has a fused kernel; None (PyTorch's default loop) elsewhere."
+    device = torch.device(device)
+    return True if device.type == 'cuda' or (device.type == 'cpu' and torch.__version__ >= '2.4') else None
+
 # %% ../nbs/05_train.ipynb #2bfa0b50
 def _translation_learner(cfg: TrainConfig, task: TranslationTask, cbs, device, ws: int, started: float) -> Learner:
     model = Seq2Seq(cfg.model_config(task.tok.vocab_size, task.tok.vocab_size)).to(device)
     if cfg.init_from: warm_start(model, cfg.init_from)     # a resumed run then loads its own checkpoint over it
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay,
-                            fused=True if device.type == 'cuda' else None)
+                            fused=fused_adam(device))
     budget = Budget(cfg.max_steps, cfg.max_minutes, sync_every=cfg.log_every, device=device)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier(cfg.lr_schedule, s + 1, cfg.warmup, budget.frac))
     scaler = torch.amp.GradScaler('cuda', enabled=(device.type == 'cuda' and cfg.amp == 'fp16'))

@@ -392,7 +392,7 @@ def eval_xl(model: Seq2Seq, ids, xls, tok=None, refs=None, batch_size: int = 100
     return out
 
 # %% ../nbs/14_xlpe.ipynb #bba2aa15
-from .train import Budget, Learner, Task, fit
+from .train import Budget, Learner, Task, fit, fused_adam
 
 # %% ../nbs/14_xlpe.ipynb #2da8409c
 class XLPairs(Task):
@@ -421,7 +421,7 @@ def train_xl(train_ids, train_xl, vocab_size: int, enc_pe: str = 'xl-input', dec
     if pe_options:   # ModelConfig.pe_options would go to the decoder's encoding too; these are for the encoder only
         model.enc_pe = make_posenc(enc_pe, d_model, n_heads, n_layers=n_layers, max_len=model.cfg.max_len, **pe_options)
     model.to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), fused=fused_adam(device))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warmup, math.sqrt(warmup / (s + 1)) if inverse_sqrt else 1.))
     with torch.enable_grad():
         fit(Learner(model, opt, XLPairs(train_ids, train_xl, batch_size, seed, device), Budget(max_steps=steps), sched=sched, grad_clip=1.0))
