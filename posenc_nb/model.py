@@ -71,8 +71,7 @@ def dropout(x: Tensor, # activations of any float dtype
             training: bool = True # False: `x` comes back unchanged
            ) -> Tensor: # x with entries zeroed with probability p and the rest scaled by 1/(1-p)
     "`F.dropout(x, p, training)`; on CPU, outside torch.compile, the keep mask is 32-bit random integers compared with a threshold."
-    if not training or p == 0 or x.numel() == 0: return x
-    if x.device.type != 'cpu' or not 0 < p < 1 or torch.compiler.is_compiling(): return F.dropout(x, p, training)
+    if not (training and 0 < p < 1 and x.device.type == 'cpu' and x.numel()) or torch.compiler.is_compiling(): return F.dropout(x, p, training)
     n = x.numel()
     words = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-2**63, None)      # the full 64-bit range: two 32-bit draws a word
     keep = words.view(torch.int32)[:n].view(x.shape) >= min(round(p * 2**32), 2**32 - 1) - 2**31   # u >= p 2^32, in signed form

@@ -885,7 +885,7 @@ def jsonl_logger(path: Path, # the log file (`metrics.jsonl`)
         except OSError as e: raise _write_failed(path, e) from e      # e.g. a full disk: named, one line
     return log
 
-# %% ../nbs/05_train.ipynb #7949e8b9
+# %% ../nbs/05_train.ipynb #9f0eeeaf
 def fused_adam(device: Union[str, torch.device] # where the parameters live
               ) -> Optional[bool]: # the `fused=` argument for torch.optim.Adam/AdamW
     "True on CUDA, and on CPU from torch 2.4, where Adam(W) has a fused kernel; None (PyTorch's default loop) elsewhere."
