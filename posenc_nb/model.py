@@ -74,8 +74,10 @@ def dropout(x: Tensor, # activations of any float dtype
     if not (training and 0 < p < 1 and x.device.type == 'cpu' and x.numel()) or torch.compiler.is_compiling(): return F.dropout(x, p, training)
     n = x.numel()
     words = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-2**63, None)      # the full 64-bit range: two 32-bit draws a word
-    keep = words.view(torch.int32)[:n].view(x.shape) >= min(round(p * 2**32), 2**32 - 1) - 2**31   # u >= p 2^32, in signed form
-    return (x * keep).mul_(1 / (1 - p))
+    u, t = words.view(torch.int32)[:n].view(x.shape), min(round(p * 2**32), 2**32 - 1) - 2**31    # keep u >= p 2^32, in signed form
+    if x.dtype in (torch.float32, torch.float64):       # 1/(1-p) folded into a mask of x's dtype: one multiply forward, one backward
+        return x * torch.ge(u, t, out=torch.empty_like(x)).mul_(1 / (1 - p))
+    return (x * (u >= t)).mul_(1 / (1 - p))             # half precision: a bool mask, the scale not rounded to x's dtype
 
 # %% ../nbs/02_model.ipynb #ca5da97e
 def _act(name): return F.gelu if name == 'gelu' else F.relu
