@@ -7,7 +7,8 @@ Two modes, both measured in ONE process with interleaved repetitions, reported a
   tied output projection, same width/depth/heads/ff, pre-norm, same batches (~4k tokens, padded, length-bucketed).
   One step = forward + label-smoothed loss + backward + Adam step; throughput = non-pad target tokens / s. The reference
   uses `F.cross_entropy(label_smoothing=0.1)`; Seq2Seq uses the package's `label_smoothed_nll` (`--loss ce`: the same
-  `F.cross_entropy`, to compare the models alone).
+  `F.cross_entropy`, to compare the models alone). Both use the same `torch.optim.Adam`; Seq2Seq's dropout is the
+  package's `model.dropout` (on CPU a mask from raw random integers), the reference keeps `nn.Transformer`'s.
   Prints `ratio = posenc / reference` (goal >= 1.0).
 * `--mode amp`: Seq2Seq in fp32 vs the same model under bf16 autocast (what `TrainConfig.amp_cpu` turns on for CPU
   training; on CUDA what `amp='bf16'` does). Prints `ratio = bf16 / fp32` and the loss gap on a fixed batch.
