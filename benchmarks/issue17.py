@@ -56,24 +56,30 @@ def ratio(ts: dict, k: str, ref: str) -> dict:
                 ratio_max=max(p), ms=statistics.median(ts[k]) * 1e3, ref_ms=statistics.median(ts[ref]) * 1e3, reps=len(p))
 
 def rope_forward(reps):
-    "Half-split (and interleaved) rotation of q and k, no grad, fp32, as a ratio to copying q and k; eager, and the one-pass `compiled=True` kernel."
+    "Half-split (and interleaved) rotation of q and k, no grad, fp32, as a ratio to copying q and k; eager, the one-pass `compiled=True` kernel, and its one-table form."
     out = {}
     for shape in [(4, 8, 2048, 64), (1, 32, 4096, 128)]:
         torch.manual_seed(0)
         q, k = torch.randn(shape), torch.randn(shape)
         cache = RotaryCache(shape[-1])
         half = lambda x, key=False, **kw: apply_rotary(x, None, cache, style='half', key=key, **kw)
+        planes = cache.range(0, shape[2], fmt='planes')       # the (L, 2, h) table the one-table kernel reads for every head
+        one = lambda x: _rope._compiled_half(x.unflatten(-1, (2, shape[-1] // 2)), planes).flatten(-2)
         fns = {'copy': lambda: (q.clone(), k.clone()),
                'half': lambda: (half(q), half(k, True)),
                'interleaved': lambda: (apply_rotary(q, None, cache), apply_rotary(k, None, cache, key=True)),
-               'half, compiled=True': lambda: (half(q, compiled=True), half(k, True, compiled=True))}
+               'half, compiled=True': lambda: (half(q, compiled=True), half(k, True, compiled=True)),
+               'half, compiled, one table': lambda: (one(q), one(k))}
         with torch.no_grad():
             t = time.time(); y = half(q, compiled=True); compile_s = time.time() - t    # the first call compiles (once per pair width and dtype)
             err = (y - half(q)).abs().max().item()
+            err_one = (one(q) - half(q)).abs().max().item()
             ts = interleaved(fns, reps)
         out[str(shape)] = {k_: ratio(ts, k_, 'copy') for k_ in fns if k_ != 'copy'}
         out[str(shape)]['half, compiled=True'].update(first_call_s=compile_s, max_abs_diff_to_eager=err,
-                                                      kernel='compiled' if _rope._COMPILED_HALF.get('fn') else 'eager fallback')
+                                                      kernel='eager fallback' if _rope._COMPILED_HALF.get('failed') else
+                                                      'compiled, angle addition' if _rope._COMPILED_HALF.get(2) else 'compiled, one table')
+        out[str(shape)]['half, compiled, one table'].update(max_abs_diff_to_eager=err_one)
     return out
 
 def rope_training(reps):
@@ -179,6 +185,7 @@ def table(rec: dict) -> str:
         rows.append(f"| RoPE half-split forward, no grad, / copy, {s}, eager | {b['rope_half_fwd'][s]:.2f} | {fmt(v['half'])} | <= {T['rope_half_fwd']} | {v['half']['ratio'] <= T['rope_half_fwd']} |")
         c = v['half, compiled=True']
         rows.append(f"| same, `compiled=True` (first call {c['first_call_s']:.1f} s, {c['kernel']}) | | {fmt(c)} | <= {T['rope_half_fwd']} | {c['ratio'] <= T['rope_half_fwd']} |")
+        if 'half, compiled, one table' in v: rows.append(f"| same, compiled kernel reading the (L, r) table (the previous `compiled=True`) | | {fmt(v['half, compiled, one table'])} | | |")
     for s, v in a['rope_training'].items():
         if s == 'skipped': continue
         for st in ('interleaved', 'half'):

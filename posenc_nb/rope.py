@@ -83,6 +83,15 @@ def _reads_free(t: Tensor) -> bool:
     "Whether reading `t` into Python costs no device sync (CPU tensors): then a plain range of positions is a table slice."
     return t.device.type == 'cpu'
 
+# %% ../nbs/10_rope.ipynb #ca887b95
+def _row_range(pos: Tensor # integer positions (..., L), on a device where reading them is free (`_reads_free`)
+              ) -> Optional[int]: # lo when every row is lo, lo+1, ..., lo+L-1, else None
+    "The first position when every row of `pos` is the same run of consecutive positions; read once per tensor (host facts)."
+    lo, hi = known_range(pos)
+    if hi - lo + 1 != pos.shape[-1]: return None
+    run = lo == hi or host_fact(whole_base(pos), 'is_range', lambda t: bool((t == torch.arange(lo, hi + 1, device=t.device)).all()))
+    return lo if run else None
+
 # %% ../nbs/10_rope.ipynb #e60aaaf8
 def _fmt_shape(dim, fmt): return {'pairs': (dim // 2, 2), 'planes': (2, dim // 2), 'wide': (dim,)}[fmt]
 
@@ -193,7 +202,7 @@ class RotaryCache:
             return self._xpos(cs, pos, key, fmt)
         tab = self.table(hi + 1, pos.device, dtype, fmt)
         L = pos.shape[-1]
-        if plain and hi - lo + 1 == L and (lo == hi or host_fact(whole_base(pos), 'is_range', lambda t: bool((t == torch.arange(lo, hi + 1, device=t.device)).all()))):
+        if plain and _row_range(pos) is not None:
             sl = tab[:, lo:lo + L] if fmt == 'wide' else tab[lo:lo + L]          # a plain range in every row: a slice, no gather
             if fmt == 'wide': return sl.view(3, *[1] * (pos.dim() - 1), L, self.dim).expand(3, *pos.shape, self.dim)
             return sl.expand(*pos.shape, *_fmt_shape(self.dim, fmt))
@@ -362,18 +371,29 @@ def _half_planes(x: Tensor, # (..., 2, h): the two halves of the rotated dims
     x1, x2 = x[..., :1, :], x[..., 1:, :]
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -2).to(x.dtype)
 
-_COMPILED_HALF = {}     # 'fn': the compiled `_half_planes`; False once compiling has failed in this process
+def _half_planes_added(x: Tensor, # (..., A, M, ..., 2, h): position start + a*M + m at index (a, m) of the two position dims
+                       hi: Tensor, # 'planes' table at start + a*M, broadcastable to x with 1 for the M dim
+                       lo: Tensor, # 'planes' table at m = 0..M-1, broadcastable to x
+                      ) -> Tensor: # rotated x, in x's dtype
+    "`_half_planes` with cos/sin rebuilt by angle addition, R(start + aM + m) = R(start + aM) R(m): two small tables for one (L, r) table."
+    ch, sh, cl, sl = hi[..., :1, :], hi[..., 1:, :], lo[..., :1, :], lo[..., 1:, :]
+    c, s = ch * cl - sh * sl, sh * cl + ch * sl          # written out, not stacked: inductor then fuses them into the one loop over x
+    x1, x2 = x[..., :1, :], x[..., 1:, :]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -2).to(x.dtype)
 
-def _compiled_half(x: Tensor, cs: Tensor) -> Optional[Tensor]:
-    "`_half_planes(x, cs)` through torch.compile with every dim but the last two dynamic; None (after one warning) where compiling fails."
-    fn = _COMPILED_HALF.get('fn')
-    if fn is False: return None
-    if fn is None: fn = _COMPILED_HALF['fn'] = torch.compile(_half_planes)
-    for t in (x, cs):
+_COMPILED_HALF = {}     # compiled kernels by table count: 1 `_half_planes`, 2 `_half_planes_added`; 'failed' once compiling has failed in this process
+
+def _compiled_half(x: Tensor, *tables: Tensor) -> Optional[Tensor]:
+    """`_half_planes(x, cs)` (one table) or `_half_planes_added(x, hi, lo)` (two) through torch.compile, every dim but the
+    last two dynamic; None (after one warning) where compiling fails."""
+    if _COMPILED_HALF.get('failed'): return None
+    fn = _COMPILED_HALF.get(len(tables))
+    if fn is None: fn = _COMPILED_HALF[len(tables)] = torch.compile(_half_planes if len(tables) == 1 else _half_planes_added)
+    for t in (x, *tables):
         for d in range(t.dim() - 2): torch._dynamo.maybe_mark_dynamic(t, d)
-    try: return fn(x, cs)
+    try: return fn(x, *tables)
     except Exception as e:       # no C++ toolchain, an unsupported backend: the eager kernels give the same rotation
-        _COMPILED_HALF['fn'] = False
+        _COMPILED_HALF['failed'] = True
         warnings.warn(f"compiled half-split RoPE is unavailable here ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
                       f"using the eager kernels", RuntimeWarning)
         return None
@@ -413,6 +433,21 @@ def _table_for(x: Tensor, pos, cache: RotaryCache, layout: str, key: bool, fmt: 
     if pos.dim() == 2: return cs.unsqueeze(1 + w) if layout == 'bhld' else cs[:, :, None]
     return cs if layout == 'bhld' else cs.transpose(1, 2)
 
+_ADD_ROWS = 64      # M: positions per block of the compiled kernel's angle addition (its low table's rows)
+
+def _added_tables(x: Tensor, pos, cache: RotaryCache, layout: str) -> Optional[tuple]:
+    """(hi, lo) for `_half_planes_added` on x with its position dim split as (L/M, M): rows start + a*M and 0..M-1 of the
+    cache's 'planes' table (views, no copy), shaped to broadcast in `layout`. None unless x's positions are one run
+    start..start+L-1 in every row, L is a multiple of M (two blocks at least) and the cache is plain (no split tables,
+    xPos or YaRN factor, whose tables do not compose by multiplication)."""
+    L, M = x.shape[2 if layout == 'bhld' else 1], _ADD_ROWS
+    if L % M or L < 2 * M or cache.split is not None or cache.xpos_log_zeta is not None or cache.mscale != 1.0: return None
+    start = (pos or 0) if pos is None or isinstance(pos, int) else _row_range(pos) if _reads_free(pos) else None
+    if start is None: return None
+    tab = cache.table(start + L, x.device, cache.compute_dtype(x.dtype), 'planes')
+    hi, lo = tab[start:start + L:M], tab[:M]                     # (L/M, 2, h), (M, 2, h)
+    return (hi[:, None], lo) if layout == 'bhld' else (hi[:, None, None], lo[:, None])    # 'blhd': heads follow the positions
+
 def apply_rotary(x: Tensor, pos: Union[None, int, Tensor] = None, cache: Optional[RotaryCache] = None, *,
                  layout: str = 'bhld', style: str = 'interleaved', rot_dim: Optional[int] = None, base: float = 10000.,
                  key: bool = False, inplace: bool = False, compiled: bool = False) -> Tensor:
@@ -422,7 +457,8 @@ def apply_rotary(x: Tensor, pos: Union[None, int, Tensor] = None, cache: Optiona
     `style`: 'interleaved' pairs (2i,2i+1) as in the paper, or 'half' pairs (i,i+r/2) as in GPT-NeoX/Llama.
     `key=True` only matters for xPos (keys get the inverse scale). Half-precision inputs are rotated in fp32.
     Differentiable in `x` (a custom autograd op, as fast as the forward); the table for a positions tensor is resolved once and reused.
-    `compiled=True`: half-split rotations without grad, not in place, of every dim run as one compiled pass (`_compiled_half`)."""
+    `compiled=True`: half-split rotations without grad, not in place, of every dim run as one compiled pass (`_compiled_half`;
+    by angle addition from two small tables when the positions are one run, see `_added_tables`)."""
     if layout not in LAYOUTS: raise ValueError(f"unknown layout {layout!r}; use 'bhld' (batch, heads, seq, dim) or 'blhd' (batch, seq, heads, dim)")
     if style not in STYLES: raise ValueError(f"unknown style {style!r}; use 'interleaved' (paper) or 'half' (GPT-NeoX/Llama)")
     if x.dim() != 4: raise ValueError(f"apply_rotary expects a 4-d tensor laid out {layout!r}, got shape {tuple(x.shape)}")
@@ -444,8 +480,9 @@ def apply_rotary(x: Tensor, pos: Union[None, int, Tensor] = None, cache: Optiona
         return (rot if r == D else torch.cat([rot, xr[..., r:]], -1)).to(x.dtype)
     if grad: return _Rotary.apply(x, cs, fmt, r, False)
     if fast:
-        y = _compiled_half(x.unflatten(-1, (2, D // 2)), cs)
-        if y is not None: return y.flatten(-2)
+        xp, ax, two = x.unflatten(-1, (2, D // 2)), 2 if layout == 'bhld' else 1, _added_tables(x, pos, cache, layout)
+        y = _compiled_half(xp, cs) if two is None else _compiled_half(xp.unflatten(ax, (-1, _ADD_ROWS)), *two)
+        if y is not None: return y.flatten(-2) if two is None else y.flatten(-2).flatten(ax, ax + 1)
     return _rotate(x, cs, fmt, r, inplace=inplace)
 
 # %% ../nbs/10_rope.ipynb #fe866d06
