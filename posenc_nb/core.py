@@ -403,8 +403,11 @@ def _proj_add(x: Tensor, # the projection's input (B,L,D)
               b: Optional[Tensor], # its bias (out,) or None
               ob: Tensor # a bias per position, broadcastable to (B,L,out)
              ) -> Tensor: # (B,L,out)
-    "`F.linear(x, w, b) + ob`, adding in place; under autograd through `matmul`, whose 3-D result is not a view (`F.linear`'s is), so autograd copies nothing."
-    if not torch.is_grad_enabled(): return F.linear(x, w, b).add_(ob)        # inference: the bias stays fused in the product
+    """`F.linear(x, w, b) + ob`, adding in place; under autograd through `matmul`, whose 3-D result is not a view (`F.linear`'s is),
+    so autograd copies nothing. Without grad, one row of `ob` (a decoding step) is folded into the projection's bias instead."""
+    if not torch.is_grad_enabled():              # inference: the bias stays fused in the product
+        if ob.numel() == ob.shape[-1]: return F.linear(x, w, ob.reshape(-1) if b is None else b + ob.reshape(-1))
+        return F.linear(x, w, b).add_(ob)
     y = torch.matmul(x, w.t())
     return y.add_((ob if b is None else ob + b).to(y.dtype))
 

@@ -258,6 +258,8 @@ class FloaterPE(PosEnc):
         self._zero_key, self._kv_memo, self.n_solves = None, {}, 0     # n_solves: trajectory computations (tests, benchmarks)
         self._q_memo, self._fwd, self._split = None, None, None       # inference: biases gathered per positions tensor; training: slot rows
         self._spans = ()                                                  # `_span` of the last two positions tensors (see `_span_of`)
+        self._plan = None                                                 # inference: the current forward's bias rows by slot (`_planned`)
+        self._slot_of = {(k, l): 3 * (j * n_layers + l) for j, k in enumerate(self.kinds) for l in range(n_layers)}
         self.register_load_state_dict_post_hook(FloaterPE._after_load)
 
     def _kv_flow(self, d_model, hidden):
@@ -372,7 +374,7 @@ class FloaterPE(PosEnc):
         "Pickling / deepcopy: drop the live trajectory (it may carry an autograd graph); the buffer keeps the values."
         state = self.__dict__.copy()
         state.update(_traj=None, _live_key=None, _has_graph=False, _exact=False, _consumed=False, _ref=None, _kv_memo={},
-                     _q_memo=None, _fwd=None, _split=None, _spans=())
+                     _q_memo=None, _fwd=None, _split=None, _spans=(), _plan=None)
         return state
 
     @staticmethod
@@ -459,17 +461,20 @@ class FloaterPE(PosEnc):
     def qkv_out_bias(self, q_p: Positions, kv_p: Positions, site: Site, proj: nn.Linear):
         "Hook 2, projected: slot rows of the trajectory times `proj`'s q/k/v weights, once per solve (T rows, not B*L), then sliced or gathered."
         if self.inject == 'input': return None
+        planned = None if torch.is_grad_enabled() else self._planned(q_p, kv_p, site)    # a decoding step at a position seen before
+        if planned is not None: return planned
         i, D, same = self._slot(site), self.d_model, site.is_self and q_p is kv_p
         qs = self._span_of(q_p.pos); ks = qs if same else self._span_of(kv_p.pos)   # one read per positions tensor (CPU), the range included
         n = 1 + max(s[1] if s is not None else positions_max(p) for s, p in ((qs, q_p), (ks, kv_p)))
         P = self._site_table(i, proj.weight, q_p, n)
         if P is None: return None                                   # exactly zero (untouched warm start): nothing to add
-        if same: return _rows(P, q_p.pos, qs)
-        if torch.is_grad_enabled(): return _rows(P[:, :D], q_p.pos, qs), _rows(P[:, D:], kv_p.pos, ks)
+        if torch.is_grad_enabled(): return _rows(P, q_p.pos, qs) if same else (_rows(P[:, :D], q_p.pos, qs), _rows(P[:, D:], kv_p.pos, ks))
+        bq = self._kept_rows(i, P, q_p.pos, qs, None if same else D)
+        if same: return bq
         m = self._kv_memo.get(('rows', i))                         # decoding: the same source at every step
         if m is None or m[0] is not kv_p.pos or m[1] != kv_p.pos._version or m[2] is not P:
             self._kv_memo[('rows', i)] = m = (kv_p.pos, kv_p.pos._version, P, _rows(P[:, D:], kv_p.pos, ks))
-        return _rows(P[:, :D], q_p.pos, qs), m[3]
+        return bq, m[3]
 
     def _span_of(self, pos: Tensor) -> Optional[tuple]:
         "`_span(pos)` kept for the last two positions tensors (a forward's own and its memory's): every block after the first finds it by identity."
@@ -486,8 +491,46 @@ class FloaterPE(PosEnc):
         key = (f[1] if f is not None and f[0] is q_p.pos else self._param_key(), weight.data_ptr(), weight._version)
         m = self._kv_memo.get(('P', i))
         if m is None or m[0] != key or (m[1] is not None and m[1].shape[0] < n):
-            self._kv_memo[('P', i)] = m = (key, None if self._is_zero() else _project(self.trajectory(n)[:, i:i + 3], weight))
+            self._kv_memo[('P', i)] = m = (key, None if self._is_zero() else _project(self.trajectory(n)[:, i:i + 3], weight), {}, weight)
         return m[1]
+
+    def _planned(self, q_p: Positions, kv_p: Positions, site: Site):
+        """Inference inside a forward `embed` started: the hook's result from that forward's plan (`_build_plan`, made at its
+        first hook call), or None where the plan has no rows for this site (the general path then builds and keeps them)."""
+        f = self._fwd
+        if f is None or f[0] is not q_p.pos: return None
+        i = self._slot_of.get((site.kind, site.layer))
+        if i is None: return None                                  # the general path raises the error
+        plan = self._plan
+        if plan is None or plan[0] is not f: plan = self._plan = (f, self._build_plan(q_p.pos, f[1]))
+        same = site.is_self and q_p is kv_p
+        e = plan[1].get((i, None if same else self.d_model))
+        if e is None or same: return None if e is None else e[1]
+        kv = self._kv_memo.get(('rows', i))                       # the memory's rows: the same source at every step
+        if kv is None or kv[0] is not kv_p.pos or kv[1] != kv_p.pos._version or kv[2] is not e[0]: return None
+        return e[1], kv[3]
+
+    def _build_plan(self, pos: Tensor, pkey: tuple) -> dict:
+        """{(slot, cols): (table, rows)}: the rows `_kept_rows` kept at `pos`'s plain span, for every slot whose projected table
+        was built with the parameters `pkey` and with its weight as it is now (pointer and version): checked once per forward."""
+        qs = self._span_of(pos)
+        if qs is None or not qs[2]: return {}
+        plan = {}
+        for k, m in self._kv_memo.items():
+            if type(k) is not tuple or k[0] != 'P' or m[1] is None or m[0] != (pkey, m[3].data_ptr(), m[3]._version): continue
+            for cols in (None, self.d_model):
+                r = m[2].get((qs[0], qs[1], cols))
+                if r is not None: plan[k[1], cols] = (m[1], r)
+        return plan
+
+    def _kept_rows(self, i: int, P: Tensor, pos: Tensor, s: Optional[tuple], cols: Optional[int]) -> Tensor:
+        """Without grad: `_rows` of slot `i`'s table `P` (its first `cols` columns, or all), kept per plain span alongside the
+        table (and dropped with it), so a decoding step at a position seen before looks its rows up instead of slicing again."""
+        if s is None or not s[2]: return _rows(P if cols is None else P[:, :cols], pos, s)
+        kept = self._kv_memo[('P', i)][2]
+        r = kept.get((s[0], s[1], cols))
+        if r is None: r = kept[s[0], s[1], cols] = _rows(P if cols is None else P[:, :cols], pos, s)
+        return r
 
     def _slot_rows(self, traj: Tensor, i: int) -> Tensor:
         "Rows i..i+2 of the trajectory (T, 3, d); under autograd from one split per trajectory (one backward node, not a zero-filled trajectory per site)."
