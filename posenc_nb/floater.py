@@ -23,6 +23,7 @@ __all__ = ['SOLVERS', 'FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FLOATER_OFFICIA
 # %% ../nbs/11_floater.ipynb #e12b9e3b
 from .core import known_range, positions_max, host_fact, note_fact, whole_base
 from . import rope as _rope
+from .rope import _span
 
 # %% ../nbs/11_floater.ipynb #ed28f059
 class FloaterDynamics(nn.Module):
@@ -548,18 +549,6 @@ def _project(slot: Tensor, weight: Tensor) -> Tensor:
     D = weight.shape[0] // 3
     P = torch.bmm(weight.view(3, D, -1), slot.permute(1, 2, 0))           # W_k p^T: the weight's gradient lands in its own layout, no copy
     return P.permute(2, 0, 1).reshape(slot.shape[0], 3 * D).contiguous()  # rows by position (the reshape alone is a strided view)
-
-def _read_span(t: Tensor) -> tuple:
-    lo, hi = torch.aminmax(t)
-    lo, hi, plain = torch.stack([lo, hi, (t == torch.arange(t.shape[-1], device=t.device) + lo).all().long()]).tolist()
-    note_fact(t, 'range', (lo, hi))                              # what `known_range` would read: not read again
-    return lo, hi, bool(plain)
-
-def _span(pos: Tensor) -> Optional[tuple]:
-    "(lo, hi, every row is lo..hi) of integer positions, one read per tensor, or None where reading is not free (accelerators) or pos is empty."
-    if not pos.numel() or not _rope._reads_free(pos): return None
-    if pos.shape[-1] == 1: lo, hi = known_range(pos); return lo, hi, lo == hi      # a decoding step: its noted range says it all
-    return host_fact(whole_base(pos), 'span', _read_span)
 
 def _rows(P: Tensor, pos: Tensor, s: Optional[tuple]) -> Tensor:
     "Rows of P (T, C) at integer positions (B, L): a broadcast slice (1, L, C) when every row is one plain range (`s`, from `_span`), else a gather (B, L, C)."

@@ -16,7 +16,7 @@ __all__ = ['STYLES', 'LAYOUTS', 'SCALINGS', 'TABLE_FMT', 'rope_inv_freq', 'scale
            'rope_linear_attention', 'rotary_permutation', 'permute_rotary_weights']
 
 # %% ../nbs/10_rope.ipynb #6306c75e
-from .core import known_range, host_fact, whole_base
+from .core import known_range, host_fact, whole_base, note_fact
 
 # %% ../nbs/10_rope.ipynb #0218b86e
 STYLES = ('interleaved', 'half')
@@ -84,13 +84,19 @@ def _reads_free(t: Tensor) -> bool:
     return t.device.type == 'cpu'
 
 # %% ../nbs/10_rope.ipynb #ca887b95
-def _row_range(pos: Tensor # integer positions (..., L), on a device where reading them is free (`_reads_free`)
-              ) -> Optional[int]: # lo when every row is lo, lo+1, ..., lo+L-1, else None
-    "The first position when every row of `pos` is the same run of consecutive positions; read once per tensor (host facts)."
-    lo, hi = known_range(pos)
-    if hi - lo + 1 != pos.shape[-1]: return None
-    run = lo == hi or host_fact(whole_base(pos), 'is_range', lambda t: bool((t == torch.arange(lo, hi + 1, device=t.device)).all()))
-    return lo if run else None
+def _read_span(t: Tensor) -> tuple:
+    "(min, max, every row is min..max) of `t` in one transfer; the range is noted, so `known_range` reads nothing after it."
+    lo, hi = torch.aminmax(t)
+    lo, hi, plain = torch.stack([lo, hi, (t == torch.arange(t.shape[-1], device=t.device) + lo).all().long()]).tolist()
+    note_fact(t, 'range', (lo, hi))
+    return lo, hi, bool(plain)
+
+def _span(pos: Tensor # integer positions (..., L)
+         ) -> Optional[tuple]: # (lo, hi, every row is lo, lo+1, ..., hi), or None
+    "Range of `pos` and whether every row is the same run of consecutive positions: one read per tensor; None where reading is not free or `pos` is empty."
+    if not pos.numel() or not _reads_free(pos): return None
+    if pos.shape[-1] == 1: lo, hi = known_range(pos); return lo, hi, lo == hi      # a decoding step: its noted range says it all
+    return host_fact(whole_base(pos), 'span', _read_span)
 
 # %% ../nbs/10_rope.ipynb #e60aaaf8
 def _fmt_shape(dim, fmt): return {'pairs': (dim // 2, 2), 'planes': (2, dim // 2), 'wide': (dim,)}[fmt]
@@ -194,6 +200,7 @@ class RotaryCache:
         plain = self.split is None and self.xpos_log_zeta is None
         if not _reads_free(pos) and plain:              # accelerators: no host sync, angles straight from the positions
             return self._angles_table(pos, dtype, fmt)
+        if plain: _span(pos)                             # range and plainness in one read; the range is then noted
         lo, hi = known_range(pos)                       # once per tensor (or as noted by the caller); on the CPU not a sync
         if lo < 0: raise ValueError(f"rotary positions must be >= 0, got {lo}; shift them (RoPE only sees differences)")
         if self.split is not None:
@@ -202,7 +209,7 @@ class RotaryCache:
             return self._xpos(cs, pos, key, fmt)
         tab = self.table(hi + 1, pos.device, dtype, fmt)
         L = pos.shape[-1]
-        if plain and _row_range(pos) is not None:
+        if plain and _span(pos)[2]:
             sl = tab[:, lo:lo + L] if fmt == 'wide' else tab[lo:lo + L]          # a plain range in every row: a slice, no gather
             if fmt == 'wide': return sl.view(3, *[1] * (pos.dim() - 1), L, self.dim).expand(3, *pos.shape, self.dim)
             return sl.expand(*pos.shape, *_fmt_shape(self.dim, fmt))
@@ -442,8 +449,9 @@ def _added_tables(x: Tensor, pos, cache: RotaryCache, layout: str) -> Optional[t
     xPos or YaRN factor, whose tables do not compose by multiplication)."""
     L, M = x.shape[2 if layout == 'bhld' else 1], _ADD_ROWS
     if L % M or L < 2 * M or cache.split is not None or cache.xpos_log_zeta is not None or cache.mscale != 1.0: return None
-    start = (pos or 0) if pos is None or isinstance(pos, int) else _row_range(pos) if _reads_free(pos) else None
-    if start is None: return None
+    s = (pos or 0,) * 2 + (True,) if pos is None or isinstance(pos, int) else _span(pos)
+    if s is None or not s[2]: return None
+    start = s[0]
     tab = cache.table(start + L, x.device, cache.compute_dtype(x.dtype), 'planes')
     hi, lo = tab[start:start + L:M], tab[:M]                     # (L/M, 2, h), (M, 2, h)
     return (hi[:, None], lo) if layout == 'bhld' else (hi[:, None, None], lo[:, None])    # 'blhd': heads follow the positions
