@@ -467,7 +467,7 @@ class FloaterPE(PosEnc):
         i, D, same = self._slot(site), self.d_model, site.is_self and q_p is kv_p
         qs = self._span_of(q_p.pos); ks = qs if same else self._span_of(kv_p.pos)   # one read per positions tensor (CPU), the range included
         n = 1 + max(s[1] if s is not None else positions_max(p) for s, p in ((qs, q_p), (ks, kv_p)))
-        P = self._site_table(i, proj.weight, q_p, n)
+        P = self._site_table(i, proj, q_p, n)
         if P is None: return None                                   # exactly zero (untouched warm start): nothing to add
         if torch.is_grad_enabled(): return _rows(P, q_p.pos, qs) if same else (_rows(P[:, :D], q_p.pos, qs), _rows(P[:, D:], kv_p.pos, ks))
         bq = self._kept_rows(i, P, q_p.pos, qs, None if same else D)
@@ -485,14 +485,15 @@ class FloaterPE(PosEnc):
         if not pos.is_inference(): self._spans = (*self._spans[-1:], (pos, pos._version, s))   # inference tensors have no version
         return s
 
-    def _site_table(self, i: int, weight: Tensor, q_p: Positions, n: int) -> Optional[Tensor]:
-        "(T >= n, 3D) projected table of slot `i`, or None when exactly zero; without grad kept per parameter key and weight version."
+    def _site_table(self, i: int, proj: nn.Linear, q_p: Positions, n: int) -> Optional[Tensor]:
+        "(T >= n, 3D) projected table of slot `i` through `proj`'s weight, or None when exactly zero; without grad kept per parameter key and weight version."
+        weight = proj.weight
         if torch.is_grad_enabled(): return None if self._is_zero() else _project(self._slot_rows(self.trajectory(n), i), weight)
         f = self._fwd
         key = (f[1] if f is not None and f[0] is q_p.pos else self._param_key(), weight.data_ptr(), weight._version)
         m = self._kv_memo.get(('P', i))
-        if m is None or m[0] != key or (m[1] is not None and m[1].shape[0] < n):
-            self._kv_memo[('P', i)] = m = (key, None if self._is_zero() else _project(self.trajectory(n)[:, i:i + 3], weight), {}, weight)
+        if m is None or m[0] != key or (m[1] is not None and m[1].shape[0] < n):     # kept with the rows it gave and its projection
+            self._kv_memo[('P', i)] = m = (key, None if self._is_zero() else _project(self.trajectory(n)[:, i:i + 3], weight), {}, proj)
         return m[1]
 
     def _planned(self, q_p: Positions, kv_p: Positions, site: Site):
@@ -513,12 +514,15 @@ class FloaterPE(PosEnc):
 
     def _build_plan(self, pos: Tensor, pkey: tuple) -> dict:
         """{(slot, cols): (table, rows)}: the rows `_kept_rows` kept at `pos`'s plain span, for every slot whose projected table
-        was built with the parameters `pkey` and with its weight as it is now (pointer and version): checked once per forward."""
+        was built with the parameters `pkey` and with its projection's weight as that weight is now (the same tensor, pointer
+        and version): checked once per forward, not per call."""
         qs = self._span_of(pos)
         if qs is None or not qs[2]: return {}
         plan = {}
         for k, m in self._kv_memo.items():
-            if type(k) is not tuple or k[0] != 'P' or m[1] is None or m[0] != (pkey, m[3].data_ptr(), m[3]._version): continue
+            if type(k) is not tuple or k[0] != 'P' or m[1] is None: continue
+            w = m[3].weight                                          # the projection's weight now: a replaced Parameter is caught too
+            if m[0] != (pkey, w.data_ptr(), w._version): continue
             for cols in (None, self.d_model):
                 r = m[2].get((qs[0], qs[1], cols))
                 if r is not None: plan[k[1], cols] = (m[1], r)

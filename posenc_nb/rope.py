@@ -200,7 +200,7 @@ class RotaryCache:
         plain = self.split is None and self.xpos_log_zeta is None
         if not _reads_free(pos) and plain:              # accelerators: no host sync, angles straight from the positions
             return self._angles_table(pos, dtype, fmt)
-        if plain: _span(pos)                             # range and plainness in one read; the range is then noted
+        s = _span(pos) if plain else None               # range and plainness in one read; the range is then noted
         lo, hi = known_range(pos)                       # once per tensor (or as noted by the caller); on the CPU not a sync
         if lo < 0: raise ValueError(f"rotary positions must be >= 0, got {lo}; shift them (RoPE only sees differences)")
         if self.split is not None:
@@ -209,7 +209,7 @@ class RotaryCache:
             return self._xpos(cs, pos, key, fmt)
         tab = self.table(hi + 1, pos.device, dtype, fmt)
         L = pos.shape[-1]
-        if plain and _span(pos)[2]:
+        if s is not None and s[2]:
             sl = tab[:, lo:lo + L] if fmt == 'wide' else tab[lo:lo + L]          # a plain range in every row: a slice, no gather
             if fmt == 'wide': return sl.view(3, *[1] * (pos.dim() - 1), L, self.dim).expand(3, *pos.shape, self.dim)
             return sl.expand(*pos.shape, *_fmt_shape(self.dim, fmt))
