@@ -413,12 +413,13 @@ class FloaterPE(PosEnc):
         return x + F.embedding(p.pos, traj[:, 0]).to(x.dtype)
 
     def _slot(self, site: Site) -> int:
+        "Row of `p0` holding `site`'s q initial value (k and v follow it), from `_slot_of`."
+        i = self._slot_of.get((site.kind, site.layer))
+        if i is not None: return i
         if site.kind not in self.kinds:
             raise ValueError(f"this FLOATER encoding holds initial values for {self.kinds} attention but a {site.kind!r} site "
                              f"asked; build it with kinds including {site.kind!r} (causal=True gives ('dec','cross'))")
-        if site.layer >= self.n_layers:
-            raise ValueError(f"FLOATER was built with n_layers={self.n_layers} but layer {site.layer} asked; pass n_layers")
-        return 3 * (self.kinds.index(site.kind) * self.n_layers + site.layer)
+        raise ValueError(f"FLOATER was built with n_layers={self.n_layers} but layer {site.layer} asked; pass n_layers")
 
     def _need(self, p: Positions) -> int:
         "Trajectory length covering `p` (its largest position + 1): read once per positions tensor, none where the caller noted it."
@@ -471,11 +472,7 @@ class FloaterPE(PosEnc):
         if P is None: return None                                   # exactly zero (untouched warm start): nothing to add
         if torch.is_grad_enabled(): return _rows(P, q_p.pos, qs) if same else (_rows(P[:, :D], q_p.pos, qs), _rows(P[:, D:], kv_p.pos, ks))
         bq = self._kept_rows(i, P, q_p.pos, qs, None if same else D)
-        if same: return bq
-        m = self._kv_memo.get(('rows', i))                         # decoding: the same source at every step
-        if m is None or m[0] is not kv_p.pos or m[1] != kv_p.pos._version or m[2] is not P:
-            self._kv_memo[('rows', i)] = m = (kv_p.pos, kv_p.pos._version, P, _rows(P[:, D:], kv_p.pos, ks))
-        return bq, m[3]
+        return bq if same else (bq, self._memory_rows(i, P, kv_p, ks, build=True))
 
     def _span_of(self, pos: Tensor) -> Optional[tuple]:
         "`_span(pos)` kept for the last two positions tensors (a forward's own and its memory's): every block after the first finds it by identity."
@@ -508,9 +505,8 @@ class FloaterPE(PosEnc):
         same = site.is_self and q_p is kv_p
         e = plan[1].get((i, None if same else self.d_model))
         if e is None or same: return None if e is None else e[1]
-        kv = self._kv_memo.get(('rows', i))                       # the memory's rows: the same source at every step
-        if kv is None or kv[0] is not kv_p.pos or kv[1] != kv_p.pos._version or kv[2] is not e[0]: return None
-        return e[1], kv[3]
+        kv = self._memory_rows(i, e[0], kv_p)
+        return None if kv is None else (e[1], kv)
 
     def _build_plan(self, pos: Tensor, pkey: tuple) -> dict:
         """{(slot, cols): (table, rows)}: the rows `_kept_rows` kept at `pos`'s plain span, for every slot whose projected table
@@ -527,6 +523,15 @@ class FloaterPE(PosEnc):
                 r = m[2].get((qs[0], qs[1], cols))
                 if r is not None: plan[k[1], cols] = (m[1], r)
         return plan
+
+    def _memory_rows(self, i: int, P: Tensor, kv_p: Positions, ks: Optional[tuple] = None, build: bool = False) -> Optional[Tensor]:
+        """Slot `i`'s k/v rows of its table `P` at the memory's positions, kept per positions tensor: decoding reads the same source
+        at every step. Where none are kept for `kv_p` and `P`: made from the span `ks` (`_span_of`) with `build`, else None."""
+        m = self._kv_memo.get(('rows', i))
+        if m is None or m[0] is not kv_p.pos or m[1] != kv_p.pos._version or m[2] is not P:
+            if not build: return None
+            self._kv_memo[('rows', i)] = m = (kv_p.pos, kv_p.pos._version, P, _rows(P[:, self.d_model:], kv_p.pos, ks))
+        return m[3]
 
     def _kept_rows(self, i: int, P: Tensor, pos: Tensor, s: Optional[tuple], cols: Optional[int]) -> Tensor:
         """Without grad: `_rows` of slot `i`'s table `P` (its first `cols` columns, or all), kept per plain span alongside the

@@ -449,9 +449,11 @@ def _added_tables(x: Tensor, pos, cache: RotaryCache, layout: str) -> Optional[t
     xPos or YaRN factor, whose tables do not compose by multiplication)."""
     L, M = x.shape[2 if layout == 'bhld' else 1], _ADD_ROWS
     if L % M or L < 2 * M or cache.split is not None or cache.xpos_log_zeta is not None or cache.mscale != 1.0: return None
-    s = (pos or 0,) * 2 + (True,) if pos is None or isinstance(pos, int) else _span(pos)
-    if s is None or not s[2]: return None
-    start = s[0]
+    if pos is None or isinstance(pos, int): start = pos or 0
+    else:
+        s = _span(pos)
+        if s is None or not s[2]: return None
+        start = s[0]
     tab = cache.table(start + L, x.device, cache.compute_dtype(x.dtype), 'planes')
     hi, lo = tab[start:start + L:M], tab[:M]                     # (L/M, 2, h), (M, 2, h)
     return (hi[:, None], lo) if layout == 'bhld' else (hi[:, None, None], lo[:, None])    # 'blhd': heads follow the positions

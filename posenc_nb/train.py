@@ -889,7 +889,7 @@ def jsonl_logger(path: Path, # the log file (`metrics.jsonl`)
 def fused_adam(device: Union[str, torch.device] # where the parameters live
               ) -> Optional[bool]: # the `fused=` argument for torch.optim.Adam/AdamW
     "True on CUDA, and on CPU from torch 2.4, where Adam(W) has a fused kernel; None (PyTorch's default loop) elsewhere."
-    device = torch.device(device)
+    device = torch.device(device)    # torch.__version__ is a TorchVersion: it compares with '2.4' as a version, not as text
     return True if device.type == 'cuda' or (device.type == 'cpu' and torch.__version__ >= '2.4') else None
 
 # %% ../nbs/05_train.ipynb #2bfa0b50
