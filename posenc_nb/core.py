@@ -191,6 +191,7 @@ class Site:
 class PosEnc(nn.Module):
     "Base class of every position encoding: five hooks, declared in the order a model calls them, each a no-op unless overridden."
     sites: tuple = ('enc', 'dec')   # attention sites where hooks 2-5 act (self-attention); `Attention` skips them elsewhere
+    own_hooks: frozenset = frozenset()   # hooks 3-5 this class overrides (set per subclass): `Attention` skips the base no-ops
     bounded: bool = False           # True: `max_len` is a hard limit on positions (`check_positions` raises past it)
     derived_buffers: tuple = ()     # buffers that cache a function of the parameters: reset, never averaged, by checkpoint averaging
     reads_streams: tuple = ()       # names of the extra `Positions.streams` it reads (it must also work without them)
@@ -201,6 +202,10 @@ class PosEnc(nn.Module):
                  causal:bool=False): # built for a decoder
         super().__init__()
         self.d_model, self.n_heads, self.n_layers, self.max_len, self.causal = d_model, n_heads, n_layers, max_len, causal
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        cls.own_hooks = frozenset(h for h in ('head_positions', 'transform_qk', 'logit_bias') if getattr(cls, h) is not getattr(PosEnc, h))
 
     def embed(self, x: Tensor, p: Positions) -> Tensor:
         "Hook 1: `x` (B,L,D) with position information added; called once per stack, after the token embedding."
@@ -218,9 +223,10 @@ class PosEnc(nn.Module):
         "Hook 5: additive attention-logit bias broadcastable to (B,H,Lq,Lk), or None."
         return None
     def qkv_out_bias(self, q_p: Positions, kv_p: Positions, site: Site, proj: nn.Linear):
-        """Hook 2 in projected form, asked first: hook 2's biases already passed through `proj`'s weight ($(x+b)W^T = xW^T + bW^T$), added to the
-        outputs of the fused projection, so it stays one product: self-attention (q and kv positions the same object) (B|1,L,3D); cross-attention
-        `(oq (B|1,Lq,D), okv (B|1,Lk,2D))`. None (the default): `Attention` calls `qkv_bias` instead."""
+        """Hook 2 in projected form, asked first: hook 2's biases already passed through `proj`'s weight, with `proj`'s own bias $c$ folded in
+        ($(x+b)W^T + c = xW^T + (bW^T + c)$): all the fused projection adds to $xW^T$, so it stays one product with nothing else to add:
+        self-attention (q and kv positions the same object) broadcastable to (B,L,3D); cross-attention `(oq, okv)` broadcastable to (B,Lq,D)
+        and (B,Lk,2D). None (the default): `Attention` calls `qkv_bias` instead."""
         return None
 
     def acts_at(self, site: Site) -> bool:
@@ -404,10 +410,17 @@ def _proj_add(x: Tensor, # the projection's input (B,L,D)
               ob: Tensor # a bias per position, broadcastable to (B,L,out)
              ) -> Tensor: # (B,L,out)
     """`F.linear(x, w, b) + ob`, adding in place; under autograd through `matmul`, whose 3-D result is not a view (`F.linear`'s is),
-    so autograd copies nothing. Without grad, one row of `ob` (a decoding step) is folded into the projection's bias instead."""
+    so autograd copies nothing. Without grad, one row of `ob` (a decoding step) is folded into the projection's bias instead, and more
+    rows are written into the output first with the product accumulated onto them, as `F.linear` does with its bias: no second pass."""
     if not torch.is_grad_enabled():              # inference: the bias stays fused in the product
-        if ob.numel() == ob.shape[-1]: return F.linear(x, w, ob.reshape(-1) if b is None else b + ob.reshape(-1))
-        return F.linear(x, w, b).add_(ob)
+        if ob.dim() != 1 and ob.numel() == ob.shape[-1]: ob = ob.reshape(-1)
+        if ob.dim() == 1: return F.linear(x, w, ob if b is None else b + ob)   # one row: the bias vector of the product
+        if x.dtype != w.dtype or torch.is_autocast_enabled(x.device.type): return F.linear(x, w, b).add_(ob)
+        y = x.new_empty(*x.shape[:-1], w.shape[0])      # a new tensor: `ob` itself is never written
+        if b is None: y.copy_(ob)
+        else: torch.add(ob.expand(y.shape), b, out=y)
+        y.view(-1, w.shape[0]).addmm_(x.reshape(-1, x.shape[-1]), w.t())
+        return y
     y = torch.matmul(x, w.t())
     return y.add_((ob if b is None else ob + b).to(y.dtype))
 
@@ -441,21 +454,22 @@ class Attention(nn.Module):
                 mem_p: Optional[Positions] = None, # positions of `mem`
                 cache: Optional[dict] = None # incremental-decoding state of this site, updated in place
                ) -> Tensor: # (B,Lq,D)
-        "Attention output; hooks 2-5 of `pe` are called in their declared order where the encoding acts."
+        "Attention output; hooks 2-5 of `pe` are called in their declared order where the encoding acts (3-5 where it overrides them)."
         site, self_attn = self.site, mem is None
         kv_x, kv_p = (x, p) if self_attn else (mem, mem_p)
         if kv_p is None: raise ValueError("cross-attention needs the memory's Positions (mem_p)")
         acts = pe.acts_at(site)
+        own = pe.own_hooks if acts else ()                                           # the base hooks 3-5 are no-ops: not called
         ob = pe.qkv_out_bias(p, kv_p, site, self.in_proj) if acts else None     # hook 2, projected form (keeps the projection fused)
         bq, bk, bv = (pe.qkv_bias(p, kv_p, site) if acts and ob is None else None) or (None, None, None)
-        q_pos = pe.head_positions(p, site) if acts else p.pos[:, None]
+        q_pos = pe.head_positions(p, site) if 'head_positions' in own else p.pos[:, None]
         cached = cache is not None and not self_attn and 'k' in cache              # cross-attention memory already projected
         if self_attn and bq is None and bk is None and bv is None:
-            qkv = self.in_proj(x) if ob is None else _proj_add(x, self.in_proj.weight, self.in_proj.bias, ob)
+            qkv = self.in_proj(x) if ob is None else _proj_add(x, self.in_proj.weight, None, ob)   # `ob` holds the projection's bias
             q, k, v = (self._heads(t) for t in qkv.chunk(3, dim=-1))
         elif ob is not None:                                                         # cross-attention, projected biases
-            q = self._heads(_proj_add(x, *self._blocks(0), ob[0]))
-            if not cached: k, v = (self._heads(t) for t in _proj_add(kv_x, *self._blocks(1, 2), ob[1]).chunk(2, dim=-1))
+            q = self._heads(_proj_add(x, self._blocks(0)[0], None, ob[0]))
+            if not cached: k, v = (self._heads(t) for t in _proj_add(kv_x, self._blocks(1, 2)[0], None, ob[1]).chunk(2, dim=-1))
         else:
             q = self._heads(self._proj(x, 0, bq))
             if cached: pass
@@ -465,11 +479,11 @@ class Attention(nn.Module):
         if self_attn: k_pos, k_mask = q_pos, kv_p.mask
         elif cached: k, v, k_pos, k_mask = cache['k'], cache['v'], cache['k_pos'], cache['k_mask']
         else:
-            k_pos, k_mask = (pe.head_positions(kv_p, site) if acts else kv_p.pos[:, None]), kv_p.mask
+            k_pos, k_mask = (pe.head_positions(kv_p, site) if 'head_positions' in own else kv_p.pos[:, None]), kv_p.mask
             if cache is not None: cache.update(k=k, v=v, k_pos=k_pos, k_mask=k_mask)     # before hook 4
-        if acts: q, k = pe.transform_qk(q, k, q_pos, k_pos, site)
+        if 'transform_qk' in own: q, k = pe.transform_qk(q, k, q_pos, k_pos, site)
         if self_attn and cache is not None: k, v, k_pos, k_mask = _extend_cache(cache, k, v, k_pos, k_mask)
-        bias = pe.logit_bias(q, q_pos, k_pos, site) if acts else None
+        bias = pe.logit_bias(q, q_pos, k_pos, site) if 'logit_bias' in own else None
         allowed = attention_mask(q.shape[2], k_mask, site.causal and self_attn, self_attn, x.device, k_len=k.shape[2])
         out = _attend(q, k, v, bias, allowed, k_mask, self.dropout if self.training else 0.0)
         return self.out_proj(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.d_model))

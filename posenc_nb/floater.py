@@ -256,10 +256,11 @@ class FloaterPE(PosEnc):
         self.register_buffer('traj_cache', torch.zeros(0, n_init, d_model), persistent=True)
         self._traj, self._live_key, self._has_graph, self._exact, self._consumed = None, None, False, False, False
         self._steps, self._refreshed_at, self._ref, self._loaded = 0, 0, None, False
-        self._zero_key, self._kv_memo, self.n_solves = None, {}, 0     # n_solves: trajectory computations (tests, benchmarks)
+        self._zero_key, self.n_solves = None, 0                         # n_solves: trajectory computations (tests, benchmarks)
+        self._kv_memo, self._tables, self._mem_rows = {}, {}, {}          # inference, per slot: k/v biases, projected tables, memory rows
         self._q_memo, self._fwd, self._split = None, None, None       # inference: biases gathered per positions tensor; training: slot rows
         self._spans = ()                                                  # `_span` of the last two positions tensors (see `_span_of`)
-        self._plan = None                                                 # inference: the current forward's bias rows by slot (`_planned`)
+        self._plan = None                                                 # inference: the current forward's bias rows by site (`_build_plan`)
         self._slot_of = {(k, l): 3 * (j * n_layers + l) for j, k in enumerate(self.kinds) for l in range(n_layers)}
         self.register_load_state_dict_post_hook(FloaterPE._after_load)
 
@@ -285,14 +286,14 @@ class FloaterPE(PosEnc):
 
     # ---- trajectory and cache
     def _params(self):
-        "The parameters by attribute (cheaper than `parameters()`, which walks the submodules)."
-        ps = [self.p0]
-        for h in (self.dynamics, self.dynamics_kv):
-            if h is not None: ps += [h.l1.weight, h.l1.bias, h.l2.weight, h.l2.bias]
+        "The parameters, read from the modules' own dicts: cheaper than attribute access or `parameters()`, and a replaced Parameter is seen."
+        ps = [self._parameters['p0']]
+        for h in (self._modules['dynamics'], self._modules.get('dynamics_kv')):
+            if h is not None: ps += [l._parameters[n] for l in (h._modules['l1'], h._modules['l2']) for n in ('weight', 'bias')]
         return ps
 
     def _param_key(self):
-        return tuple((p.data_ptr(), p._version) for p in self._params())
+        return tuple([(p.data_ptr(), p._version) for p in self._params()])
 
     def _solve(self, y, start, n):
         self.n_solves += 1
@@ -311,7 +312,7 @@ class FloaterPE(PosEnc):
 
     def _set(self, traj, key, graph, exact):
         self._traj, self._live_key, self._has_graph, self._exact, self._consumed = traj, key, graph, exact, False
-        self._kv_memo = {}
+        self._kv_memo, self._tables, self._mem_rows = {}, {}, {}
         if graph: traj.register_hook(self._mark_consumed)
         if exact: self.traj_cache = traj.detach()
 
@@ -375,7 +376,7 @@ class FloaterPE(PosEnc):
         "Pickling / deepcopy: drop the live trajectory (it may carry an autograd graph); the buffer keeps the values."
         state = self.__dict__.copy()
         state.update(_traj=None, _live_key=None, _has_graph=False, _exact=False, _consumed=False, _ref=None, _kv_memo={},
-                     _q_memo=None, _fwd=None, _split=None, _spans=(), _plan=None)
+                     _tables={}, _mem_rows={}, _q_memo=None, _fwd=None, _split=None, _spans=(), _plan=None)
         return state
 
     @staticmethod
@@ -406,7 +407,7 @@ class FloaterPE(PosEnc):
 
     def embed(self, x: Tensor, p: Positions) -> Tensor:
         if not (self.training and torch.is_grad_enabled()):     # inference: check the parameters once per forward pass
-            self._fwd = (p.pos, self._param_key())
+            _set_plain(self, '_fwd', (p.pos, self._param_key()))
         if self.prior == 'sinusoidal': x = x + self._prior(p.pos).to(x.dtype)   # as the sinusoidal encoding does it
         if self.inject != 'input': return x
         traj = self.trajectory(self._need(p))
@@ -463,12 +464,21 @@ class FloaterPE(PosEnc):
     def qkv_out_bias(self, q_p: Positions, kv_p: Positions, site: Site, proj: nn.Linear):
         "Hook 2, projected: slot rows of the trajectory times `proj`'s q/k/v weights, once per solve (T rows, not B*L), then sliced or gathered."
         if self.inject == 'input': return None
-        planned = None if torch.is_grad_enabled() else self._planned(q_p, kv_p, site)    # a decoding step at a position seen before
-        if planned is not None: return planned
+        f = self._fwd
+        if f is not None and f[0] is q_p.pos and not torch.is_grad_enabled():   # inference inside a forward `embed` started: its plan
+            plan = self._plan                                       # (`_build_plan`, made at the forward's first hook call)
+            if plan is None or plan[0] is not f: _set_plain(self, '_plan', plan := (f, self._build_plan(q_p.pos, f[1])))
+            e = plan[1].get(id(site))                              # (slot, table, rows: all 3D columns at a self site, the q block at a cross one)
+            if e is not None:                                      # (written out here: this runs six times per decoding step)
+                if site.kind != 'cross':
+                    if q_p is kv_p: return e[2]
+                else:
+                    kv = self._memory_rows(e[0], e[1], kv_p)
+                    if kv is not None: return e[2], kv
         i, D, same = self._slot(site), self.d_model, site.is_self and q_p is kv_p
         qs = self._span_of(q_p.pos); ks = qs if same else self._span_of(kv_p.pos)   # one read per positions tensor (CPU), the range included
         n = 1 + max(s[1] if s is not None else positions_max(p) for s, p in ((qs, q_p), (ks, kv_p)))
-        P = self._site_table(i, proj, q_p, n)
+        P = self._site_table(i, proj, site, q_p, n)
         if P is None: return None                                   # exactly zero (untouched warm start): nothing to add
         if torch.is_grad_enabled(): return _rows(P, q_p.pos, qs) if same else (_rows(P[:, :D], q_p.pos, qs), _rows(P[:, D:], kv_p.pos, ks))
         bq = self._kept_rows(i, P, q_p.pos, qs, None if same else D)
@@ -479,65 +489,51 @@ class FloaterPE(PosEnc):
         for e in self._spans:
             if e[0] is pos and e[1] == pos._version: return e[2]
         s = _span(pos)
-        if not pos.is_inference(): self._spans = (*self._spans[-1:], (pos, pos._version, s))   # inference tensors have no version
+        if not pos.is_inference(): _set_plain(self, '_spans', (*self._spans[-1:], (pos, pos._version, s)))   # inference tensors have no version
         return s
 
-    def _site_table(self, i: int, proj: nn.Linear, q_p: Positions, n: int) -> Optional[Tensor]:
-        "(T >= n, 3D) projected table of slot `i` through `proj`'s weight, or None when exactly zero; without grad kept per parameter key and weight version."
-        weight = proj.weight
-        if torch.is_grad_enabled(): return None if self._is_zero() else _project(self._slot_rows(self.trajectory(n), i), weight)
+    def _site_table(self, i: int, proj: nn.Linear, site: Site, q_p: Positions, n: int) -> Optional[Tensor]:
+        """(T >= n, 3D) projected table of slot `i` through `proj` (its weight, its bias added), or None when exactly zero; without grad
+        kept per parameter key and `proj`'s weight and bias versions, with the site that asked."""
+        if torch.is_grad_enabled(): return None if self._is_zero() else _project(self._slot_rows(self.trajectory(n), i), proj.weight, proj.bias)
         f = self._fwd
-        key = (f[1] if f is not None and f[0] is q_p.pos else self._param_key(), weight.data_ptr(), weight._version)
-        m = self._kv_memo.get(('P', i))
-        if m is None or m[0] != key or (m[1] is not None and m[1].shape[0] < n):     # kept with the rows it gave and its projection
-            self._kv_memo[('P', i)] = m = (key, None if self._is_zero() else _project(self.trajectory(n)[:, i:i + 3], weight), {}, proj)
+        key = (f[1] if f is not None and f[0] is q_p.pos else self._param_key(), _proj_key(proj))
+        m = self._tables.get(i)
+        if m is None or m[0] != key or (m[1] is not None and m[1].shape[0] < n):     # kept with the rows it gave, its projection and site
+            P = None if self._is_zero() else _project(self.trajectory(n)[:, i:i + 3], proj.weight, proj.bias)
+            self._tables[i] = m = (key, P, {}, proj, site)
+        elif m[4] is not site: self._tables[i] = m = (*m[:4], site)                  # the plan finds a slot by the site object that asks
         return m[1]
 
-    def _planned(self, q_p: Positions, kv_p: Positions, site: Site):
-        """Inference inside a forward `embed` started: the hook's result from that forward's plan (`_build_plan`, made at its
-        first hook call), or None where the plan has no rows for this site (the general path then builds and keeps them)."""
-        f = self._fwd
-        if f is None or f[0] is not q_p.pos: return None
-        i = self._slot_of.get((site.kind, site.layer))
-        if i is None: return None                                  # the general path raises the error
-        plan = self._plan
-        if plan is None or plan[0] is not f: plan = self._plan = (f, self._build_plan(q_p.pos, f[1]))
-        same = site.is_self and q_p is kv_p
-        e = plan[1].get((i, None if same else self.d_model))
-        if e is None or same: return None if e is None else e[1]
-        kv = self._memory_rows(i, e[0], kv_p)
-        return None if kv is None else (e[1], kv)
-
     def _build_plan(self, pos: Tensor, pkey: tuple) -> dict:
-        """{(slot, cols): (table, rows)}: the rows `_kept_rows` kept at `pos`'s plain span, for every slot whose projected table
-        was built with the parameters `pkey` and with its projection's weight as that weight is now (the same tensor, pointer
-        and version): checked once per forward, not per call."""
+        """{id(site): (slot, table, rows)}: the rows `_kept_rows` kept at `pos`'s plain span (all columns at a self site, the q block
+        at a cross one), for every slot with such rows whose projected table was built with the parameters `pkey` and with its projection's
+        weight and bias as they are now (`_proj_key`): checked once per forward, not per call. Keyed by the site object that last
+        asked for the table (held by it, so its id is not reused), as `Attention` passes its own."""
         qs = self._span_of(pos)
         if qs is None or not qs[2]: return {}
-        plan = {}
-        for k, m in self._kv_memo.items():
-            if type(k) is not tuple or k[0] != 'P' or m[1] is None: continue
-            w = m[3].weight                                          # the projection's weight now: a replaced Parameter is caught too
-            if m[0] != (pkey, w.data_ptr(), w._version): continue
-            for cols in (None, self.d_model):
-                r = m[2].get((qs[0], qs[1], cols))
-                if r is not None: plan[k[1], cols] = (m[1], r)
+        plan, lo, hi, D = {}, qs[0], qs[1], self.d_model
+        for i, (key, P, kept, proj, site) in self._tables.items():
+            if P is None: continue
+            if key != (pkey, _proj_key(proj)): continue
+            r = kept.get((lo, hi, None if site.kind != 'cross' else D))
+            if r is not None: plan[id(site)] = (i, P, r)
         return plan
 
     def _memory_rows(self, i: int, P: Tensor, kv_p: Positions, ks: Optional[tuple] = None, build: bool = False) -> Optional[Tensor]:
         """Slot `i`'s k/v rows of its table `P` at the memory's positions, kept per positions tensor: decoding reads the same source
         at every step. Where none are kept for `kv_p` and `P`: made from the span `ks` (`_span_of`) with `build`, else None."""
-        m = self._kv_memo.get(('rows', i))
+        m = self._mem_rows.get(i)
         if m is None or m[0] is not kv_p.pos or m[1] != kv_p.pos._version or m[2] is not P:
             if not build: return None
-            self._kv_memo[('rows', i)] = m = (kv_p.pos, kv_p.pos._version, P, _rows(P[:, self.d_model:], kv_p.pos, ks))
+            self._mem_rows[i] = m = (kv_p.pos, kv_p.pos._version, P, _rows(P[:, self.d_model:], kv_p.pos, ks))
         return m[3]
 
     def _kept_rows(self, i: int, P: Tensor, pos: Tensor, s: Optional[tuple], cols: Optional[int]) -> Tensor:
         """Without grad: `_rows` of slot `i`'s table `P` (its first `cols` columns, or all), kept per plain span alongside the
         table (and dropped with it), so a decoding step at a position seen before looks its rows up instead of slicing again."""
         if s is None or not s[2]: return _rows(P if cols is None else P[:, :cols], pos, s)
-        kept = self._kv_memo[('P', i)][2]
+        kept = self._tables[i][2]
         r = kept.get((s[0], s[1], cols))
         if r is None: r = kept[s[0], s[1], cols] = _rows(P if cols is None else P[:, :cols], pos, s)
         return r
@@ -553,15 +549,29 @@ class FloaterPE(PosEnc):
                 f"substeps={self.substeps}, adjoint={self.adjoint}, prior={self.prior}, init={self.init}, "
                 f"cross_kv_flow={self.cross_kv_flow}, refresh_every={self.refresh_every}, refresh_mode={self.refresh_mode}")
 
-def _project(slot: Tensor, weight: Tensor) -> Tensor:
-    "A slot's trajectory rows (T, 3, d), the q, k, v initial values' states, through the q, k, v blocks of `weight` (3D, d): (T, 3D), what `F.linear` gives per block."
+def _project(slot: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+    "A slot's trajectory rows (T, 3, d), the q, k, v initial values' states, through the q, k, v blocks of `weight` (3D, d), plus `bias`: (T, 3D), what `F.linear` gives per block."
     D = weight.shape[0] // 3
     P = torch.bmm(weight.view(3, D, -1), slot.permute(1, 2, 0))           # W_k p^T: the weight's gradient lands in its own layout, no copy
-    return P.permute(2, 0, 1).reshape(slot.shape[0], 3 * D).contiguous()  # rows by position (the reshape alone is a strided view)
+    P = P.permute(2, 0, 1).reshape(slot.shape[0], 3 * D)                  # rows by position (a strided view)
+    return (P if bias is None else P + bias).contiguous()
+
+def _proj_key(proj: nn.Linear) -> tuple:
+    "Pointer and version of `proj`'s weight and bias as they are now (a replaced Parameter is caught too), from its own dict where it holds them."
+    d = proj._parameters
+    w = d['weight'] if 'weight' in d else proj.weight                     # a computed (parametrized) weight is a new tensor every time
+    b = d['bias'] if 'bias' in d else proj.bias
+    return w.data_ptr(), w._version, None if b is None else (b.data_ptr(), b._version)
+
+def _set_plain(m: nn.Module, name: str, value):
+    "`m.name = value` for a plain value (no Parameter, buffer or module) without `nn.Module.__setattr__`'s checks: state written every forward."
+    m.__dict__[name] = value
 
 def _rows(P: Tensor, pos: Tensor, s: Optional[tuple]) -> Tensor:
-    "Rows of P (T, C) at integer positions (B, L): a broadcast slice (1, L, C) when every row is one plain range (`s`, from `_span`), else a gather (B, L, C)."
-    return P[s[0]:s[1] + 1][None] if s is not None and s[2] else F.embedding(pos, P)
+    """Rows of P (T, C) at integer positions (B, L): a broadcast slice (1, L, C) when every row is one plain range (`s`, from `_span`),
+    one row (C,) when that range is one position (a decoding step: the projection's bias vector as it is), else a gather (B, L, C)."""
+    if s is None or not s[2]: return F.embedding(pos, P)
+    return P[s[0]] if s[0] == s[1] else P[s[0]:s[1] + 1][None]
 
 @register_posenc('floater')
 class FloaterBlocksPE(FloaterPE):

@@ -81,7 +81,7 @@ def _memo_key(pos: Tensor, dtype, key: bool, fmt: str):
 # %% ../nbs/10_rope.ipynb #80403d11
 def _reads_free(t: Tensor) -> bool:
     "Whether reading `t` into Python costs no device sync (CPU tensors): then a plain range of positions is a table slice."
-    return t.device.type == 'cpu'
+    return t.is_cpu
 
 # %% ../nbs/10_rope.ipynb #ca887b95
 def _read_span(t: Tensor) -> tuple:
