@@ -11,12 +11,14 @@ How it measures, so that ratios survive a shared, loaded machine:
 * every figure is a ratio to a reference timed in the same repetition; the record keeps the ratio of the medians, the
   median of the per-repetition ratios and their min..max (the noise next to the effect);
 * a second, identical sinusoidal model is timed as a contender too: its ratio to the first is the run's noise floor;
+* the decoding section runs in rounds of 8 repetitions, every model deep-copied to new memory between rounds (`in_rounds`):
+  one process's memory layout made one of two identical models about 2% slower than the other for a whole run;
 * the RoPE forward section runs last, after glibc is told to serve every allocation from the heap and never trim it
   (`mallopt`), so freed buffers are reused and no contender pays page faults: the copy floor is then memory traffic,
   not the allocator's history (it moved 4-10x between runs of `rope_bench.py`, whose records the 'before' column
   quotes: those ran with the default allocator, as the model-level sections of this script still do).
 """
-import argparse, ctypes, importlib.util, json, statistics, sys, time
+import argparse, copy, ctypes, importlib.util, json, random, statistics, sys, time
 from pathlib import Path
 import torch
 import torch.nn.functional as F
@@ -48,6 +50,19 @@ def interleaved(fns: dict, reps: int, warmup: int = 2) -> dict:
     for r in range(reps):
         for k in keys[r % len(keys):] + keys[:r % len(keys)]:
             t = time.process_time(); fns[k](); ts[k].append(time.process_time() - t)
+    return ts
+
+def in_rounds(models: dict, fns: dict, reps: int, per_round: int = 8, seed: int = 0) -> dict:
+    """`interleaved` in rounds of `per_round` repetitions; before every round after the first, each model is replaced by a deep
+    copy, made in a shuffled order after a spacer of random size: its weights move, so no model keeps one memory layout (a
+    lucky or unlucky one: two identical models differed by about 2% in one process) for the whole run."""
+    rng, spacers, ts = random.Random(seed), [], {k: [] for k in fns}
+    for r in range(0, reps, per_round):
+        if r:
+            for k in rng.sample(list(models), len(models)):
+                spacers.append(torch.empty(rng.randrange(1, 1 << 16)))
+                models[k] = copy.deepcopy(models[k])
+        for k, v in interleaved(fns, min(per_round, reps - r)).items(): ts[k] += v
     return ts
 
 def ratio(ts: dict, k: str, ref: str) -> dict:
@@ -120,10 +135,11 @@ def floater(train_reps, decode_reps, B=32, L=32, steps=16):
             for t in range(steps): y = _step_logprobs(m, y, t, mem, sp, cache, 1, 2, 0, None).argmax(-1, keepdim=True)   # the decoders' step: its position noted, no read
     train = [k for k in models if 'OFFICIAL' not in k]     # the official option set refreshes every 400 steps: not this row
     tt = interleaved({k: (lambda k=k: step(k)) for k in train}, train_reps)
-    td = interleaved({k: (lambda k=k: decode(k)) for k in models}, decode_reps)
+    td = in_rounds(models, {k: (lambda k=k: decode(k)) for k in models}, decode_reps)
     return dict(train={k: ratio(tt, k, 'sinusoidal') for k in train if k != 'sinusoidal'},
                 decode={k: ratio(td, k, 'sinusoidal') for k in models if k != 'sinusoidal'},
-                setup=dict(batch=B, length=L, decode_steps=steps, d_model=256, layers='3+3', d_ff=1024, vocab=8000, optimizer='Adam', dropout=0.1))
+                setup=dict(batch=B, length=L, decode_steps=steps, d_model=256, layers='3+3', d_ff=1024, vocab=8000, optimizer='Adam', dropout=0.1,
+                           decode_timing='in_rounds: 8 repetitions a round, models deep-copied to new memory between rounds'))
 
 def vs_transformer(reps, steps=2):
     "Training tokens/s of every registered encoding / nn.Transformer of the same size (benchmarks/throughput.py --mode vs-transformer), with a twin nn.Transformer as the noise floor."
