@@ -462,7 +462,7 @@ class FloaterPE(PosEnc):
         return bq, bk, bv
 
     def qkv_out_bias(self, q_p: Positions, kv_p: Positions, site: Site, proj: nn.Linear):
-        "Hook 2, projected: slot rows of the trajectory times `proj`'s q/k/v weights, once per solve (T rows, not B*L), then sliced or gathered."
+        "Hook 2, projected: slot rows of the trajectory times `proj`'s q/k/v weights plus its bias, once per solve (T rows, not B*L), then sliced or gathered."
         if self.inject == 'input': return None
         f = self._fwd
         if f is not None and f[0] is q_p.pos and not torch.is_grad_enabled():   # inference inside a forward `embed` started: its plan
