@@ -403,6 +403,12 @@ def head_input_proj(x: Tensor, # the projection's shared input (B,L,D)
     return F.linear(x, weight, bias) + extra.reshape(*extra.shape[:2], -1)
 
 
+# %% ../nbs/00_core.ipynb #7a943c50
+def _autocast_enabled(device_type: str) -> bool:
+    "Whether autocast is on for `device_type` (torch >= 2.4 takes the device type; 2.1-2.3 have one function per device)."
+    try: return torch.is_autocast_enabled(device_type)
+    except TypeError: return torch.is_autocast_enabled() if device_type == 'cuda' else torch.is_autocast_cpu_enabled()
+
 # %% ../nbs/00_core.ipynb #73d481d4
 def _proj_add(x: Tensor, # the projection's input (B,L,D)
               w: Tensor, # its weight (out, D)
@@ -415,7 +421,7 @@ def _proj_add(x: Tensor, # the projection's input (B,L,D)
     if not torch.is_grad_enabled():              # inference: the bias stays fused in the product
         if ob.dim() != 1 and ob.numel() == ob.shape[-1]: ob = ob.reshape(-1)
         if ob.dim() == 1: return F.linear(x, w, ob if b is None else b + ob)   # one row: the bias vector of the product
-        if x.dtype != w.dtype or torch.is_autocast_enabled(x.device.type): return F.linear(x, w, b).add_(ob)
+        if x.dtype != w.dtype or _autocast_enabled(x.device.type): return F.linear(x, w, b).add_(ob)
         y = x.new_empty(*x.shape[:-1], w.shape[0])      # a new tensor: `ob` itself is never written
         if b is None: y.copy_(ob)
         else: torch.add(ob.expand(y.shape), b, out=y)
