@@ -12,7 +12,7 @@ How it measures, so that ratios survive a shared, loaded machine:
   median of the per-repetition ratios and their min..max (the noise next to the effect);
 * a second, identical sinusoidal model is timed as a contender too: its ratio to the first is the run's noise floor;
 * the decoding section runs in rounds of 8 repetitions, every model deep-copied to new memory between rounds (`in_rounds`):
-  one process's memory layout made one of two identical models about 2% slower than the other for a whole run;
+  where a model's weights sit in memory would otherwise stay fixed for the whole run;
 * the RoPE forward section runs last, after glibc is told to serve every allocation from the heap and never trim it
   (`mallopt`), so freed buffers are reused and no contender pays page faults: the copy floor is then memory traffic,
   not the allocator's history (it moved 4-10x between runs of `rope_bench.py`, whose records the 'before' column
@@ -55,7 +55,7 @@ def interleaved(fns: dict, reps: int, warmup: int = 2) -> dict:
 def in_rounds(models: dict, fns: dict, reps: int, per_round: int = 8, seed: int = 0) -> dict:
     """`interleaved` in rounds of `per_round` repetitions; before every round after the first, each model is replaced by a deep
     copy, made in a shuffled order after a spacer of random size: its weights move, so no model keeps one memory layout (a
-    lucky or unlucky one: two identical models differed by about 2% in one process) for the whole run."""
+    lucky or an unlucky one) for the whole run."""
     rng, spacers, ts = random.Random(seed), [], {k: [] for k in fns}
     for r in range(0, reps, per_round):
         if r:
