@@ -12,8 +12,8 @@ from torch import Tensor
 from .core import Positions, Site, PosEnc, register_posenc, make_posenc, list_posencs, Attention
 
 # %% auto #0
-__all__ = ['NoPosEnc', 'sinusoidal_table', 'SinusoidalPosEnc', 'LearnedPosEnc', 'relative_offsets', 'ShawPosEnc', 't5_bucket',
-           'T5PosEnc', 'alibi_slopes', 'ALiBiPosEnc']
+__all__ = ['NoPosEnc', 'sinusoidal_table', 'sinusoidal_codes', 'SinusoidalPosEnc', 'LearnedPosEnc', 'relative_offsets',
+           'ShawPosEnc', 't5_bucket', 'T5PosEnc', 'alibi_slopes', 'ALiBiPosEnc']
 
 # %% ../nbs/01_baselines.ipynb #c6ab0a28
 from .core import known_range
@@ -44,6 +44,20 @@ def sinusoidal_table(positions: Tensor, # integer positions, any shape
     ang = positions.to(dtype)[..., None] * inv                                    # (..., ceil(d/2))
     return torch.stack((ang.sin(), ang.cos()), -1).flatten(-2)[..., :d_model]    # interleave, drop the last cos if d is odd
 
+# %% ../nbs/01_baselines.ipynb #9362fab9
+def sinusoidal_codes(pos: Tensor, # integer positions, any shape
+                     table: Optional[Tensor], # a table `sinusoidal_codes` returned before (or None)
+                     d_model: int, # code width
+                     base: float = 10000., # frequency base (see `sinusoidal_table`)
+                     min_rows: int = 0 # the smallest table to build
+                    ) -> tuple: # (codes pos.shape + (d_model,), the float32 table they were read from)
+    """Codes of `pos` read from `table` when it is on `pos`'s device and covers every position of `pos`, else from a new float32
+    table of the next power of two rows (at least `min_rows`): callers keep the table and pass it back."""
+    need = known_range(pos)[1] + 1               # read once per positions tensor, or known from the caller
+    if table is None or table.shape[0] < need or table.is_cpu != pos.is_cpu or not (pos.is_cpu or table.device == pos.device):
+        table = sinusoidal_table(torch.arange(max(min_rows, 1 << (need - 1).bit_length()), device=pos.device), d_model, base)
+    return F.embedding(pos, table), table
+
 # %% ../nbs/01_baselines.ipynb #0c3cedc6
 @register_posenc('sinusoidal')
 class SinusoidalPosEnc(PosEnc):
@@ -54,13 +68,10 @@ class SinusoidalPosEnc(PosEnc):
         self.base, self._table = base, None
 
     def codes(self, pos: Tensor) -> Tensor:
-        "Codes of `pos` read from a cached float32 table on `pos.device`, rebuilt larger when a position exceeds it."
-        need = known_range(pos)[1] + 1          # read once per positions tensor, or known from the caller
-        t = self._table
-        if t is None or t.device != pos.device or t.shape[0] < need:
-            size = max(self.max_len or 0, 1 << (need - 1).bit_length())
-            self._table = t = sinusoidal_table(torch.arange(size, device=pos.device), self.d_model, self.base)
-        return F.embedding(pos, t)
+        "Codes of `pos` read from a cached float32 table on `pos.device`, rebuilt larger when a position exceeds it (`sinusoidal_codes`)."
+        c, t = sinusoidal_codes(pos, self._table, self.d_model, self.base, self.max_len or 0)
+        if t is not self._table: self._table = t
+        return c
 
     def embed(self, x: Tensor, p: Positions) -> Tensor:
         return x + self.codes(p.pos).to(x.dtype)

@@ -12,7 +12,7 @@ from torch import Tensor
 from torchdiffeq import odeint, odeint_adjoint
 from fastcore.basics import patch
 from .core import Positions, Site, PosEnc, register_posenc, make_posenc, Attention
-from .baselines import sinusoidal_table
+from .baselines import sinusoidal_table, sinusoidal_codes
 from .model import ModelConfig, Seq2Seq, warm_start_weights
 
 # %% auto #0
@@ -261,6 +261,7 @@ class FloaterPE(PosEnc):
         self._q_memo, self._fwd, self._split = None, None, None       # inference: biases gathered per positions tensor; training: slot rows
         self._spans = ()                                                  # `_span` of the last two positions tensors (see `_span_of`)
         self._plan = None                                                 # inference: the current forward's bias rows by site (`_build_plan`)
+        self._prior_table = None                                          # the sinusoidal prior's table (`_prior`)
         self._slot_of = {(k, l): 3 * (j * n_layers + l) for j, k in enumerate(self.kinds) for l in range(n_layers)}
         self.register_load_state_dict_post_hook(FloaterPE._after_load)
 
@@ -400,10 +401,10 @@ class FloaterPE(PosEnc):
 
     # ---- hooks
     def _prior(self, pos: Tensor) -> Tensor:
-        m = known_range(pos)[1] + 1
-        if not hasattr(self, '_prior_table') or self._prior_table.shape[0] < m or self._prior_table.device != pos.device:
-            self._prior_table = sinusoidal_table(torch.arange(max(m, self.max_len or 1024), device=pos.device), self.d_model, self.base)
-        return F.embedding(pos, self._prior_table)
+        "The sinusoidal encoding's codes of `pos` (`sinusoidal_codes`), from a table kept here."
+        c, t = sinusoidal_codes(pos, self._prior_table, self.d_model, self.base, self.max_len or 1024)
+        if t is not self._prior_table: self._prior_table = t
+        return c
 
     def embed(self, x: Tensor, p: Positions) -> Tensor:
         if not (self.training and torch.is_grad_enabled()):     # inference: check the parameters once per forward pass
