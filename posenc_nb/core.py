@@ -191,7 +191,6 @@ class Site:
 class PosEnc(nn.Module):
     "Base class of every position encoding: five hooks, declared in the order a model calls them, each a no-op unless overridden."
     sites: tuple = ('enc', 'dec')   # attention sites where hooks 2-5 act (self-attention); `Attention` skips them elsewhere
-    own_hooks: frozenset = frozenset()   # hooks 3-5 this class overrides (set per subclass): `Attention` skips the base no-ops
     bounded: bool = False           # True: `max_len` is a hard limit on positions (`check_positions` raises past it)
     derived_buffers: tuple = ()     # buffers that cache a function of the parameters: reset, never averaged, by checkpoint averaging
     reads_streams: tuple = ()       # names of the extra `Positions.streams` it reads (it must also work without them)
@@ -202,10 +201,8 @@ class PosEnc(nn.Module):
                  causal:bool=False): # built for a decoder
         super().__init__()
         self.d_model, self.n_heads, self.n_layers, self.max_len, self.causal = d_model, n_heads, n_layers, max_len, causal
-
-    def __init_subclass__(cls, **kw):
-        super().__init_subclass__(**kw)
-        cls.own_hooks = frozenset(h for h in ('head_positions', 'transform_qk', 'logit_bias') if getattr(cls, h) is not getattr(PosEnc, h))
+        self.own_hooks = frozenset(h for h in ('head_positions', 'transform_qk', 'logit_bias')     # `Attention` skips the base no-ops
+                                   if getattr(type(self), h) is not getattr(PosEnc, h))              # (read from the class when built)
 
     def embed(self, x: Tensor, p: Positions) -> Tensor:
         "Hook 1: `x` (B,L,D) with position information added; called once per stack, after the token embedding."
