@@ -54,7 +54,8 @@ def sinusoidal_codes(pos: Tensor, # integer positions, any shape
     """Codes of `pos` read from `table` when it is on `pos`'s device and covers every position of `pos`, else from a new float32
     table of the next power of two rows (at least `min_rows`): callers keep the table and pass it back."""
     need = known_range(pos)[1] + 1               # read once per positions tensor, or known from the caller
-    if table is None or table.shape[0] < need or table.is_cpu != pos.is_cpu or not (pos.is_cpu or table.device == pos.device):
+    same_device = table is not None and (table.is_cpu and pos.is_cpu or table.device == pos.device)   # no device objects on the CPU
+    if not same_device or table.shape[0] < need:
         table = sinusoidal_table(torch.arange(max(min_rows, 1 << (need - 1).bit_length()), device=pos.device), d_model, base)
     return F.embedding(pos, table), table
 

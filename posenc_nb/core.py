@@ -471,8 +471,9 @@ class Attention(nn.Module):
             qkv = self.in_proj(x) if ob is None else _proj_add(x, self.in_proj.weight, None, ob)   # `ob` holds the projection's bias
             q, k, v = (self._heads(t) for t in qkv.chunk(3, dim=-1))
         elif ob is not None:                                                         # cross-attention, projected biases
-            q = self._heads(_proj_add(x, self._blocks(0)[0], None, ob[0]))
-            if not cached: k, v = (self._heads(t) for t in _proj_add(kv_x, self._blocks(1, 2)[0], None, ob[1]).chunk(2, dim=-1))
+            w, D = self.in_proj.weight, self.d_model                                 # weights only: `ob` holds the biases
+            q = self._heads(_proj_add(x, w[:D], None, ob[0]))
+            if not cached: k, v = (self._heads(t) for t in _proj_add(kv_x, w[D:], None, ob[1]).chunk(2, dim=-1))
         else:
             q = self._heads(self._proj(x, 0, bq))
             if cached: pass

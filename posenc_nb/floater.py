@@ -21,8 +21,7 @@ __all__ = ['SOLVERS', 'FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FLOATER_OFFICIA
            'FloaterInputPE', 'floater_from_sinusoidal']
 
 # %% ../nbs/11_floater.ipynb #e12b9e3b
-from .core import known_range, positions_max, host_fact, note_fact, whole_base
-from . import rope as _rope
+from .core import positions_max
 from .rope import _span
 
 # %% ../nbs/11_floater.ipynb #ed28f059

@@ -200,8 +200,8 @@ class RotaryCache:
         plain = self.split is None and self.xpos_log_zeta is None
         if not _reads_free(pos) and plain:              # accelerators: no host sync, angles straight from the positions
             return self._angles_table(pos, dtype, fmt)
-        s = _span(pos) if plain else None               # range and plainness in one read; the range is then noted
-        lo, hi = known_range(pos)                       # once per tensor (or as noted by the caller); on the CPU not a sync
+        s = _span(pos) if plain else None               # range and plainness in one read
+        lo, hi = s[:2] if s is not None else known_range(pos)   # once per tensor (or as noted by the caller); on the CPU not a sync
         if lo < 0: raise ValueError(f"rotary positions must be >= 0, got {lo}; shift them (RoPE only sees differences)")
         if self.split is not None:
             cs = self._split_lookup(pos, hi, dtype)
