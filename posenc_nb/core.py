@@ -201,8 +201,8 @@ class PosEnc(nn.Module):
                  causal:bool=False): # built for a decoder
         super().__init__()
         self.d_model, self.n_heads, self.n_layers, self.max_len, self.causal = d_model, n_heads, n_layers, max_len, causal
-        self.own_hooks = frozenset(h for h in ('head_positions', 'transform_qk', 'logit_bias')     # `Attention` skips the base no-ops
-                                   if getattr(type(self), h) is not getattr(PosEnc, h))              # (read from the class when built)
+        self.own_hooks = frozenset(h for h in ('head_positions', 'transform_qk', 'logit_bias', 'decoding_step')   # callers skip the base
+                                   if getattr(type(self), h) is not getattr(PosEnc, h))              # no-ops (read from the class when built)
 
     def embed(self, x: Tensor, p: Positions) -> Tensor:
         "Hook 1: `x` (B,L,D) with position information added; called once per stack, after the token embedding."
@@ -223,7 +223,8 @@ class PosEnc(nn.Module):
         """Hook 2 in projected form, asked first: hook 2's biases already passed through `proj`'s weight, with `proj`'s own bias $c$ folded in
         ($(x+b)W^T + c = xW^T + (bW^T + c)$): all the fused projection adds to $xW^T$, so it stays one product with nothing else to add:
         self-attention (q and kv positions the same object) broadcastable to (B,L,3D); cross-attention `(oq, okv)` broadcastable to (B,Lq,D)
-        and (B,Lk,2D). None (the default): `Attention` calls `qkv_bias` instead."""
+        and (B,Lk,2D), `okv` None where the keys and values are cached (a decode's later step, see `decoding_step`). None (the default):
+        `Attention` calls `qkv_bias` instead."""
         return None
 
     def acts_at(self, site: Site) -> bool:
@@ -237,6 +238,12 @@ class PosEnc(nn.Module):
         raise ValueError(f"{getattr(self, 'registry_name', type(self).__name__)!r} positions are limited to max_len={self.max_len} but "
                          f"position {m} was requested; build the model with max_len > {m} (ModelConfig.max_len) "
                          f"or use an encoding without a length limit")
+    def decoding_step(self, p: Positions, # the positions the step's forward passes to `embed`
+                      first: bool # the cache's first step (it fills the cache); False: a later step of the same decode
+                     ) -> None:
+        """Called by the decoder before each forward with an incremental cache, after its checks. From a cache's first step on, the
+        parameters stay as they were and every cross-attention's keys and values come from the cache (what the cached keys and values
+        assume), so an encoding may check its parameters once per decode instead of once per forward. Default: nothing (and not called)."""
 
     def extra_repr(self): return f"d_model={self.d_model}, n_heads={self.n_heads}, max_len={self.max_len}, causal={self.causal}"
 

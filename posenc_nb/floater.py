@@ -260,6 +260,7 @@ class FloaterPE(PosEnc):
         self._q_memo, self._fwd, self._split = None, None, None       # inference: biases gathered per positions tensor; training: slot rows
         self._spans = ()                                                  # `_span` of the last two positions tensors (see `_span_of`)
         self._plan = None                                                 # inference: the current forward's bias rows by site (`_build_plan`)
+        self._plans, self._step_of = {}, None                             # a decode's later steps: plans by span; the positions `decoding_step` flagged
         self._prior_table = None                                          # the sinusoidal prior's table (`_prior`)
         self._slot_of = {(k, l): 3 * (j * n_layers + l) for j, k in enumerate(self.kinds) for l in range(n_layers)}
         self.register_load_state_dict_post_hook(FloaterPE._after_load)
@@ -312,7 +313,7 @@ class FloaterPE(PosEnc):
 
     def _set(self, traj, key, graph, exact):
         self._traj, self._live_key, self._has_graph, self._exact, self._consumed = traj, key, graph, exact, False
-        self._kv_memo, self._tables, self._mem_rows = {}, {}, {}
+        self._kv_memo, self._tables, self._mem_rows, self._plans = {}, {}, {}, {}
         if graph: traj.register_hook(self._mark_consumed)
         if exact: self.traj_cache = traj.detach()
 
@@ -376,7 +377,7 @@ class FloaterPE(PosEnc):
         "Pickling / deepcopy: drop the live trajectory (it may carry an autograd graph); the buffer keeps the values."
         state = self.__dict__.copy()
         state.update(_traj=None, _live_key=None, _has_graph=False, _exact=False, _consumed=False, _ref=None, _kv_memo={},
-                     _tables={}, _mem_rows={}, _q_memo=None, _fwd=None, _split=None, _spans=(), _plan=None)
+                     _tables={}, _mem_rows={}, _q_memo=None, _fwd=None, _split=None, _spans=(), _plan=None, _plans={}, _step_of=None)
         return state
 
     @staticmethod
@@ -405,9 +406,15 @@ class FloaterPE(PosEnc):
         if t is not self._prior_table: self._prior_table = t
         return c
 
+    def decoding_step(self, p: Positions, first: bool):
+        "A later step of a decode (not `first`): its forward, the one `embed` gets `p` in, keeps the parameter key of the step before."
+        _set_plain(self, '_step_of', None if first else p.pos)
+
     def embed(self, x: Tensor, p: Positions) -> Tensor:
-        if not (self.training and torch.is_grad_enabled()):     # inference: check the parameters once per forward pass
-            _set_plain(self, '_fwd', (p.pos, self._param_key()))
+        later, f = self._step_of is p.pos, self._fwd                # flagged by `decoding_step` for this forward (and only for it)
+        if self._step_of is not None: _set_plain(self, '_step_of', None)
+        if not (self.training and torch.is_grad_enabled()):     # inference: check the parameters once per forward pass, or per decode
+            _set_plain(self, '_fwd', (p.pos, f[1] if later and f is not None else self._param_key(), later))
         if self.prior == 'sinusoidal': x = x + self._prior(p.pos).to(x.dtype)   # as the sinusoidal encoding does it
         if self.inject != 'input': return x
         traj = self.trajectory(self._need(p))
@@ -467,11 +474,12 @@ class FloaterPE(PosEnc):
         f = self._fwd
         if f is not None and f[0] is q_p.pos and not torch.is_grad_enabled():   # inference inside a forward `embed` started: its plan
             plan = self._plan                                       # (`_build_plan`, made at the forward's first hook call)
-            if plan is None or plan[0] is not f: _set_plain(self, '_plan', plan := (f, self._build_plan(q_p.pos, f[1])))
+            if plan is None or plan[0] is not f: _set_plain(self, '_plan', plan := (f, self._build_plan(q_p.pos, f[1], f[2])))
             e = plan[1].get(id(site))                              # (slot, table, rows: all 3D columns at a self site, the q block at a cross one)
             if e is not None:                                      # (written out here: this runs six times per decoding step)
                 if site.kind != 'cross':
                     if q_p is kv_p: return e[2]
+                elif f[2]: return e[2], None                        # a decode's later step: the memory's keys and values are cached
                 else:
                     kv = self._memory_rows(e[0], e[1], kv_p)
                     if kv is not None: return e[2], kv
@@ -501,23 +509,26 @@ class FloaterPE(PosEnc):
         m = self._tables.get(i)
         if m is None or m[0] != key or (m[1] is not None and m[1].shape[0] < n):     # kept with the rows it gave, its projection and site
             P = None if self._is_zero() else _project(self.trajectory(n)[:, i:i + 3], proj.weight, proj.bias)
-            self._tables[i] = m = (key, P, {}, proj, site)
-        elif m[4] is not site: self._tables[i] = m = (*m[:4], site)                  # the plan finds a slot by the site object that asks
+            self._tables[i] = m = (key, P, {}, proj, site); self._plans.clear()
+        elif m[4] is not site: self._tables[i] = m = (*m[:4], site); self._plans.clear()   # the plan finds a slot by the site object that asks
         return m[1]
 
-    def _build_plan(self, pos: Tensor, pkey: tuple) -> dict:
+    def _build_plan(self, pos: Tensor, pkey: tuple, later: bool = False) -> dict:
         """{id(site): (slot, table, rows)}: the rows `_kept_rows` kept at `pos`'s plain span (all columns at a self site, the q block
         at a cross one), for every slot with such rows whose projected table was built with the parameters `pkey` and with its projection's
         weight and bias as they are now (`_proj_key`): checked once per forward, not per call. Keyed by the site object that last
-        asked for the table (held by it, so its id is not reused), as `Attention` passes its own."""
+        asked for the table (held by it, so its id is not reused), as `Attention` passes its own. At a decode's `later` step the tables
+        are those its first step checked: nothing is checked, and a plan that covers every table is kept for the span (`_plans`)."""
         qs = self._span_of(pos)
         if qs is None or not qs[2]: return {}
+        if later and (plan := self._plans.get(qs[:2])) is not None: return plan
         plan, lo, hi, D = {}, qs[0], qs[1], self.d_model
         for i, (key, P, kept, proj, site) in self._tables.items():
             if P is None: continue
-            if key != (pkey, _proj_key(proj)): continue
+            if not later and key != (pkey, _proj_key(proj)): continue
             r = kept.get((lo, hi, None if site.kind != 'cross' else D))
             if r is not None: plan[id(site)] = (i, P, r)
+        if later and len(plan) == len(self._tables): self._plans[lo, hi] = plan
         return plan
 
     def _memory_rows(self, i: int, P: Tensor, kv_p: Positions, ks: Optional[tuple] = None, build: bool = False) -> Optional[Tensor]:

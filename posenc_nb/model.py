@@ -210,6 +210,7 @@ class Seq2Seq(nn.Module):
             raise ValueError(f"cache has {len(cache)} entries but the decoder needs {2 * len(self.dec_layers)}; build it with model.new_cache()")
         if cache is None or not cache[0]: _check_input(tgt_in, self.cfg.tgt_vocab, tgt_p, 'target', self.training)   # once, not per decoding step
         self.dec_pe.check_positions(tgt_p)
+        if cache is not None and 'decoding_step' in self.dec_pe.own_hooks: self.dec_pe.decoding_step(tgt_p, not cache[0])
         x = self._embed(self.tgt_emb, self.dec_pe, tgt_in, tgt_p)
         for i, layer in enumerate(self.dec_layers):
             x = layer(x, tgt_p, self.dec_pe, mem, src_p, None if cache is None else (cache[2 * i], cache[2 * i + 1]))
