@@ -238,6 +238,7 @@ class PosEnc(nn.Module):
         raise ValueError(f"{getattr(self, 'registry_name', type(self).__name__)!r} positions are limited to max_len={self.max_len} but "
                          f"position {m} was requested; build the model with max_len > {m} (ModelConfig.max_len) "
                          f"or use an encoding without a length limit")
+
     def decoding_step(self, p: Positions, # the positions the step's forward passes to `embed`
                       first: bool # the cache's first step (it fills the cache); False: a later step of the same decode
                      ) -> None:
