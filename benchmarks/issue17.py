@@ -1,4 +1,4 @@
-"""Issue 17's table in one run (CPU): RoPE's half-split forward and training path, FLOATER's training step and greedy
+"""Issue 17's table in one run (CPU, or a CUDA device with `--device cuda`): RoPE's half-split forward and training path, FLOATER's training step and greedy
 decoding, training tokens/s against `nn.Transformer`, host reads per decoding step, the package's dropout against
 `F.dropout`; before (from the committed records)
 and after (this run), written as one JSON record.
@@ -6,7 +6,8 @@ and after (this run), written as one JSON record.
     python benchmarks/issue17.py --out results/speed/issue17.json
 
 How it measures, so that ratios survive a shared, loaded machine:
-* process CPU time (`time.process_time`), one torch thread: time other processes take from the core is not counted;
+* on the CPU, process CPU time (`time.process_time`), one torch thread: time other processes take from the core is not counted;
+  on CUDA, wall time between two device synchronisations (the kernels run asynchronously, so CPU time would miss them);
 * contenders interleaved, the order rotated every repetition, so a burst of load or a cold cache hits all of them;
 * every figure is a ratio to a reference timed in the same repetition; the record keeps the ratio of the medians, the
   median of the per-repetition ratios and their min..max (the noise next to the effect);
@@ -31,6 +32,13 @@ from posenc_nb.utils import atomic_write, provenance
 from posenc_nb.decode import _step_logprobs
 
 HERE, ROOT = Path(__file__).resolve().parent, Path(__file__).resolve().parent.parent
+DEV = torch.device('cpu')           # every section's device (`--device`)
+
+def clock() -> float:
+    "Seconds for timing one call: CPU time of this process on the CPU; on CUDA, wall time once the device has finished its queued work."
+    if DEV.type == 'cpu': return time.process_time()
+    torch.cuda.synchronize(DEV)
+    return time.perf_counter()
 
 def _script(name):
     spec = importlib.util.spec_from_file_location(name, HERE / f'{name}.py'); m = importlib.util.module_from_spec(spec)
@@ -49,7 +57,7 @@ def interleaved(fns: dict, reps: int, warmup: int = 2) -> dict:
     keys, ts = list(fns), {k: [] for k in fns}
     for r in range(reps):
         for k in keys[r % len(keys):] + keys[:r % len(keys)]:
-            t = time.process_time(); fns[k](); ts[k].append(time.process_time() - t)
+            t = clock(); fns[k](); ts[k].append(clock() - t)
     return ts
 
 def in_rounds(models: dict, fns: dict, reps: int, per_round: int = 8, seed: int = 0) -> dict:
@@ -60,7 +68,7 @@ def in_rounds(models: dict, fns: dict, reps: int, per_round: int = 8, seed: int 
     for r in range(0, reps, per_round):
         if r:
             for k in rng.sample(list(models), len(models)):
-                spacers.append(torch.empty(rng.randrange(1, 1 << 16)))
+                spacers.append(torch.empty(rng.randrange(1, 1 << 16), device=DEV))
                 models[k] = copy.deepcopy(models[k])
         for k, v in interleaved(fns, min(per_round, reps - r)).items(): ts[k] += v
     return ts
@@ -75,10 +83,10 @@ def rope_forward(reps):
     out = {}
     for shape in [(4, 8, 2048, 64), (1, 32, 4096, 128)]:
         torch.manual_seed(0)
-        q, k = torch.randn(shape), torch.randn(shape)
+        q, k = torch.randn(shape, device=DEV), torch.randn(shape, device=DEV)
         cache = RotaryCache(shape[-1])
         half = lambda x, key=False, **kw: apply_rotary(x, None, cache, style='half', key=key, **kw)
-        planes = cache.range(0, shape[2], fmt='planes')       # the (L, 2, h) table the one-table kernel reads for every head
+        planes = cache.range(0, shape[2], fmt='planes', device=DEV)       # the (L, 2, h) table the one-table kernel reads for every head
         one = lambda x: _rope._compiled_half(x.unflatten(-1, (2, shape[-1] // 2)), planes).flatten(-2)
         fns = {'copy': lambda: (q.clone(), k.clone()),
                'half': lambda: (half(q), half(k, True)),
@@ -86,7 +94,7 @@ def rope_forward(reps):
                'half, compiled=True': lambda: (half(q, compiled=True), half(k, True, compiled=True)),
                'half, compiled, one table': lambda: (one(q), one(k))}
         with torch.no_grad():
-            t = time.time(); y = half(q, compiled=True); compile_s = time.time() - t    # the first call compiles (once per pair width and dtype)
+            t = clock(); y = half(q, compiled=True); compile_s = clock() - t    # the first call compiles (once per pair width and dtype)
             err = (y - half(q)).abs().max().item()
             err_one = (one(q) - half(q)).abs().max().item()
             ts = interleaved(fns, reps)
@@ -104,7 +112,7 @@ def rope_training(reps):
     out = {}
     for shape in rb.TRAIN_SHAPES:
         torch.manual_seed(0)
-        q, k = (torch.randn(shape, requires_grad=True) for _ in range(2))
+        q, k = (torch.randn(shape, device=DEV, requires_grad=True) for _ in range(2))
         ms = rb.train_methods(q, k, P)
         ts = interleaved(ms, reps)
         ref = 'HF Llama apply_rotary_pos_emb (half)'
@@ -114,13 +122,13 @@ def rope_training(reps):
 def _seq2seq(pe, opts=None):
     torch.manual_seed(0)
     return Seq2Seq(ModelConfig(src_vocab=8000, tgt_vocab=8000, d_model=256, n_heads=4, n_enc=3, n_dec=3, d_ff=1024, dropout=0.1,
-                               enc_pe=pe, pe_options=dict(opts or {}), max_len=1024))
+                               enc_pe=pe, pe_options=dict(opts or {}), max_len=1024)).to(DEV)
 
 def floater(train_reps, decode_reps, B=32, L=32, steps=16):
     "FLOATER's training step (a solve with gradient every update) and greedy decoding, ratios to sinusoidal; a twin sinusoidal model as noise control."
     g = torch.Generator().manual_seed(0)
-    src, tgt = torch.randint(4, 8000, (B, L), generator=g), torch.randint(4, 8000, (B, L + 1), generator=g)
-    sp, tp = Positions.arange(B, L), Positions.arange(B, L)
+    src, tgt = torch.randint(4, 8000, (B, L), generator=g).to(DEV), torch.randint(4, 8000, (B, L + 1), generator=g).to(DEV)
+    sp, tp = Positions.arange(B, L, device=DEV), Positions.arange(B, L, device=DEV)
     models = {'sinusoidal': _seq2seq('sinusoidal'), 'sinusoidal (twin)': _seq2seq('sinusoidal'), 'floater': _seq2seq('floater'),
               'floater (FLOATER_OFFICIAL)': _seq2seq('floater', FLOATER_OFFICIAL)}
     opt = {k: torch.optim.Adam(m.parameters(), 1e-4) for k, m in models.items()}
@@ -146,14 +154,14 @@ def vs_transformer(reps, steps=2):
     tpm = _script('throughput')
     a = argparse.Namespace(encodings=None, vocab=8000, max_tokens=512, steps=steps, d_model=256, heads=4, layers=3, ff=1024, loss='own',
                            reps=reps, warmup=1, out=None, twin=True)
-    return tpm.mode_vs_transformer(a, torch.device('cpu'))
+    return tpm.mode_vs_transformer(a, DEV)
 
 def dropout_speed(reps):
     "posenc_nb.model.dropout / F.dropout, forward + backward at p=0.1, on the two activation widths of the nn.Transformer section (512 tokens)."
     out = {}
     for shape in [(16, 32, 256), (16, 32, 1024)]:
         torch.manual_seed(0)
-        x, g = torch.randn(shape, requires_grad=True), torch.randn(shape)
+        x, g = torch.randn(shape, device=DEV, requires_grad=True), torch.randn(shape, device=DEV)
         fns = {'F.dropout': lambda: F.dropout(x, 0.1, True).backward(g), 'posenc_nb': lambda: dropout(x, 0.1, True).backward(g)}
         out[str(shape)] = ratio(interleaved(fns, reps), 'posenc_nb', 'F.dropout')
     return out
@@ -161,13 +169,13 @@ def dropout_speed(reps):
 def host_reads_per_step():
     "Host reads per incremental decoding step (3 layers, steps 1-3 after the first), every registered encoding."
     out = {}
-    src = torch.tensor([[5, 6, 7, 0], [8, 9, 10, 11]])
+    src = torch.tensor([[5, 6, 7, 0], [8, 9, 10, 11]], device=DEV)
     for pe in list_posencs():
         torch.manual_seed(0)
-        m = Seq2Seq(ModelConfig(20, 20, d_model=32, n_heads=4, n_enc=3, n_dec=3, d_ff=64, enc_pe=pe, max_len=64, dropout=0.0)).eval()
-        sp = Positions.from_mask(src != 0, streams={'xl': torch.stack([torch.randperm(4), torch.randperm(4)])})
+        m = Seq2Seq(ModelConfig(20, 20, d_model=32, n_heads=4, n_enc=3, n_dec=3, d_ff=64, enc_pe=pe, max_len=64, dropout=0.0)).to(DEV).eval()
+        sp = Positions.from_mask(src != 0, streams={'xl': torch.stack([torch.randperm(4), torch.randperm(4)]).to(DEV)})
         with torch.no_grad():
-            mem, cache, tok, cap = m.encode(src, sp), m.new_cache(), torch.full((2, 1), 1), torch.tensor([2, 50])
+            mem, cache, tok, cap = m.encode(src, sp), m.new_cache(), torch.full((2, 1), 1, device=DEV), torch.tensor([2, 50], device=DEV)
             _step_logprobs(m, tok, 0, mem, sp, cache, 1, 2, 0, 0 >= cap)
             with HostReads() as hr:
                 for t in (1, 2, 3): _step_logprobs(m, tok, t, mem, sp, cache, 1, 2, 0, t >= cap)
@@ -196,7 +204,7 @@ def table(rec: dict) -> str:
     "The issue's table as Markdown, from a record."
     b, a, T = rec['before'], rec['after'], rec['targets']
     fmt = lambda x: f"{x['ratio']:.3f} (per rep {x['ratio_min']:.2f}..{x['ratio_max']:.2f})"
-    rows = ['| path | before | after (this run) | target | met |', '|---|---|---|---|---|']
+    rows = [f"| path | before (CPU records) | after (this run, {rec.get('device', 'cpu')}) | target | met |", '|---|---|---|---|---|']
     for s, v in a['rope_forward'].items():
         rows.append(f"| RoPE half-split forward, no grad, / copy, {s}, eager | {b['rope_half_fwd'][s]:.2f} | {fmt(v['half'])} | <= {T['rope_half_fwd']} | {v['half']['ratio'] <= T['rope_half_fwd']} |")
         c = v['half, compiled=True']
@@ -231,11 +239,17 @@ def main(argv=None):
     ap.add_argument('--vs-reps', type=int, default=5, help='repetitions of the nn.Transformer section')
     ap.add_argument('--vs-steps', type=int, default=2, help='training steps per repetition in the nn.Transformer section')
     ap.add_argument('--out', default=None, help='write the JSON record here')
+    ap.add_argument('--device', default='cpu', help="'cpu' (the default) or a CUDA device, e.g. 'cuda'")
     a = ap.parse_args(argv)
+    global DEV
+    DEV = torch.device(a.device)
+    if DEV.type not in ('cpu', 'cuda'): ap.error(f"--device must be 'cpu' or a CUDA device, got {a.device!r}")
+    if DEV.type == 'cuda' and not torch.cuda.is_available(): ap.error(f"--device {a.device}: no CUDA device here; run on a CUDA machine or use --device cpu")
     torch.set_num_threads(1)
-    rec = dict(benchmark='issue17', **provenance(None, precision='fp32', device='cpu',
-                                                 command='python ' + ' '.join(['benchmarks/issue17.py'] + (sys.argv[1:] if argv is None else list(argv)))),
-               timer='time.process_time (CPU time of this process), 1 torch thread',
+    rec = dict(benchmark='issue17', device=str(DEV), **provenance(None, precision='fp32', device=DEV,
+                                                                   command='python ' + ' '.join(['benchmarks/issue17.py'] + (sys.argv[1:] if argv is None else list(argv)))),
+               timer='time.process_time (CPU time of this process), 1 torch thread' if DEV.type == 'cpu' else
+                     'time.perf_counter between torch.cuda.synchronize calls (wall time of the device work), 1 torch thread on the host',
                method='contenders interleaved, order rotated every repetition; ratio = median / median of the reference; '
                       'ratio_paired, ratio_min, ratio_max: median and range over repetitions of the ratio within one repetition',
                targets=dict(rope_half_fwd=1.5, rope_train=1.0, floater_train=1.10, floater_decode=1.02, vs_transformer=1.0),
@@ -244,7 +258,7 @@ def main(argv=None):
     t0 = time.time()
     after = dict(rope_training=rope_training(a.reps), floater=floater(a.train_reps, a.reps), vs_transformer=vs_transformer(a.vs_reps, a.vs_steps),
                  host_reads_per_step=host_reads_per_step(), dropout=dropout_speed(a.reps))
-    rec['warm_allocator'] = warm_allocator()            # from here on (the RoPE forward section only): freed memory reused
+    rec['warm_allocator'] = warm_allocator() if DEV.type == 'cpu' else 'not needed: the CUDA caching allocator reuses freed blocks'   # from here on (RoPE forward): freed memory reused
     rec['after'] = dict(rope_forward=rope_forward(a.reps), **after)
     rec['measure_s'] = round(time.time() - t0, 1)
     print(table(rec))

@@ -31,10 +31,10 @@ def run_interleaved(ms: dict, reps: int) -> dict:
         for n, f in ms.items(): ts[n].append(cpu_time(f))
     return {n: statistics.median(v) for n, v in ts.items()}
 
-def llama_tables(L, D, dtype):
+def llama_tables(L, D, dtype, device='cpu'):
     "HF Llama's cos/sin: (1, L, D), angles in fp32, cast to the input dtype (what LlamaRotaryEmbedding returns)."
-    inv = 1.0 / (10000 ** (torch.arange(0, D, 2, dtype=torch.float) / D))
-    f = torch.arange(L, dtype=torch.float)[None, :, None] * inv
+    inv = 1.0 / (10000 ** (torch.arange(0, D, 2, dtype=torch.float, device=device) / D))
+    f = torch.arange(L, dtype=torch.float, device=device)[None, :, None] * inv
     emb = torch.cat([f, f], -1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
@@ -87,15 +87,15 @@ def train_methods(q, k, P):
     step = lambda f: (lambda: torch.autograd.grad(f(), (q, k), (gq, gk)))
     ms = {}
     if 'hf' in P:
-        cos, sin = llama_tables(L, D, q.dtype)
+        cos, sin = llama_tables(L, D, q.dtype, q.device)
         ms['HF Llama apply_rotary_pos_emb (half)'] = step(lambda: P['hf'](q, k, cos, sin))
     for st in ('interleaved', 'half'):
         ms[f'posenc_nb {st}'] = step(lambda st=st: (apply_rotary(q, None, cache, style=st), apply_rotary(k, None, cache, style=st, key=True)))
     ang = torch.arange(L, dtype=torch.float64)[:, None] * (1.0 / 10000 ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
-    fc = torch.polar(torch.ones_like(ang), ang).to(torch.complex64)
+    fc = torch.polar(torch.ones_like(ang), ang).to(q.device, torch.complex64)
     ms['complex multiply under autograd (interleaved)'] = step(lambda: (complex_autograd(q, fc), complex_autograd(k, fc)))
     if 'ret' in P and q.dtype == torch.float32:
-        rot = P['ret'](D)
+        rot = P['ret'](D).to(q.device)
         ms['rotary-embedding-torch (interleaved)'] = step(lambda: (rot.rotate_queries_or_keys(q), rot.rotate_queries_or_keys(k)))
     return ms
 

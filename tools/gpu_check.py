@@ -6,8 +6,8 @@
 
 On CUDA it runs: every `#| gpu` notebook cell (`nbdev_test --flags gpu`); the encoding contract tests; `synthetic-tiny`
 trained under fp16 and bf16 autocast, each checked for exact resume (a run killed after its first checkpoint and resumed
-ends with the same weights as a straight run); the throughput benchmark against `torch.nn.Transformer`; and the RoPE and
-FLOATER benchmarks. Each step's outcome (pass/fail, its figures or output tail, the exact command) goes to one JSON
+ends with the same weights as a straight run); the throughput benchmark against `torch.nn.Transformer`; the RoPE and
+FLOATER benchmarks; and issue 17's table in one run (`benchmarks/issue17.py --device cuda`). Each step's outcome (pass/fail, its figures or output tail, the exact command) goes to one JSON
 record with the commit, hardware, torch version and precision, so a GPU session commits what it measured. A failing
 step does not stop the others; the exit status is 1 when any step failed.
 """
@@ -101,6 +101,9 @@ def main(argv=None) -> int:
     fl = [py, 'benchmarks/floater_bench.py', *dev] + (['--d', '32', '--layers', '1', '--vocab', '200', '--batch', '4', '--lens', '8', '--reps', '1', '--decode-steps', '2']
                                                       if a.smoke else ['--reps', '5', '--out', str(out / 'floater-cuda.json')])
     save('floater_bench', run_cmd(fl, timeout=600))
+    i17 = [py, 'benchmarks/issue17.py', *dev] + (['--reps', '1', '--train-reps', '1', '--vs-reps', '1', '--vs-steps', '1'] if a.smoke else
+                                                 ['--reps', '11', '--train-reps', '11', '--vs-reps', '5', '--out', str(out / 'issue17-cuda.json')])
+    save('issue17_bench', run_cmd(i17, timeout=600))    # issue 17's ratios in one run, on this device
     return done()
 
 
