@@ -94,7 +94,9 @@ def rope_forward(reps):
                'half, compiled=True': lambda: (half(q, compiled=True), half(k, True, compiled=True)),
                'half, compiled, one table': lambda: (one(q), one(k))}
         with torch.no_grad():
-            t = clock(); y = half(q, compiled=True); compile_s = clock() - t    # the first call compiles (once per pair width and dtype)
+            t = time.time(); y = half(q, compiled=True)              # the first call compiles (once per pair width and dtype): wall time,
+            if DEV.type == 'cuda': torch.cuda.synchronize(DEV)       # since the compiler runs in other processes
+            compile_s = time.time() - t
             err = (y - half(q)).abs().max().item()
             err_one = (one(q) - half(q)).abs().max().item()
             ts = interleaved(fns, reps)
