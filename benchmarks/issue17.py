@@ -32,13 +32,7 @@ from posenc_nb.utils import atomic_write, provenance
 from posenc_nb.decode import _step_logprobs
 
 HERE, ROOT = Path(__file__).resolve().parent, Path(__file__).resolve().parent.parent
-DEV = torch.device('cpu')           # every section's device (`--device`)
-
-def clock() -> float:
-    "Seconds for timing one call: CPU time of this process on the CPU; on CUDA, wall time once the device has finished its queued work."
-    if DEV.type == 'cpu': return time.process_time()
-    torch.cuda.synchronize(DEV)
-    return time.perf_counter()
+DEV, clock = torch.device('cpu'), time.process_time   # every section's device (`--device`) and its clock (`floater_bench.timer`)
 
 def _script(name):
     spec = importlib.util.spec_from_file_location(name, HERE / f'{name}.py'); m = importlib.util.module_from_spec(spec)
@@ -243,10 +237,11 @@ def main(argv=None):
     ap.add_argument('--out', default=None, help='write the JSON record here')
     ap.add_argument('--device', default='cpu', help="'cpu' (the default) or a CUDA device, e.g. 'cuda'")
     a = ap.parse_args(argv)
-    global DEV
+    global DEV, clock
     DEV = torch.device(a.device)
     if DEV.type not in ('cpu', 'cuda'): ap.error(f"--device must be 'cpu' or a CUDA device, got {a.device!r}")
     if DEV.type == 'cuda' and not torch.cuda.is_available(): ap.error(f"--device {a.device}: no CUDA device here; run on a CUDA machine or use --device cpu")
+    clock = _script('floater_bench').timer(DEV)         # CPU time of this process, or wall time after synchronising CUDA
     torch.set_num_threads(1)
     rec = dict(benchmark='issue17', device=str(DEV), **provenance(None, precision='fp32', device=DEV,
                                                                    command='python ' + ' '.join(['benchmarks/issue17.py'] + (sys.argv[1:] if argv is None else list(argv)))),
