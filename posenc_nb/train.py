@@ -4,35 +4,32 @@
 
 # %% ../nbs/05_train.ipynb #b649f301
 from __future__ import annotations
-import contextlib, copy, errno, fcntl, functools, hashlib, json, math, os, random, signal, sys, threading, time, warnings
+import contextlib, copy, errno, hashlib, json, math, os, sys, time, warnings
 from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
-import numpy as np
 from fastcore.basics import patch
 import torch, torch.nn as nn
 import torch.distributed as dist
-from .core import Positions
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll, warm_start_weights
 from .data import load_parallel, get_tokenizer, collate, TokenBatchSampler, Tokenizer, cache_dir
 from .data import StreamProvider, list_stream_providers, make_stream_provider, stream_provider_state, stream_provider_from_state
 from .decode import translate, bleu, chrf
 from .utils import atomic_save, atomic_write, provenance, WriteFailed, _write_failed
+from .engine import LR_SCHEDULES, lr_multiplier, CKPT_FORMAT, _read_ckpt, _ckpt_paths, BatchStream, pick_device, seed_all
+from .engine import _dist_setup, RunState, Budget, Task, Learner, fit, TrainLog, ProgressBar, Evaluator, Checkpointer, restore
+from .engine import cpu_bf16_supported, autocast_for, precision_name, fused_adam, _ppl, _dumps, jsonl_logger, read_metrics
+from .engine import _lock_run, _sigterm_as_interrupt, OnStep, NonFiniteLoss, StopOnNonFinite
+
 
 # %% auto #0
-__all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'STREAMS_FILE', 'LOCK_FILE', 'TrainConfig', 'upgrade_config_dict',
-           'config_fields', 'config_from_name', 'inverse_sqrt', 'lr_multiplier', 'budget_progress', 'load_checkpoint',
-           'init_checkpoint', 'warm_start', 'derived_state_keys', 'average_checkpoints', 'BatchStream',
-           'load_stream_provider', 'pick_device', 'seed_all', 'RunState', 'Clock', 'Budget', 'Task', 'Callback',
-           'Learner', 'train_step', 'fit', 'TrainLog', 'ProgressBar', 'Evaluator', 'KeepBest', 'Checkpointer',
-           'restore', 'cpu_bf16_supported', 'autocast_for', 'precision_name', 'valid_loss', 'TranslationTask',
-           'RunFolderConflict', 'RunLocked', 'RunLock', 'jsonl_logger', 'fused_adam', 'OnStep', 'NonFiniteLoss',
-           'StopOnNonFinite', 'train', 'read_metrics', 'plot_curves']
+__all__ = ['CONFIGS', 'STREAMS_FILE', 'TrainConfig', 'upgrade_config_dict', 'config_fields', 'config_from_name',
+           'load_checkpoint', 'init_checkpoint', 'warm_start', 'derived_state_keys', 'average_checkpoints',
+           'load_stream_provider', 'valid_loss', 'TranslationTask', 'RunFolderConflict', 'train', 'plot_curves']
 
 # %% ../nbs/05_train.ipynb #18ca48be
 _MODEL_FIELDS = ('d_model', 'n_heads', 'n_enc', 'n_dec', 'd_ff', 'dropout', 'enc_pe', 'dec_pe', 'pe_options', 'dec_pe_options', 'max_len',
                  'prenorm', 'tie_embeddings', 'label_smoothing', 'activation')
-LR_SCHEDULES = ('inverse_sqrt', 'linear')
 # fields that may change when a run is resumed (they do not change what has been computed so far)
 _RESUMABLE_FIELDS = ('name', 'max_steps', 'max_minutes', 'log_every', 'eval_every', 'ckpt_every', 'keep_ckpts', 'eval_bleu_sents',
                      'eval_beam', 'beam', 'len_penalty', 'n_avg', 'test_max_sents', 'test_split', 'valid_split')
@@ -192,38 +189,6 @@ def config_from_name(name: str, **overrides) -> TrainConfig:
     if bad: raise ValueError(f"unknown TrainConfig field(s) {bad}; valid fields: {', '.join(names)}")
     return replace(copy.deepcopy(base), **overrides)
 
-# %% ../nbs/05_train.ipynb #3cdd4cc2
-def inverse_sqrt(step: int, warmup: int) -> float:
-    "Multiplier of the peak lr at update `step` (1-based): linear warmup, then $\\sqrt{w/s}$ decay."
-    s, w = max(step, 1), max(warmup, 1)
-    return min(s / w, math.sqrt(w / s))
-
-def lr_multiplier(schedule: str, step: int, warmup: int, progress: float = 0.0) -> float:
-    "Multiplier of the peak lr at update `step` (1-based) under `schedule`; `progress`: fraction of the budget spent (for 'linear')."
-    if schedule == 'inverse_sqrt': return inverse_sqrt(step, warmup)
-    if schedule == 'linear': return max(0.0, min(max(step, 1) / max(warmup, 1), 1.0 - progress))
-    raise ValueError(f"unknown lr_schedule {schedule!r}; use one of {', '.join(LR_SCHEDULES)}")
-
-def budget_progress(cfg, step: int, train_time: float) -> float:
-    "Fraction of the run's budget spent after `step` updates and `train_time` seconds: the larger of the two fractions."
-    p = 0.0
-    if cfg.max_steps: p = max(p, step / cfg.max_steps)
-    if cfg.max_minutes: p = max(p, train_time / (60 * cfg.max_minutes))
-    return min(p, 1.0)
-
-# %% ../nbs/05_train.ipynb #9becee1f
-CKPT_FORMAT = 'posenc_nb.train/1'
-
-def _read_ckpt(path) -> dict:
-    path = Path(path)
-    if not path.is_file(): raise FileNotFoundError(f"no checkpoint at {path}")
-    try: ck = torch.load(path, map_location='cpu', weights_only=False)
-    except Exception as e:
-        raise ValueError(f"checkpoint {path} is corrupt or truncated ({type(e).__name__}: {e}); use an earlier checkpoint") from None
-    if not isinstance(ck, dict) or ck.get('format') != CKPT_FORMAT:
-        raise ValueError(f"{path} is not a posenc_nb training checkpoint (format {ck.get('format') if isinstance(ck, dict) else type(ck).__name__!r}, expected {CKPT_FORMAT!r})")
-    return ck
-
 # %% ../nbs/05_train.ipynb #55cee765
 def _build_model(ck: dict) -> Seq2Seq:
     m = Seq2Seq(ModelConfig(**ck['model_config']))
@@ -312,24 +277,6 @@ def _make_tokenizer(cfg: TrainConfig, texts):
     if cfg.tokenizer == 'word': return get_tokenizer('synthetic')
     return get_tokenizer(cfg.data, texts=texts, vocab_size=cfg.vocab_size)
 
-class BatchStream:
-    "Endless stream of batches (lists of example indices) over epochs, with a resumable `(epoch, pos)` state."
-    def __init__(self, lengths, max_tokens, seed=0, rank=0, world_size=1, shuffle=True):
-        self.sampler = TokenBatchSampler(lengths, max_tokens, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
-        self.rank, self.ws, self.epoch, self.pos, self._batches = rank, world_size, 0, 0, None
-    def _epoch_batches(self, epoch):
-        return self.sampler.all_batches(epoch)[self.rank::self.ws]
-    def state_dict(self): return {'epoch': self.epoch, 'pos': self.pos}
-    def load_state_dict(self, s): self.epoch, self.pos, self._batches = s['epoch'], s['pos'], None
-    def __next__(self):
-        while True:
-            if self._batches is None: self._batches = self._epoch_batches(self.epoch)
-            if self.pos < len(self._batches):
-                b = self._batches[self.pos]; self.pos += 1
-                return b
-            if not self._batches: raise ValueError("the training set gives no batch; lower max_train_len filtering or raise max_tokens")
-            self.epoch, self.pos, self._batches = self.epoch + 1, 0, None
-    def __iter__(self): return self
 
 # %% ../nbs/05_train.ipynb #bfd364e6
 STREAMS_FILE = 'streams.json'
@@ -367,314 +314,11 @@ def load_stream_provider(run_dir # a training run's folder (holds `streams.json`
     if not path.exists(): raise ValueError(f"{path} is missing: the run's position streams cannot be rebuilt; resume `train` in {run_dir} to refit them")
     return stream_provider_from_state(json.loads(path.read_text()))
 
-# %% ../nbs/05_train.ipynb #a58fffb3
-def _dist_setup(device):
-    "Initialize torch.distributed from the torchrun environment when WORLD_SIZE > 1. Returns (rank, world_size, created)."
-    ws = int(os.environ.get('WORLD_SIZE', '1'))
-    if dist.is_available() and dist.is_initialized(): return dist.get_rank(), dist.get_world_size(), False
-    if ws <= 1: return 0, 1, False
-    if 'MASTER_ADDR' not in os.environ or 'RANK' not in os.environ:
-        raise ValueError("WORLD_SIZE > 1 but RANK/MASTER_ADDR are not set; launch with torchrun --nproc_per_node=N")
-    backend = 'nccl' if device.type == 'cuda' else 'gloo'
-    dist.init_process_group(backend)
-    return dist.get_rank(), dist.get_world_size(), True
-
-# %% ../nbs/05_train.ipynb #53821ead
-def pick_device(device, # 'cpu', 'cuda', 'cuda:N', a torch.device, or None for the default
-                ws: int = 1, # world size: with several processes each takes its LOCAL_RANK's GPU
-               ) -> torch.device:
-    "`device` checked to exist on this machine, or by default CUDA (this rank's GPU) when available, else the CPU."
-    if device is None:
-        if torch.cuda.is_available(): return torch.device('cuda', int(os.environ.get('LOCAL_RANK', '0')) if ws > 1 else 0)
-        return torch.device('cpu')
-    try: dev = torch.device(device)
-    except (RuntimeError, TypeError): raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
-    if dev.type == 'cuda' and not torch.cuda.is_available(): raise ValueError(f"device {device!r}: this machine has no usable CUDA GPU; use cpu")
-    if dev.type == 'cuda' and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s); use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
-    if dev.type not in ('cpu', 'cuda'): raise ValueError(f"device {device!r}: training runs on cpu or cuda")
-    return dev
-
-# %% ../nbs/05_train.ipynb #11c68a6c
-def _rng_state(device):
-    s = {'python': random.getstate(), 'numpy': np.random.get_state(), 'torch': torch.get_rng_state()}
-    if device.type == 'cuda': s['cuda'] = torch.cuda.get_rng_state(device)
-    return s
-
-def _set_rng_state(s, device):
-    random.setstate(s['python']); np.random.set_state(s['numpy']); torch.set_rng_state(s['torch'])
-    if device.type == 'cuda' and 'cuda' in s: torch.cuda.set_rng_state(s['cuda'], device)
-
-def seed_all(seed: int, # one seed for Python's, numpy's and torch's generators
-            ):
-    "Seed every random generator a run reads: `random`, numpy and torch (CPU and every GPU)."
-    random.seed(seed); np.random.seed(seed % 2 ** 32); torch.manual_seed(seed)
-
-# %% ../nbs/05_train.ipynb #584a7351
-@dataclass
-class RunState:
-    "The counters of a run: what a checkpoint stores besides the weights, and what callbacks read."
-    step: int = 0               # updates done
-    train_time: float = 0.0     # seconds of training, summed over resumes
-    tokens_seen: int = 0        # training tokens consumed
-    wall_time: float = 0.0      # wall-clock seconds of the earlier processes of this run
-    segments: int = 1           # processes that worked on the run (1 + resumes)
-
-    @classmethod
-    def from_checkpoint(cls, ck: dict) -> 'RunState':
-        "The state a new process continues from: one more segment."
-        return cls(ck['step'], ck['train_time'], ck['tokens_seen'], ck.get('wall_time', ck['train_time']), ck.get('segments', 1) + 1)
-
-# %% ../nbs/05_train.ipynb #f5375d26
-class Clock:
-    "Training seconds: `spent` by earlier processes plus time since `start()`, less the time in `pause()` if `exclude_pauses`."
-    def __init__(self, spent: float = 0.0, exclude_pauses: bool = False):
-        self.spent, self.exclude_pauses, self.paused_s, self.t0 = spent, exclude_pauses, 0.0, time.time()
-    def start(self): self.t0, self.paused_s = time.time(), 0.0
-    def now(self) -> float: return self.spent + time.time() - self.t0 - (self.paused_s if self.exclude_pauses else 0.0)
-    @contextlib.contextmanager
-    def pause(self):
-        "Time spent inside is recorded in `paused_s` (left out of tokens/s; left out of `now()` if `exclude_pauses`)."
-        t = time.time()
-        try: yield
-        finally: self.paused_s += time.time() - t
-
-# %% ../nbs/05_train.ipynb #b8c2ff06
-class Budget:
-    "When a run ends: after `max_steps` updates and/or `max_minutes` of training time, whichever comes first."
-    def __init__(self, max_steps: Optional[int] = None, max_minutes: Optional[float] = None, sync_every: int = 1, device='cpu'):
-        if max_steps is None and max_minutes is None: raise ValueError("set max_steps or max_minutes (or both) so training ends")
-        self.max_steps, self.max_minutes, self.sync_every, self.device = max_steps, max_minutes, sync_every, device
-        self.seconds, self.frac = (max_minutes * 60 if max_minutes is not None else math.inf), 0.0
-    def spent(self, st: RunState) -> bool:
-        "Nothing left before this process's first update (a resumed run that had finished)."
-        return st.train_time > self.seconds or (self.max_steps is not None and st.step >= self.max_steps)
-
-# %% ../nbs/05_train.ipynb #7e383ef2
-@patch
-def update(self: Budget, st: RunState) -> bool:
-    "Record the fraction of the budget spent after `st`; True when the run ends now."
-    self.frac = budget_progress(self, st.step, st.train_time)
-    if _world_size() == 1: time_up = st.train_time > self.seconds
-    elif st.step % self.sync_every: time_up = False
-    else:
-        f = torch.tensor([float(st.train_time > self.seconds)], device=self.device); dist.broadcast(f, 0); time_up = bool(f.item())
-    return time_up or (self.max_steps is not None and st.step >= self.max_steps)
-
-def _world_size() -> int: return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-# %% ../nbs/05_train.ipynb #8d4d2011
-class Task:
-    "What differs per task: `batches` (an iterator), `loss(model, batch)` (mean loss, or (loss, stats to log)), tokens, evaluation."
-    batches = None
-    def loss(self, model, batch): raise NotImplementedError
-    def tokens(self, batch) -> int: return 0                  # training tokens in `batch`, for tokens/s
-    def evaluate(self, model) -> dict: return {}            # validation metrics
-    def state_dict(self) -> dict: return {}                 # the data position, for exact resume
-    def load_state_dict(self, s: dict): pass
-
-class Callback:
-    "A hook into `fit`: override `before_fit`, `after_step` and/or `after_fit` (also called when training fails); lower `order` runs first."
-    order = 0
-    def before_fit(self, L): pass
-    def after_step(self, L): pass
-    def after_fit(self, L): pass
-
-# %% ../nbs/05_train.ipynb #451719d8
-class Learner:
-    "A model, its optimizer, a `Task`, a `Budget` and `Callback`s: everything `fit` uses and callbacks read."
-    def __init__(self, model, opt, task: Task, budget: Budget, cbs=(), sched=None, scaler=None, grad_clip: Optional[float] = None,
-                 net=None, state: Optional[RunState] = None, exclude_pauses: bool = False, started: Optional[float] = None):
-        self.model, self.opt, self.task, self.budget, self.sched, self.grad_clip = model, opt, task, budget, sched, grad_clip
-        self.net, self.state, self.cbs = net if net is not None else model, state or RunState(), sorted(cbs, key=lambda c: c.order)
-        self.scaler = scaler if scaler is not None else torch.amp.GradScaler('cuda', enabled=False)
-        self.clock, self.exclude_pauses, self.started = Clock(), exclude_pauses, started or time.time()
-        self.done, self.loss, self.stats, self.batch, self.n_tok = False, None, None, None, 0
-    def __call__(self, event: str):
-        for cb in self.cbs: getattr(cb, event)(self)
-    def pause(self): return self.clock.pause()
-
-# %% ../nbs/05_train.ipynb #6a7b3c8b
-def train_step(L: Learner, batch):
-    "One update of `L.model` on `batch`: loss, backward, gradient clipping, optimizer step."
-    out = L.task.loss(L.net, batch)
-    L.loss, L.stats = out if isinstance(out, tuple) else (out, None)
-    L.scaler.scale(L.loss).backward()
-    if L.grad_clip:
-        L.scaler.unscale_(L.opt); nn.utils.clip_grad_norm_(L.model.parameters(), L.grad_clip)
-    L.scaler.step(L.opt); L.scaler.update(); L.opt.zero_grad(set_to_none=True)
-
-# %% ../nbs/05_train.ipynb #80f4f90a
-def fit(L: Learner) -> RunState:
-    "Train until the budget is spent: draw a batch, update, count, let the callbacks act."
-    L.done = L.budget.spent(L.state)
-    L.clock = Clock(L.state.train_time, L.exclude_pauses); L.net.train(); L('before_fit')
-    try:
-        while not L.done:
-            L.batch = next(L.task.batches)
-            train_step(L, L.batch)
-            L.n_tok = L.task.tokens(L.batch)
-            L.state.step += 1; L.state.train_time = L.clock.now(); L.state.tokens_seen += L.n_tok
-            L.done = L.budget.update(L.state)
-            if L.sched is not None: L.sched.step()
-            L('after_step')
-    finally: L('after_fit')
-    return L.state
-
-# %% ../nbs/05_train.ipynb #e7d21d4a
-class TrainLog(Callback):
-    "Every `every` updates: mean loss/NLL per token since the last record, lr, tokens/s (pauses left out), time, epoch, to `log`."
-    order = 0
-    def __init__(self, every: int, log: Callable, world_size: int = 1): self.every, self.log, self.ws, self.rec = every, log, world_size, None
-    def before_fit(self, L): self.acc, self.tok, self.t0, self.p0 = None, 0, time.time(), 0.0
-    def after_step(self, L):
-        if L.stats is not None: self.acc = L.stats if self.acc is None else self.acc + L.stats
-        self.tok += L.n_tok
-        if L.state.step % self.every: return
-        (l, nl, nt), now, p = (self.acc.tolist() if self.acc is not None else (math.nan, math.nan, 1)), time.time(), L.clock.paused_s
-        self.rec = {'step': L.state.step, 'loss': l / max(nt, 1), 'nll': nl / max(nt, 1), 'lr': L.opt.param_groups[0]['lr'],
-                    'tok_s': self.tok * self.ws / max(now - self.t0 - (p - self.p0), 1e-9), 'wall': L.state.train_time,
-                    'epoch': getattr(L.task, 'epoch', None)}
-        self.acc, self.tok, self.t0, self.p0 = None, 0, now, p
-        self.log(self.rec)
-
-# %% ../nbs/05_train.ipynb #9b7d4923
-class ProgressBar(Callback):
-    "A tqdm bar over the updates when `show`, with the latest `TrainLog` loss and tokens/s."
-    order = 1
-    def __init__(self, show: bool, desc: str = '', log: Optional[TrainLog] = None): self.show, self.desc, self.logcb, self.bar = show, desc, log, None
-    def before_fit(self, L):
-        from tqdm.auto import tqdm
-        self.bar = tqdm(total=L.budget.max_steps, initial=L.state.step, disable=not self.show, desc=self.desc, dynamic_ncols=True)
-    def after_step(self, L):
-        r = self.logcb.rec if self.logcb is not None else None
-        if r is not None and r['step'] == L.state.step: self.bar.set_postfix(loss=f"{r['loss']:.3f}", tok_s=f"{r['tok_s']:.0f}")
-        self.bar.update(1)
-    def after_fit(self, L):
-        if self.bar is not None: self.bar.close()
-
-# %% ../nbs/05_train.ipynb #bac912fc
-class Evaluator(Callback):
-    "Every `every` updates and at the end: `task.evaluate(model)` on rank 0, logged to `log`; the latest record is `last`."
-    order = 10
-    def __init__(self, every: int, log: Optional[Callable] = None, is_main: bool = True):
-        self.every, self.log, self.is_main, self.last = every, log, is_main, None
-    def after_step(self, L):
-        if L.state.step % self.every and not L.done: return
-        with L.pause():
-            rec = {'step': L.state.step}
-            if self.is_main:
-                rec.update(L.task.evaluate(L.model))
-                if self.log is not None: self.log(rec)
-            if _world_size() > 1: dist.barrier()
-        self.last = rec
-
-# %% ../nbs/05_train.ipynb #175422bf
-class KeepBest(Callback):
-    "After each evaluation of `ev`: append (step, time, score) to `curve`; keep the weights with the best `key` (`higher`: larger is better)."
-    order = 11
-    def __init__(self, ev: Evaluator, key: str, higher: bool = True, verbose: bool = False):
-        self.ev, self.key, self.sign, self.verbose, self.curve, self.best = ev, key, 1 if higher else -1, verbose, [], (-math.inf, None, None)
-    def after_step(self, L):
-        r = self.ev.last
-        if r is None or r['step'] != L.state.step: return
-        self.curve.append({'step': r['step'], 'train_time_s': round(L.state.train_time, 2), self.key: r[self.key]})
-        if self.verbose: print(self.curve[-1], flush=True)
-        if self.sign * r[self.key] > self.best[0]: self.best = (self.sign * r[self.key], r['step'], copy.deepcopy(L.model.state_dict()))
-    def restore_best(self, L): L.model.load_state_dict(self.best[2]); return self.sign * self.best[0], self.best[1]
-
-# %% ../nbs/05_train.ipynb #7e1e51e3
-def _ckpt_paths(out_dir) -> list:
-    return sorted(Path(out_dir).glob('ckpt_*.pt'), key=lambda p: int(p.stem.split('_')[1]))
-
-def _gather(obj) -> list:
-    "`obj` of every rank, in rank order (a one-element list without torch.distributed)."
-    if _world_size() == 1: return [obj]
-    out = [None] * _world_size(); dist.all_gather_object(out, obj); return out
-
-# %% ../nbs/05_train.ipynb #4260e402
-class Checkpointer(Callback):
-    "Atomic checkpoints `ckpt_NNNNNNN.pt` in `folder` every `every` updates and at the end, keeping the newest `keep`."
-    order = 20
-    def __init__(self, folder, every: int, keep: int, extra: Callable = dict, is_main: bool = True, device='cpu'):
-        self.folder, self.every, self.keep, self.extra, self.is_main, self.device = Path(folder), every, keep, extra, is_main, torch.device(device)
-    def after_step(self, L):
-        if L.state.step % self.every == 0 or L.done:
-            with L.pause(): self.save(L)
-    def paths(self) -> list: return _ckpt_paths(self.folder)
-
-# %% ../nbs/05_train.ipynb #c2898e98
-@patch
-def save(self: Checkpointer, L: Learner):
-    "Write the checkpoint of `L`'s current state (all ranks call this; rank 0 writes), then drop all but the newest `keep`."
-    rng, data = _gather(_rng_state(self.device)), _gather(L.task.state_dict())
-    if not self.is_main: return
-    st = L.state
-    ck = {'format': CKPT_FORMAT, **self.extra(), 'model': L.model.state_dict(), 'optimizer': L.opt.state_dict(),
-          'scheduler': L.sched.state_dict() if L.sched is not None else None, 'scaler': L.scaler.state_dict() if L.scaler.is_enabled() else None,
-          'rng': rng, 'sampler': data, 'step': st.step, 'train_time': st.train_time, 'tokens_seen': st.tokens_seen,
-          'world_size': len(rng), 'wall_time': st.wall_time + time.time() - L.started, 'segments': st.segments}
-    atomic_save(ck, self.folder / f'ckpt_{st.step:07d}.pt')
-    for old in self.paths()[:-self.keep]: old.unlink()
-
-# %% ../nbs/05_train.ipynb #bf7480ab
-@patch
-def latest(self: Checkpointer) -> Optional[dict]:
-    "The newest readable checkpoint in `folder`, or None."
-    for p in reversed(self.paths()):
-        try: return _read_ckpt(p)
-        except ValueError as e: warnings.warn(f"skipping unreadable checkpoint: {e}")
-
-def restore(L: Learner, ck: dict, rank: int = 0):
-    "Continue `L` from checkpoint `ck`: weights, optimizer, schedule, scaler, counters, data position, this rank's RNG state."
-    L.model.load_state_dict(ck['model']); L.opt.load_state_dict(ck['optimizer'])
-    if L.sched is not None: L.sched.load_state_dict(ck['scheduler'])
-    if ck.get('scaler'): L.scaler.load_state_dict(ck['scaler'])
-    L.state = RunState.from_checkpoint(ck)
-    L.task.load_state_dict(ck['sampler'][rank] if rank < len(ck['sampler']) else ck['sampler'][0])
-    if rank < len(ck['rng']): _set_rng_state(ck['rng'][rank], next(L.model.parameters()).device)
-
-# %% ../nbs/05_train.ipynb #78340aef
-@functools.lru_cache(maxsize=None)   # asked on every autocast context: probe the CPU once
-def cpu_bf16_supported() -> bool:
-    "Whether this CPU computes bf16 natively (AVX512-BF16 or AMX); without it a bf16 matmul is many times slower than fp32."
-    try: return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError): return False
-
 # %% ../nbs/05_train.ipynb #b74a6c7a
 def _config_diff(a: TrainConfig, b: TrainConfig) -> list:
     return [f"{f.name}: {getattr(a, f.name)!r} vs {getattr(b, f.name)!r}" for f in fields(TrainConfig)
             if f.name not in _RESUMABLE_FIELDS and getattr(a, f.name) != getattr(b, f.name)]
 
-def _amp_dtype(device, amp, amp_cpu=False) -> Optional[str]:
-    "The autocast dtype a run on `device` actually uses: 'bf16', 'fp16' or None (full fp32)."
-    if amp is None or device.type not in ('cpu', 'cuda'): return None
-    if device.type == 'cpu' and not (amp_cpu and amp == 'bf16' and cpu_bf16_supported()): return None   # no native bf16: fp32
-    return amp
-
-def autocast_for(device: torch.device, # where the run computes
-                 amp: Optional[str], # 'bf16', 'fp16' or None, as in `TrainConfig.amp`
-                 amp_cpu: bool = False, # autocast on the CPU too (used only where the CPU has native bf16)
-                ):
-    "The autocast context a run on `device` uses: disabled unless mixed precision is asked for and pays off there."
-    dt = _amp_dtype(device, amp, amp_cpu)
-    if dt is None: return torch.autocast('cpu', enabled=False)
-    return torch.autocast(device.type, dtype=torch.bfloat16 if dt == 'bf16' else torch.float16)
-
-# %% ../nbs/05_train.ipynb #8d1beb10
-def precision_name(device: torch.device, # where the run computes
-                   amp: Optional[str], # 'bf16', 'fp16' or None
-                   amp_cpu: bool = False, # autocast on the CPU too
-                  ) -> str:
-    "How the arithmetic ran: fp32 (TF32 matmuls on CUDA), or bf16/fp16 autocast (fp16 with a gradient scaler)."
-    dt = _amp_dtype(device, amp, amp_cpu)
-    if dt is None: return 'fp32 (tf32 matmuls)' if device.type == 'cuda' and torch.backends.cuda.matmul.allow_tf32 else 'fp32'
-    return f'{dt} autocast' + (' + grad scaler' if dt == 'fp16' else '')
-
-# %% ../nbs/05_train.ipynb #1f02c7da
-def _ppl(nll: float) -> float:
-    "Perplexity e^nll, capped at e^50 for a huge finite loss; a NaN loss (a diverged model) has no perplexity: NaN."
-    return nll if math.isnan(nll) else math.exp(min(50., nll))
 
 # %% ../nbs/05_train.ipynb #09431bac
 @torch.no_grad()
@@ -758,7 +402,8 @@ def _translation_task(cfg: TrainConfig, out_dir, ck, rank: int, ws: int, device)
     prov = _stream_provider(cfg, out_dir, tr_src, tr_tgt, rank, ws) if cfg.streams else None
     streams_of = (lambda texts: prov.streams(texts, tok)) if prov is not None else (lambda texts: None)
     pairs, pair_streams = _train_pairs(cfg, tok, tr_src, tr_tgt, streams_of(tr_src))
-    stream = BatchStream([(len(s) + 1, len(t) + 1) for s, t in pairs], cfg.max_tokens, seed=cfg.seed, rank=rank, world_size=ws)
+    lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]
+    stream = BatchStream(TokenBatchSampler(lengths, cfg.max_tokens, seed=cfg.seed, rank=rank, world_size=ws), rank, ws)
     task = TranslationTask(cfg, tok, pairs, pair_streams, stream, _valid_data(cfg, tok, streams_of, rank == 0, device), device, lambda: autocast_for(device, cfg.amp, cfg.amp_cpu))
     task.tok_str, task.streams_of = tok_str[0], streams_of
     return task
@@ -769,51 +414,6 @@ class RunFolderConflict(ValueError):
     def __init__(self, out_dir, diff: list, hint: str = 'use another out_dir or resume=False'):
         self.out_dir, self.diff = Path(out_dir), list(diff)
         super().__init__(f"{out_dir} holds a run with a different config ({'; '.join(diff)}); {hint}")
-
-# %% ../nbs/05_train.ipynb #f1a4d763
-LOCK_FILE = '.lock'
-
-class RunLocked(ValueError):
-    "`out_dir` is in use by another training process `pid`: two runs in one folder would mix their files."
-    def __init__(self, out_dir, pid: str):
-        self.out_dir, self.pid = Path(out_dir), pid
-        super().__init__(f"{out_dir} is in use by another training (pid {pid or 'unknown'}); wait for it to end, or pass another --out")
-
-# %% ../nbs/05_train.ipynb #95a9aed3
-class RunLock:
-    "An exclusive `flock` on `folder/.lock` holding this process id; `acquire` raises `RunLocked` when another process has it."
-    def __init__(self, folder): self.folder, self.path, self.f = Path(folder), Path(folder) / LOCK_FILE, None
-    def __enter__(self): return self if self.f is not None else self.acquire()
-    def __exit__(self, *exc): self.release()
-    def release(self):
-        "Remove the lock file, then let go (removing it first means no one can lock the old file in between)."
-        if self.f is None: return
-        with contextlib.suppress(OSError): os.unlink(self.path)
-        self.f.close(); self.f = None
-
-# %% ../nbs/05_train.ipynb #d2eb2728
-@patch
-def acquire(self: RunLock) -> RunLock:
-    "Take the lock (without waiting) and write this pid into the lock file."
-    while True:
-        f = open(self.path, 'a+')
-        try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0); pid = f.read().strip(); f.close()
-            raise RunLocked(self.folder, pid) from None
-        with contextlib.suppress(FileNotFoundError):
-            if os.stat(self.path).st_ino == os.fstat(f.fileno()).st_ino: break    # not a file the holder removed as we opened it
-        f.close()
-    f.seek(0); f.truncate(); f.write(f'{os.getpid()}\n'); f.flush(); self.f = f
-    return self
-
-# %% ../nbs/05_train.ipynb #28dfe0bd
-def _lock_run(out_dir: Path, is_main: bool):
-    "The folder's lock for rank 0 (created if needed), or a no-op for the other ranks; an unwritable folder is named."
-    if not is_main: return contextlib.nullcontext()
-    try: out_dir.mkdir(parents=True, exist_ok=True); return RunLock(out_dir).acquire()
-    except OSError as e:
-        raise WriteFailed(e.errno or errno.EACCES, f"run folder {out_dir} is not writable ({e.strerror or e}); pass another out_dir, or fix its permissions") from None
 
 # %% ../nbs/05_train.ipynb #e53b91f4
 def _results_config(out_dir: Path) -> Optional[TrainConfig]:
@@ -845,52 +445,6 @@ _RUN_FILES = ('metrics.jsonl', 'results.json', 'averaged.pt', STREAMS_FILE)
 def _clear_run(out_dir: Path, ckpter: Checkpointer):
     "A fresh start, once everything is checked: remove what an earlier run left (checkpoints, log, results, averaged model, hypotheses)."
     for p in ckpter.paths() + [out_dir / f for f in _RUN_FILES] + sorted(out_dir.glob('*.hyp')): p.unlink(missing_ok=True)
-
-# %% ../nbs/05_train.ipynb #3a9426ed
-def _finite(x):
-    "`x` with every NaN or infinite float replaced by None, so that it is standard JSON (json.dumps would write a bare NaN)."
-    if isinstance(x, float) and not math.isfinite(x): return None
-    if isinstance(x, dict): return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)): return [_finite(v) for v in x]
-    return x
-
-def _dumps(rec, **kw) -> str: return json.dumps(_finite(rec), allow_nan=False, **kw)
-
-# %% ../nbs/05_train.ipynb #fa5df247
-def _read_records(path: Path) -> tuple:
-    "(records, torn) of a JSON-lines log: a torn last line is left out (torn=True); any other bad line is an error naming it."
-    lines, recs = path.read_text(encoding='utf-8', errors='replace').split('\n'), []
-    for i, l in enumerate(lines):
-        if not l.strip(): continue
-        try: recs.append(json.loads(l))
-        except ValueError as e:
-            if not any(x.strip() for x in lines[i + 1:]): return recs, True
-            raise ValueError(f"{path} line {i + 1} is not JSON ({e}); fix or delete that line") from None
-    return recs, False
-
-# %% ../nbs/05_train.ipynb #fbb33363
-def jsonl_logger(path: Path, # the log file (`metrics.jsonl`)
-                 is_main: bool, # only rank 0 writes
-                 upto: int, # the step resumed from: later records are dropped
-                ) -> Callable:
-    "A function appending records to `path` (rank 0 only), after dropping records past step `upto` (left by a killed run)."
-    if is_main and path.exists():
-        recs, torn = _read_records(path)
-        if torn: warnings.warn(f"{path}: dropped its torn last line (the run was stopped while writing it)")
-        atomic_write(path, ''.join(_dumps(r) + '\n' for r in recs if r.get('step', 0) <= upto))
-    def log(rec):
-        if not is_main: return
-        try:
-            with open(path, 'a') as f: f.write(_dumps(rec) + '\n')
-        except OSError as e: raise _write_failed(path, e) from e      # e.g. a full disk: named, one line
-    return log
-
-# %% ../nbs/05_train.ipynb #9f0eeeaf
-def fused_adam(device: Union[str, torch.device] # where the parameters live
-              ) -> Optional[bool]: # the `fused=` argument for torch.optim.Adam/AdamW
-    "True on CUDA, and on CPU from torch 2.4, where Adam(W) has a fused kernel; None (PyTorch's default loop) elsewhere."
-    device = torch.device(device)    # torch.__version__ is a TorchVersion: it compares with '2.4' as a version, not as text
-    return True if device.type == 'cuda' or (device.type == 'cpu' and torch.__version__ >= '2.4') else None
 
 # %% ../nbs/05_train.ipynb #2bfa0b50
 def _translation_learner(cfg: TrainConfig, task: TranslationTask, cbs, device, ws: int, started: float) -> Learner:
@@ -931,36 +485,6 @@ def _final_test(cfg: TrainConfig, L: Learner, ckpter: Checkpointer, last_eval: O
     atomic_write(ckpter.folder / f'{cfg.test_split}.hyp', ''.join(h + '\n' for h in hyps))
     return {**res, 'hyps': hyps}
 
-# %% ../nbs/05_train.ipynb #d9d70a1d
-class OnStep(Callback):
-    "Calls `f(step)` after every update (before logging): the caller's hook, e.g. to stop or inspect a run."
-    order = -10
-    def __init__(self, f: Callable): self.f = f
-    def after_step(self, L): self.f(L.state.step)
-
-# %% ../nbs/05_train.ipynb #44da25b4
-class NonFiniteLoss(ValueError):
-    "The training loss became NaN or infinite: the run diverged. Checkpoints already on disk are from before."
-
-# %% ../nbs/05_train.ipynb #7ede5890
-class StopOnNonFinite(Callback):
-    "Raise `NonFiniteLoss` once a loss is NaN/inf (read at multiples of `every` and at the end) or, at multiples of `weights_every`, a weight."
-    order = -5
-    def __init__(self, every: Sequence[int], hint: str = '', weights_every: Optional[int] = None):
-        self.every, self.hint, self.wevery, self.bad, self.since = tuple(every), hint, weights_every, None, 0
-    def before_fit(self, L): self.bad, self.since = None, L.state.step
-    def after_step(self, L):
-        f = ~torch.isfinite(L.loss.detach()).all()
-        self.bad = f if self.bad is None else self.bad | f
-        st = L.state.step
-        if not (L.done or any(st % e == 0 for e in self.every + ((self.wevery,) if self.wevery else ()))): return
-        if self.wevery and (L.done or st % self.wevery == 0):     # a finite loss can still give an overflowing update
-            self.bad = self.bad | ~torch.stack([torch.isfinite(p).all() for p in L.model.parameters()]).all()
-        bad = self.bad.float().reshape(1)
-        if _world_size() > 1: dist.all_reduce(bad, op=dist.ReduceOp.MAX)    # every rank stops together
-        if bad.item(): raise NonFiniteLoss(f"training diverged: the loss or the weights became non-finite between updates {self.since + 1} and {st}{self.hint}")
-        self.bad, self.since = None, st
-
 # %% ../nbs/05_train.ipynb #f0579d20
 def _run_callbacks(cfg: TrainConfig, out_dir: Path, step: int, is_main: bool, ws: int, progress, on_step, device):
     "The callbacks of a translation run: caller's hook, divergence check, training log, progress bar, evaluation."
@@ -980,16 +504,6 @@ def _start_note(cfg: TrainConfig, out_dir: Path, ck: Optional[dict], resume: boo
            'starting a new run' + (' (an earlier run there was removed)' if not resume else ''))
     print(f"{cfg.name}: {how}, to {cfg.max_steps if cfg.max_steps is not None else '-'} updates" +
           (f" / {cfg.max_minutes:g} min" if cfg.max_minutes else ''), file=sys.stderr, flush=True)
-
-# %% ../nbs/05_train.ipynb #452fea0e
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    "Within: SIGTERM raises KeyboardInterrupt, as Ctrl-C does (main thread only: signals reach no other)."
-    if threading.current_thread() is not threading.main_thread(): yield; return
-    def stop(signum, frame): raise KeyboardInterrupt(f"stopped by signal {signum}")
-    old = signal.signal(signal.SIGTERM, stop)
-    try: yield
-    finally: signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
 
 # %% ../nbs/05_train.ipynb #7d8c05a0
 def _preflight(cfg: TrainConfig, is_main: bool):
@@ -1053,11 +567,6 @@ def _train(cfg, out_dir, resume, device, progress, on_step, rank, ws, started) -
     return {**res, 'model': L.model, 'tokenizer': task.tok}
 
 # %% ../nbs/05_train.ipynb #99e8a2e8
-def read_metrics(out_dir) -> list:
-    "The records of `out_dir/metrics.jsonl` (without a torn last line; NaN values are stored as null)."
-    p = Path(out_dir) / 'metrics.jsonl'
-    return _read_records(p)[0] if p.exists() else []
-
 def plot_curves(runs, ax=None, title=None):
     "Train/valid loss against step (left axis) and valid BLEU (right axis); `runs`: one out_dir or {label: out_dir}."
     import matplotlib.pyplot as plt
