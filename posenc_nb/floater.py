@@ -26,7 +26,7 @@ from .rope import _span
 
 # %% ../nbs/11_floater.ipynb #ed28f059
 class FloaterDynamics(nn.Module):
-    "Time-conditioned MLP h(t, p): two affine layers of width `hidden`, time appended to the input of both, ReLU between, no residual."
+    "Time-conditioned MLP h(t, p): two affine layers of width `hidden`, time appended to both inputs, no residual."
     def __init__(self, d: int, hidden: Optional[int] = None):
         super().__init__()
         hidden = hidden or d
@@ -46,12 +46,13 @@ class FloaterDynamics(nn.Module):
     @torch.no_grad()
     def zero_(self) -> 'FloaterDynamics':
         "Make h identically zero (output layer zero) while keeping it trainable."
-        self.l2.weight.zero_(); self.l2.bias.zero_()
+        self.l2.weight.zero_()
+        self.l2.bias.zero_()
         return self
 
 # %% ../nbs/11_floater.ipynb #55073907
 def _rk4_bases(W1, B1, B2, dt, S):
-    "Per-step biases of the folded rk4 (see `_rk4_loop`): stage pre-activation biases Z (4, S, h) and the update's bias BY (S, d)."
+    "Per-step biases of the folded rk4 (`_rk4_loop`): stage pre-activation biases Z (4, S, h), update bias BY (S, d)."
     C2 = B2 @ W1                                                         # (K, h): b2(t) W1 for every half-step time
     e, m, l = slice(0, 2 * S, 2), slice(1, 2 * S, 2), slice(2, 2 * S + 1, 2)   # times k, k+1, k+2 of step s (k = 2s)
     Z = torch.stack([B1[e], B1[m] + (dt / 2) * C2[e], B1[m] + (dt / 2) * C2[m], B1[l] + dt * C2[m]])
@@ -59,28 +60,32 @@ def _rk4_bases(W1, B1, B2, dt, S):
     return Z, BY
 
 def _rk4_loop(y, W1, W2, M, Z, BY, dt, substeps, n, store):
-    "Classical rk4 on h(x) = relu(x W1 + b1(t)) W2 + b2(t), stages folded through M = W2 W1 (five products a step, not eight), without autograd: the outputs (n, N, d), the states Y (S+1, N, d) from `y` on, activations A (4, S, N, h) and their weighted sums Sa (S, N, h) (one step's with `store` False)."
+    """Classical rk4 on h(x) = relu(x W1 + b1(t)) W2 + b2(t), stages folded through M = W2 W1 (five products a step, not
+    eight), without autograd: the outputs (n, N, d), the states Y (S+1, N, d) from `y` on, activations A (4, S, N, h)
+    and their weighted sums Sa (S, N, h) (one step's with `store` False)."""
     S, N, h = substeps * n, y.shape[0], W1.shape[1]
     T = S if store else 1
     A, Y, Sa = y.new_empty((4, T, N, h)), y.new_empty((S + 1, *y.shape)), y.new_empty((T, N, h))
     c, w4 = (dt / 2, dt / 2, dt), y.new_tensor([1., 2., 2., 1.])
     W1, W2, M = W1.contiguous(), W2.contiguous(), M.contiguous()
-    Zs, BYs, Ys, As, Sas = Z[:, :, None].unbind(1), BY.unbind(0), Y.unbind(0), A.unbind(1), Sa.unbind(0)   # per-step views, made once
+    Zs, BYs, Ys = Z[:, :, None].unbind(1), BY.unbind(0), Y.unbind(0)    # per-step views, made once
+    As, Sas = A.unbind(1), Sa.unbind(0)
     Al = [a.unbind(0) for a in As]
     y = Ys[0].copy_(y)
-    for s in range(S):                                                   # every step writes into its own views: no copies, no temporaries
+    for s in range(S):                                   # each step writes into its own views: no copies or temporaries
         j = s if store else 0
         a = Al[j]
-        torch.add(Zs[s], torch.mm(y, W1), out=As[j])                     # the four stages' pre-activations share u = y W1
+        torch.add(Zs[s], torch.mm(y, W1), out=As[j])                     # the four stages' pre-activations share y W1
         a[0].relu_()
-        for st in range(3): a[st + 1].addmm_(a[st], M, alpha=c[st]).relu_()   # z_{st+1} += c_st a_st M, in place
+        for st in range(3):
+            a[st + 1].addmm_(a[st], M, alpha=c[st]).relu_()           # z_{st+1} += c_st a_st M, in place
         torch.mv(As[j].reshape(4, -1).t(), w4, out=Sas[j].view(-1))      # a_1 + 2 a_2 + 2 a_3 + a_4 in one pass
         y = torch.add(y, BYs[s], out=Ys[s + 1]).addmm_(Sas[j], W2, alpha=dt / 6)
     return Y[substeps::substeps], Y, A, Sa
 
 # %% ../nbs/11_floater.ipynb #8bdc13a7
 class _RK4Solve(torch.autograd.Function):
-    "The folded rk4 loop as one autograd node: a hand-written backward replaces hundreds of tiny autograd nodes per solve."
+    "The folded rk4 loop as one autograd node: a hand-written backward, not hundreds of tiny autograd nodes per solve."
     @staticmethod
     def forward(ctx, y, W1, W2, M, Z, BY, dt, substeps, n):
         out, Y, A, Sa = _rk4_loop(y, W1, W2, M, Z, BY, dt, substeps, n, store=True)
@@ -99,22 +104,26 @@ class _RK4Solve(torch.autograd.Function):
         thr = torch.ops.aten.threshold_backward.grad_input
         Al, GZl = [a.unbind(0) for a in A.unbind(1)], [z.unbind(0) for z in GZ.unbind(1)]
         GYs, GUs, GZs = GY.unbind(0), GU.unbind(0), GZ.unbind(1)
-        g = GYs[S - 1].copy_(g_out[-1])                                  # GY[s]: the gradient of step s's output, written in place
+        g = GYs[S - 1].copy_(g_out[-1])                                  # GY[s]: step s's output's gradient, in place
         for s in reversed(range(S)):
             a, gz = Al[s], GZl[s]
             gS = torch.mm(g, W2t)                                        # dt/6 g W2^T
             thr(gS, a[3], 0, grad_input=gz[3])
             for st in (2, 1, 0):                                         # beta: the update's weights 2, 2, 1
-                thr(torch.addmm(gS, gz[st + 1], Mt, beta=1 if st == 0 else 2, alpha=c[st], out=gz[st]), a[st], 0, grad_input=gz[st])
+                pre = torch.addmm(gS, gz[st + 1], Mt, beta=1 if st == 0 else 2, alpha=c[st], out=gz[st])
+                thr(pre, a[st], 0, grad_input=gz[st])
             gu = torch.sum(GZs[s], 0, out=GUs[s])
-            if not s: g = torch.addmm(g, gu, W1t); break
+            if not s:
+                g = torch.addmm(g, gu, W1t)
+                break
             g = torch.addmm(g, gu, W1t, out=GYs[s - 1])
-            if s % sub == 0: g.add_(g_out[s // sub - 1])
+            if s % sub == 0:
+                g.add_(g_out[s // sub - 1])
         flat = lambda t: t.flatten(0, -2)
         gW1 = flat(Y[:-1]).t() @ flat(GU)
         gW2 = (dt / 6) * (flat(Sa).t() @ flat(GY))
         gZ = GZ.sum(2)
-        GZ[3].mul_(2)                                                    # c = dt/2 (1, 1, 2): one product for the three stages
+        GZ[3].mul_(2)                                                # c = dt/2 (1, 1, 2): one product for three stages
         gM = torch.mm(flat(A[:3]).t(), flat(GZ[1:])).mul_(dt / 2)
         return g, gW1, gW2, gM, gZ, GY.sum(1), None, None, None
 
@@ -125,7 +134,8 @@ class FloaterDivergence(ValueError):
     "The FLOATER trajectory became non-finite (NaN or inf)."
 
 def _check_finite(out: Tensor, start: int, delta: float, where: str = ''):
-    if torch.isfinite(out).all(): return
+    if torch.isfinite(out).all():
+        return
     bad = (~torch.isfinite(out)).flatten(1).any(1).nonzero()[0, 0].item()
     i = start + 1 + bad
     raise FloaterDivergence(
@@ -151,24 +161,30 @@ def _fixed_step(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: float,
     for s in range(substeps * n):                                        # explicit midpoint, under autograd
         k = 2 * s
         y = torch.add(y, f(k + 1, torch.add(y, f(k, y), alpha=dt / 2)), alpha=dt)
-        if (s + 1) % substeps == 0: out.append(y)
+        if (s + 1) % substeps == 0:
+            out.append(y)
     return torch.stack(out)
 
 def _substep_grid(substeps):
     "torchdiffeq grid constructor: `substeps` equal steps between consecutive output times (exactly hitting them)."
     def grid(func, y0, t):
-        g = (t[:-1, None] + (t[1:] - t[:-1])[:, None] * (torch.arange(substeps, device=t.device, dtype=t.dtype) / substeps)).reshape(-1)
+        frac = torch.arange(substeps, device=t.device, dtype=t.dtype) / substeps
+        g = (t[:-1, None] + (t[1:] - t[:-1])[:, None] * frac).reshape(-1)
         return torch.cat([g, t[-1:]])
     return grid
 
 def solve_trajectory(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: float = 0.01, solver: str = 'rk4',
-                     substeps: int = 5, adjoint: bool = False, rtol: float = 1e-5, atol: float = 1e-6, chunk: int = 16) -> Tensor:
-    "States at positions `start+1 .. start+n` (n, *y.shape) of dp/dt = h(t, p), given `y` = p at position `start` (t = start*delta)."
-    if solver not in SOLVERS: raise ValueError(f"unknown ODE solver {solver!r}; choose one of {SOLVERS}")
-    if n <= 0: return y.new_zeros(0, *y.shape)
+                     substeps: int = 5, adjoint: bool = False, rtol: float = 1e-5, atol: float = 1e-6,
+                     chunk: int = 16) -> Tensor:
+    "States at positions `start+1 .. start+n` (n, *y.shape) of dp/dt = h(t, p), `y` being p at `start`."
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown ODE solver {solver!r}; choose one of {SOLVERS}")
+    if n <= 0:
+        return y.new_zeros(0, *y.shape)
     if solver != 'dopri5' and not adjoint:
         out = _fixed_step(h, y, start, n, delta, substeps, solver)
-        _check_finite(out, start, delta); return out
+        _check_finite(out, start, delta)
+        return out
     outs, i = [], start
     while i < start + n:                                # chunks from fixed multiples of `chunk`: extension-consistent
         j = min((i // chunk + 1) * chunk, start + n)
@@ -177,21 +193,25 @@ def solve_trajectory(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: f
         kw = dict(method=solver, rtol=rtol, atol=atol,
                   options=dict(grid_constructor=_substep_grid(substeps)) if solver != 'dopri5' else None)
         try:
-            if adjoint: o = odeint_adjoint(h, y, t, adjoint_params=tuple(h.parameters()), **kw)[1:]
-            else: o = odeint(h, y, t, **kw)[1:]
+            if adjoint:
+                o = odeint_adjoint(h, y, t, adjoint_params=tuple(h.parameters()), **kw)[1:]
+            else:
+                o = odeint(h, y, t, **kw)[1:]
         except AssertionError as e:                      # dopri5 reports a NaN step size as 'underflow in dt nan'
             raise FloaterDivergence(f"FLOATER: the solver failed between positions {i} and {j} ({e}); the dynamics h "
                                     f"diverged or holds NaN/inf: lower the learning rate or clip gradients, "
                                     f"use a smaller delta, or loosen rtol/atol") from None
         _check_finite(o, i, delta)
-        outs.append(o); y = o[-1]; i = j
+        outs.append(o)
+        y, i = o[-1], j
     return torch.cat(outs)
 
 # %% ../nbs/11_floater.ipynb #b4573aee
 def sinusoidal_dynamics(t: Tensor, # time (position t/delta), any shape
                         d_model: int, delta: float = 0.01, base: float = 10000.) -> Tensor:
-    "Time derivative dS/dt of the sinusoidal table S at time t: a reference for the table, not a `FloaterDynamics` (it is time-only)."
-    inv = torch.pow(torch.tensor(float(base), dtype=torch.float64), -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    "Time derivative dS/dt of the sinusoidal table S at time t: a reference, not a `FloaterDynamics` (it is time only)."
+    exponents = -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+    inv = torch.pow(torch.tensor(float(base), dtype=torch.float64), exponents)
     inv = inv.to(t.dtype if t.is_floating_point() else torch.float64)
     ang = (t / delta) * inv
     return (torch.stack((ang.cos(), -ang.sin()), -1) * (inv / delta)[:, None]).flatten(-2)[..., :d_model]
@@ -202,20 +222,26 @@ def sinusoidal_floater_dynamics(d_model: int,           # even width of the enco
                                 base: float = 10000.,   # the sinusoidal table's base
                                 shift: float = 2.,      # c: h(t, p) = Omega p wherever every coordinate of p exceeds -c
                                 ) -> FloaterDynamics:
-    "A float64 `FloaterDynamics` (hidden = d) equal to dp/dt = Omega p, whose solution from S(0) is the sinusoidal table."
-    if d_model % 2: raise ValueError(f"sinusoidal_floater_dynamics needs an even d_model (sin/cos pairs), got {d_model}")
-    w = torch.pow(torch.tensor(float(base), dtype=torch.float64), -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model) / delta
+    "A float64 `FloaterDynamics` (hidden = d) equal to dp/dt = Omega p, solved from S(0) into the sinusoidal table."
+    if d_model % 2:
+        raise ValueError(f"sinusoidal_floater_dynamics needs an even d_model (sin/cos pairs), got {d_model}")
+    exponents = -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+    w = torch.pow(torch.tensor(float(base), dtype=torch.float64), exponents) / delta
     omega = torch.zeros(d_model, d_model, dtype=torch.float64)
     omega[0::2, 1::2], omega[1::2, 0::2] = torch.diag(w), -torch.diag(w)   # d/dt (sin, cos) = w (cos, -sin)
     h = FloaterDynamics(d_model).double()
     with torch.no_grad():
-        h.l1.weight.zero_(); h.l1.weight[:, :d_model] = torch.eye(d_model, dtype=torch.float64); h.l1.bias.fill_(shift)
-        h.l2.weight.zero_(); h.l2.weight[:, :d_model] = omega; h.l2.bias.copy_(-shift * omega.sum(1))
+        h.l1.weight.zero_()
+        h.l1.weight[:, :d_model] = torch.eye(d_model, dtype=torch.float64)
+        h.l1.bias.fill_(shift)
+        h.l2.weight.zero_()
+        h.l2.weight[:, :d_model] = omega
+        h.l2.bias.copy_(-shift * omega.sum(1))
     return h
 
 # %% ../nbs/11_floater.ipynb #0c716204
-FLOATER_INITS = ('default', 'xavier')       # 'default': PyTorch's Linear init for h, N(0, init_std^2) for p(0); 'xavier': the official code's
-FLOATER_REFRESH_MODES = ('shift', 'detach') # between refreshes: the cache shifted by the change of p(0), or the official constant cache
+FLOATER_INITS = ('default', 'xavier')       # 'default': Linear's init for h, N(0, init_std^2) for p(0); or the official
+FLOATER_REFRESH_MODES = ('shift', 'detach') # between refreshes: the cache moved by p(0)'s change; the official constant
 
 # %% ../nbs/11_floater.ipynb #a22d11ba
 def _check_floater_options(n_layers, delta, solver: str, inject: str, prior, substeps, refresh_every, chunk,
@@ -790,11 +816,13 @@ def fused_qkv_bias(self: FloaterPE,
 # %% ../nbs/11_floater.ipynb #95e880af
 @patch
 def start_from(self: FloaterPE, name: str, options: dict) -> FloaterPE:
-    "Migrate from trained sinusoidal positions: keep the sinusoid as the prior and zero h and p(0), so every FLOATER bias is exactly 0."
+    "Migrate from trained sinusoidal positions: the sinusoid kept as the prior, h and p(0) zero (every bias is 0)."
     if name != 'sinusoidal':
-        raise ValueError(f"FLOATER can start only from a model trained with 'sinusoidal' positions, not {name!r}; train a sinusoidal model first or build FLOATER from scratch")
+        raise ValueError(f"FLOATER can start only from a model trained with 'sinusoidal' positions, not {name!r}; "
+                         f"train a sinusoidal model first or build FLOATER from scratch")
     if self.prior != 'sinusoidal' or self.base != options.get('base', 10000.):
-        raise ValueError(f"a FLOATER warm start keeps the trained sinusoidal input: build it with prior='sinusoidal' (FLOATER_OFFICIAL does) and "
+        raise ValueError(f"a FLOATER warm start keeps the trained sinusoidal input: build it with prior='sinusoidal' "
+                         f"(FLOATER_OFFICIAL does) and "
                          f"base={options.get('base', 10000.)}, got prior={self.prior!r}, base={self.base}")
     return self.zero_dynamics_()
 
@@ -809,13 +837,15 @@ def floater_from_sinusoidal(model: Seq2Seq, variant: str = 'floater', **pe_optio
         raise ValueError(f"variant must be 'floater' (every block) or 'floater-input', got {variant!r}")
     opts = {**pe_options, 'prior': 'sinusoidal', 'base': cfg.pe_options.get('base', 10000.)}
     new = Seq2Seq(replace(cfg, enc_pe=variant, dec_pe=None, pe_options=opts)).to(next(model.parameters()).device)
-    return warm_start_weights(new, model.state_dict(), cfg).train(model.training)   # every other weight copied; FloaterPE.start_from zeroes h and p(0)
+    new = warm_start_weights(new, model.state_dict(), cfg)       # the other weights copied; `start_from` zeroes h, p(0)
+    return new.train(model.training)
 
 # %% ../nbs/11_floater.ipynb #ee413ce3
 FLOATER_OFFICIAL = dict(
     prior='sinusoidal',      # the token-level sinusoidal input encoding is kept; FLOATER's block biases come on top
     init='xavier',           # Xavier-normal weights and zero biases in h, Xavier-uniform initial values
-    cross_kv_flow=True,      # the decoder's cross-attention keys/values follow their own flow (no effect without 'cross' sites)
+    cross_kv_flow=True,      # the decoder's cross-attention keys/values follow their own flow (only with 'cross' sites)
     refresh_every=400,       # re-solve every 400 training forward passes ...
     refresh_mode='detach',   # ... and in between use the cached trajectory as a constant (zero gradient to h and p(0))
-    substeps=5, adjoint=True)  # rk4 with step delta/5 through torchdiffeq's adjoint (delta = 0.01 is the default already)
+    substeps=5,              # rk4 with step delta/5 (delta = 0.01 is the default already) ...
+    adjoint=True)            # ... through torchdiffeq's adjoint
