@@ -19,8 +19,8 @@ from .utils import atomic_write
 __all__ = ['DATASETS', 'GLUE_TASKS', 'SPECIALS', 'PAD', 'BOS', 'EOS', 'UNK', 'STREAM_PROVIDERS', 'STREAM_ENTRY_POINT_GROUP',
            'DataUnavailable', 'data_dir', 'cache_dir', 'Holdout', 'DataSpec', 'ParallelSpec', 'LabelledSpec',
            'register_dataset', 'list_datasets', 'get_dataset', 'parallel_dataset', 'load_parallel', 'load_labelled',
-           'load_glue', 'Tokenizer', 'word_tokenizer', 'train_bpe', 'get_tokenizer', 'encode_pairs', 'pad_batch',
-           'Batch', 'collate', 'StreamProvider', 'register_stream_provider', 'list_stream_providers',
+           'load_glue', 'Tokenizer', 'word_tokenizer', 'train_bpe', 'bpe_tokenizer', 'get_tokenizer', 'encode_pairs',
+           'pad_batch', 'Batch', 'collate', 'StreamProvider', 'register_stream_provider', 'list_stream_providers',
            'make_stream_provider', 'stream_provider_state', 'stream_provider_from_state', 'pair_lengths',
            'TokenBatchSampler', 'padding_efficiency']
 
@@ -391,27 +391,35 @@ def _train_texts(spec: DataSpec) -> list:
     return [t for pair in load_parallel(spec.name, 'train') for t in pair]
 
 # %% ../nbs/03_data.ipynb #7e10e8fa
+def bpe_tokenizer(name: str, # names the cache file; a data set's name: its training split is the default text
+                  texts=None, # texts to train on (default: every text of data set `name`'s training split)
+                  vocab_size: int = 8000, # vocabulary size, specials included
+                  cache: bool = True # load / save the trained BPE under cache_dir()/tokenizers
+                 ) -> Tokenizer:
+    "A byte-level BPE trained on `texts` (default: data set `name`'s training split), cached."
+    texts = list(texts) if texts is not None else None
+    if texts == []: raise ValueError("cannot train a tokenizer on zero texts; pass a non-empty list")
+    key = '\n'.join(texts) if texts is not None else f"{name}|train|{data_dir() or 'hub'}"  # a cache hit reads no data
+    digest = hashlib.sha1(key.encode('utf-8')).hexdigest()[:12]
+    path = cache_dir() / 'tokenizers' / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}-bpe{vocab_size}-{digest}.json"
+    if cache and path.exists():
+        try: return Tokenizer.load(path)
+        except Exception as e:
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            warnings.warn(f"tokenizer cache {path} is unreadable ({why}); rebuilding it")
+    tok = train_bpe(_train_texts(get_dataset(name)) if texts is None else texts, vocab_size)
+    if cache: tok.save(path)
+    return tok
+
 def get_tokenizer(name: str, # data set name: picks its declared tokenizer, names the cache file
                   texts=None, # texts to train a BPE on (default: every text of the data set's training split)
                   vocab_size: int = 8000, # BPE vocabulary size, specials included
                   cache: bool = True # load / save the trained BPE under cache_dir()/tokenizers
                  ) -> Tokenizer:
-    "Shared tokenizer of data set `name`: its declared one (e.g. word-level for 'synthetic'), else a byte-level BPE, cached."
-    spec = get_dataset(name) if texts is None else None
+    "Shared tokenizer of data set `name`: the one it declares (e.g. word-level for 'synthetic'), else `bpe_tokenizer`."
+    spec = get_dataset(name) if texts is None or name in list_datasets() else None
     if spec is not None and spec.tokenizer is not None: return spec.tokenizer()
-    if texts is None: key = f"{name}|train|{data_dir() or 'hub'}"    # keyed by where the training split comes from, so a cache hit reads no data
-    else:
-        texts = list(texts)
-        if not texts: raise ValueError("cannot train a tokenizer on zero texts; pass a non-empty list")
-        key = '\n'.join(texts)
-    h = hashlib.sha1(key.encode('utf-8')).hexdigest()[:12]
-    path = cache_dir() / 'tokenizers' / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}-bpe{vocab_size}-{h}.json"
-    if cache and path.exists():
-        try: return Tokenizer.load(path)
-        except Exception as e: warnings.warn(f"tokenizer cache {path} is unreadable ({str(e).splitlines()[0] if str(e) else type(e).__name__}); rebuilding it")
-    tok = train_bpe(_train_texts(spec) if texts is None else texts, vocab_size)
-    if cache: tok.save(path)
-    return tok
+    return bpe_tokenizer(name, texts, vocab_size, cache)
 
 # %% ../nbs/03_data.ipynb #367863d2
 def encode_pairs(tok: Tokenizer, pairs, tgt_tok: Optional[Tokenizer] = None) -> list:

@@ -214,3 +214,38 @@ def test_checkpoint_with_flat_config_loads(tmp_path):
     assert c == cfg
     res = T.train(dataclasses.replace(cfg, max_steps=3), tmp_path / 'r', resume=True, progress=False)
     assert res['step'] == 3 and res['segments'] == 2
+
+
+TOY_WORDS = ['ka', 'lo', 'mi', 'nu', 'pe', 'ro']
+
+def _toy_reverse(split, n=300):
+    "A toy corpus: the target is the source backwards; its own split seeds its sentences."
+    import random
+    rng = random.Random(f'{split}-{n}')
+    sents = [[rng.choice(TOY_WORDS) for _ in range(rng.randint(2, 6))] for _ in range(n if split == 'train' else 30)]
+    return [(' '.join(s), ' '.join(reversed(s))) for s in sents]
+
+
+@pytest.mark.parametrize('tokenizer', [None, 'corpus'])
+def test_registered_corpus_trains_with_its_own_tokenizer(tmp_path, tokenizer):
+    "A corpus registered with its own tokenizer trains with it: not a BPE, not the synthetic corpus's word list."
+    from posenc_nb.data import DATASETS, SPECIALS, ParallelSpec, register_dataset, word_tokenizer
+    register_dataset(ParallelSpec('toy-reverse', generate=_toy_reverse, tokenizer=lambda: word_tokenizer(TOY_WORDS)))
+    try:
+        cfg = T.config_from_name('synthetic-tiny', data='toy-reverse', tokenizer=tokenizer, data_options={'n': 200},
+                                 max_steps=3, eval_every=3, eval_bleu_sents=5, test_max_sents=5, beam=1)
+        res = T.train(cfg, tmp_path / 'run', progress=False)
+        tok = res['tokenizer']
+        assert tok.kind == 'word' and tok.vocab_size == len(SPECIALS) + len(TOY_WORDS)
+        assert tok.encode('ka ro') == [len(SPECIALS) + TOY_WORDS.index('ka'), len(SPECIALS) + TOY_WORDS.index('ro')]
+        assert res['model'].cfg.src_vocab == tok.vocab_size == res['model'].cfg.tgt_vocab
+        _, saved, saved_cfg = T.load_checkpoint(E._ckpt_paths(tmp_path / 'run')[-1])
+        assert saved.to_str() == tok.to_str() and saved_cfg.data == 'toy-reverse'
+        bpe = T.train(T.config_from_name(cfg, tokenizer='bpe', vocab_size=300), tmp_path / 'bpe', progress=False)
+        assert bpe['tokenizer'].kind == 'bpe'                  # asked for: the BPE, trained on the toy corpus
+    finally: del DATASETS['toy-reverse']
+
+
+def test_a_corpus_without_a_tokenizer_refuses_corpus():
+    with pytest.raises(ValueError, match="data='multi30k' declares no tokenizer"):
+        T._make_tokenizer(T.config_from_name('multi30k-base', tokenizer='corpus'), ['a b'])
