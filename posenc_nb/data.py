@@ -11,7 +11,7 @@ from importlib import metadata
 from typing import Callable, Optional, Sequence
 import numpy as np, torch
 from torch import Tensor
-from .core import Positions, provider_modules, import_registering
+from .core import Positions, import_registering
 from .utils import atomic_write
 # `datasets` (slow to import) and `tokenizers` are imported inside the functions that need them.
 
@@ -172,8 +172,8 @@ def register_dataset(spec: DataSpec, # the declaration to add
 
 # %% ../nbs/03_data.ipynb #78b19230
 def _discover():
-    "Import, once, the package modules that register data sets at import (the same source scan that finds encodings)."
-    import_registering(r'^register_dataset\(')
+    "Import, once, the package modules that register data sets at import (the same discovery that finds encodings)."
+    import_registering('register_dataset')
 
 # %% ../nbs/03_data.ipynb #9ae70413
 _KINDS = ('parallel', 'labelled')
@@ -529,8 +529,8 @@ def register_stream_provider(name: str # the name a run gives in `TrainConfig.st
 
 # %% ../nbs/03_data.ipynb #160e0066
 def _discover_stream_providers():
-    "Import, once, the package modules that register stream providers (source scan), then the entry points' modules."
-    import_registering(r'^@register_stream_provider\(', STREAM_ENTRY_POINT_GROUP)
+    "Import, once, the package modules that register stream providers (found by parsing), then the entry points' modules."
+    import_registering('register_stream_provider', STREAM_ENTRY_POINT_GROUP)
 
 def list_stream_providers() -> list:
     "Names of every registered stream provider."

@@ -303,9 +303,11 @@ def _valid_data(tok, valid: tuple, streams_of: Callable, max_tokens: int, device
     all_pairs, streams = list(zip(tok.encode_batch(src), tok.encode_batch(tgt))), streams_of(src)
     keep = [i for i, p in enumerate(all_pairs) if max(map(len, p)) < max_tokens]
     pairs, kept_streams = [all_pairs[i] for i in keep], _pick(streams, keep)
-    sampler = TokenBatchSampler([(len(s) + 1, len(t) + 1) for s, t in pairs], max_tokens, shuffle=False)
-    batches = [collate([pairs[i] for i in b], pad_id=tok.pad_id, streams=_pick(kept_streams, b)).to(device)
-               for b in sampler.all_batches(0)] if pairs else []
+    batches = []
+    if pairs:     # rank 0: the others have no validation sentences
+        sampler = TokenBatchSampler([(len(s) + 1, len(t) + 1) for s, t in pairs], max_tokens, shuffle=False)
+        batches = [collate([pairs[i] for i in b], pad_id=tok.pad_id, streams=_pick(kept_streams, b)).to(device)
+                   for b in sampler.all_batches(0)]
     return {'src': src, 'tgt': tgt, 'streams': streams, 'batches': batches}
 
 # %% ../nbs/05_train.ipynb #daf6c1f1
