@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, asdict, fields, replace
 from typing import Optional
 from fastcore.basics import patch
 from .model import ModelConfig
-from .data import list_stream_providers
+from .streams import list_stream_providers
 from .engine import LR_SCHEDULES
 
 # %% auto #0

@@ -16,13 +16,11 @@ from .utils import atomic_write
 # `datasets` (slow to import) and `tokenizers` are imported inside the functions that need them.
 
 # %% auto #0
-__all__ = ['DATASETS', 'GLUE_TASKS', 'SPECIALS', 'PAD', 'BOS', 'EOS', 'UNK', 'STREAM_PROVIDERS', 'STREAM_ENTRY_POINT_GROUP',
-           'DataUnavailable', 'data_dir', 'cache_dir', 'Holdout', 'DataSpec', 'ParallelSpec', 'LabelledSpec',
-           'register_dataset', 'list_datasets', 'get_dataset', 'parallel_dataset', 'load_parallel', 'load_labelled',
-           'load_glue', 'Tokenizer', 'word_tokenizer', 'train_bpe', 'bpe_tokenizer', 'get_tokenizer', 'encode_pairs',
-           'pad_batch', 'Batch', 'collate', 'StreamProvider', 'register_stream_provider', 'list_stream_providers',
-           'make_stream_provider', 'stream_provider_state', 'stream_provider_from_state', 'pair_lengths',
-           'TokenBatchSampler', 'padding_efficiency']
+__all__ = ['DATASETS', 'GLUE_TASKS', 'SPECIALS', 'PAD', 'BOS', 'EOS', 'UNK', 'DataUnavailable', 'data_dir', 'cache_dir',
+           'Holdout', 'DataSpec', 'ParallelSpec', 'LabelledSpec', 'register_dataset', 'list_datasets', 'get_dataset',
+           'parallel_dataset', 'load_parallel', 'load_labelled', 'load_glue', 'Tokenizer', 'word_tokenizer',
+           'train_bpe', 'bpe_tokenizer', 'get_tokenizer', 'encode_pairs', 'pad_batch', 'Batch', 'collate',
+           'pair_lengths', 'TokenBatchSampler', 'padding_efficiency']
 
 # %% ../nbs/03_data.ipynb #7265d304
 class DataUnavailable(RuntimeError):
@@ -499,66 +497,6 @@ def collate(pairs, # (src_ids, tgt_ids) per example
     src, sm = pad_batch(srcs, pad_id, pad_side); tgt_in, tm = pad_batch(tin, pad_id, pad_side); tgt_out, _ = pad_batch(tout, pad_id, pad_side)
     s_streams, t_streams = _pad_streams(streams, pairs, pad_side)
     return Batch(src, Positions.from_mask(sm, streams=s_streams), tgt_in, tgt_out, Positions.from_mask(tm, streams=t_streams))
-
-# %% ../nbs/03_data.ipynb #9776223d
-class StreamProvider:
-    "Base of a provider of extra position streams: fitted on training text, it gives any source sentence its streams."
-    names: tuple = ()                # the `Positions.streams` names it fills
-    def __init__(self, variant: Optional[str] = None, # the part after ':' in 'name:variant'
-                 seed: int = 0): # the run's seed (for randomized variants)
-        self.variant, self.seed = variant, seed
-    @property
-    def fit_on_eval(self) -> bool: return False   # True: `fit` also sees the evaluation pairs (an oracle: a ceiling)
-    def fit(self, src: Sequence, tgt: Sequence, **options) -> 'StreamProvider': return self   # options: TrainConfig.stream_options
-    def streams(self, src: Sequence, tokenizer) -> dict: raise NotImplementedError   # name -> one list per sentence, one int per token
-    def state_dict(self) -> dict: return {}      # JSON-able fitted state
-    def load_state_dict(self, state: dict) -> None: pass
-
-# %% ../nbs/03_data.ipynb #068bf2af
-STREAM_PROVIDERS: dict = {}      # name -> StreamProvider subclass
-STREAM_ENTRY_POINT_GROUP = 'posenc_nb.stream_providers'   # third-party packages add providers here
-
-def register_stream_provider(name: str # the name a run gives in `TrainConfig.streams` ('name' or 'name:variant')
-                            ):
-    "Class decorator: make a `StreamProvider` subclass usable as `make_stream_provider(name)`."
-    def deco(cls):
-        if not (isinstance(cls, type) and issubclass(cls, StreamProvider)): raise TypeError(f"register_stream_provider({name!r}) decorates a StreamProvider subclass, got {cls!r}")
-        STREAM_PROVIDERS[name] = cls; cls.registry_name = name
-        return cls
-    return deco
-
-# %% ../nbs/03_data.ipynb #160e0066
-def _discover_stream_providers():
-    "Import, once, the package modules that register stream providers (found by parsing), then the entry points' modules."
-    import_registering('register_stream_provider', STREAM_ENTRY_POINT_GROUP)
-
-def list_stream_providers() -> list:
-    "Names of every registered stream provider."
-    _discover_stream_providers()
-    return sorted(STREAM_PROVIDERS)
-
-# %% ../nbs/03_data.ipynb #8c69b8b0
-def make_stream_provider(spec: str, # 'name' or 'name:variant', e.g. a provider's mode
-                         seed: int = 0 # the run's seed
-                        ) -> StreamProvider:
-    "A fresh provider for `spec`; unknown names fail with the list of known ones."
-    name, _, variant = str(spec).partition(':')
-    if name not in STREAM_PROVIDERS: _discover_stream_providers()
-    if name not in STREAM_PROVIDERS:
-        raise ValueError(f"unknown stream provider {name!r} (from {spec!r}); choose one of: {', '.join(list_stream_providers()) or 'none registered'}")
-    return STREAM_PROVIDERS[name](variant or None, seed=seed)
-
-# %% ../nbs/03_data.ipynb #beae0205
-def stream_provider_state(prov: StreamProvider) -> dict:
-    "Everything needed to rebuild `prov`, as JSON-able data: its registered name, variant, seed and fitted state."
-    return dict(provider=prov.registry_name, variant=prov.variant, seed=prov.seed, state=prov.state_dict())
-
-def stream_provider_from_state(d: dict # written by `stream_provider_state`
-                              ) -> StreamProvider:
-    "The provider `d` describes, fitted state restored."
-    spec = d['provider'] + (f":{d['variant']}" if d.get('variant') else '')
-    prov = make_stream_provider(spec, seed=d.get('seed', 0)); prov.load_state_dict(d.get('state') or {})
-    return prov
 
 # %% ../nbs/03_data.ipynb #f7810ea2
 def pair_lengths(pairs) -> list:

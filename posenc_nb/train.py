@@ -15,8 +15,8 @@ from .config import TrainConfig, CONFIGS, config_from_name, _RESUMABLE_FIELDS
 from .config import config_fields, upgrade_config_dict   # read from here by the CLI and the tests
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll, warm_start_weights
 from .data import load_parallel, get_dataset, get_tokenizer, bpe_tokenizer, collate, TokenBatchSampler, Tokenizer
-from .data import cache_dir, StreamProvider, list_stream_providers, make_stream_provider
-from .data import stream_provider_state, stream_provider_from_state
+from .data import cache_dir
+from .streams import StreamProvider, make_stream_provider, stream_provider_state, stream_provider_from_state
 from .decode import translate, bleu, chrf
 from .utils import atomic_save, atomic_write, provenance
 from .engine import LR_SCHEDULES, lr_multiplier, CKPT_FORMAT, _read_ckpt, _ckpt_paths, latest_checkpoint

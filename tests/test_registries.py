@@ -6,7 +6,8 @@ CODE = """
 import importlib, json, pkgutil
 import posenc_nb
 from posenc_nb.core import list_posencs
-from posenc_nb.data import list_datasets, list_stream_providers
+from posenc_nb.data import list_datasets
+from posenc_nb.streams import list_stream_providers
 from posenc_nb.experiments import list_experiments
 def lists():
     return {'encodings': sorted(list_posencs()), 'datasets': sorted(list_datasets()),
