@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #c6463148
 from __future__ import annotations
-import importlib, importlib.util, math, pkgutil, re, sys
+import ast, importlib, importlib.util, math, pkgutil, re, sys
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -15,8 +15,8 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['SITE_KINDS', 'ENTRY_POINT_GROUP', 'Positions', 'host_fact', 'note_fact', 'whole_base', 'known_range', 'positions_max',
-           'HostReads', 'Site', 'PosEnc', 'register_posenc', 'provider_modules', 'import_registering', 'list_posencs',
-           'make_posenc', 'encoding_streams', 'attention_mask', 'head_input_proj', 'Attention']
+           'HostReads', 'Site', 'PosEnc', 'register_posenc', 'registering_modules', 'import_registering',
+           'list_posencs', 'make_posenc', 'encoding_streams', 'attention_mask', 'head_input_proj', 'Attention']
 
 # %% ../nbs/00_core.ipynb #28c4ebe3
 def _check_int(t: Tensor, what: str):
@@ -273,28 +273,45 @@ def register_posenc(name: str): # the name that `make_posenc`, `ModelConfig.enc_
 # %% ../nbs/00_core.ipynb #ffba1308
 ENTRY_POINT_GROUP = 'posenc_nb.encodings'     # third-party packages add encodings here
 
-def provider_modules(package: str = 'posenc_nb', # the package whose modules are scanned
-                     marker: str = r'^@register_posenc\(' # regex of a line that registers something at import
-                    ) -> list:
-    "Modules of `package` whose source has a `marker` line (by default: registers an encoding), found without importing them."
-    found, pat = [], re.compile(marker, re.M)
+def _called_name(func) -> Optional[str]:
+    "The name a call calls: `f(...)` -> 'f', `mod.f(...)` -> 'f'."
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+def _registers(tree: ast.Module, function: str) -> bool:
+    "Whether the top level of `tree` (decorators and class bodies included, function bodies not) calls `function`."
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            todo += node.decorator_list
+            continue
+        if isinstance(node, ast.Call) and _called_name(node.func) == function: return True
+        todo += list(ast.iter_child_nodes(node))
+    return False
+
+def registering_modules(function: str = 'register_posenc', # the registering function, as a decorator or a call
+                        package: str = 'posenc_nb', # the package whose modules are read
+                       ) -> list:
+    "Modules of `package` that call `function` when imported, found by parsing their source, without importing them."
+    found = []
     for m in pkgutil.iter_modules(importlib.import_module(package).__path__):
         spec = importlib.util.find_spec(f'{package}.{m.name}')
         if spec is None or not (spec.origin or '').endswith('.py'): continue
-        if pat.search(Path(spec.origin).read_text(encoding='utf-8')): found.append(spec.name)
+        src = Path(spec.origin).read_text(encoding='utf-8')
+        if function in src and _registers(ast.parse(src), function): found.append(spec.name)
     return found
 
 # %% ../nbs/00_core.ipynb #bf497d54
 _IMPORTED = set()
 
-def import_registering(marker: str, # regex of a line that registers something at import, as in `provider_modules`
+def import_registering(function: str, # the registering function, as in `registering_modules`
                        group: Optional[str] = None, # an entry-point group whose modules are loaded too
-                       package: str = 'posenc_nb', # the package whose modules are scanned
+                       package: str = 'posenc_nb', # the package whose modules are read
                       ):
-    "Import, once per `marker`, the modules of `package` that register something at import, then `group`'s entry points."
-    if (package, marker, group) in _IMPORTED: return
-    _IMPORTED.add((package, marker, group))
-    for name in provider_modules(package, marker=marker):
+    "Import, once per `function`, the modules of `package` that call it at import, then `group`'s entry points."
+    if (package, function, group) in _IMPORTED: return
+    _IMPORTED.add((package, function, group))
+    for name in registering_modules(function, package):
         if name not in sys.modules: importlib.import_module(name)
     for ep in (metadata.entry_points(group=group) if group else ()): ep.load()
 
@@ -314,9 +331,11 @@ def _discover():
     if _discovered: return
     _discovered = True                      # first: a provider that lists encodings while it is imported must not recurse
     try:
-        for mod in provider_modules(): importlib.import_module(mod)
+        for mod in registering_modules('register_posenc'): importlib.import_module(mod)
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP): _load_plugin(ep)
-    except BaseException: _discovered = False; raise
+    except BaseException:
+        _discovered = False
+        raise
 
 # %% ../nbs/00_core.ipynb #4d987855
 def list_posencs() -> list:
