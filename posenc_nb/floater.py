@@ -9,9 +9,9 @@ from dataclasses import replace
 from typing import Optional, Sequence
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
-from torchdiffeq import odeint, odeint_adjoint
 from fastcore.basics import patch
 from .core import Positions, Site, PosEnc, register_posenc, make_posenc, Attention
+from .utils import require
 from .baselines import sinusoidal_table, sinusoidal_codes
 from .model import ModelConfig, Seq2Seq, warm_start_weights
 
@@ -177,8 +177,9 @@ def solve_trajectory(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: f
         kw = dict(method=solver, rtol=rtol, atol=atol,
                   options=dict(grid_constructor=_substep_grid(substeps)) if solver != 'dopri5' else None)
         try:
-            if adjoint: o = odeint_adjoint(h, y, t, adjoint_params=tuple(h.parameters()), **kw)[1:]
-            else: o = odeint(h, y, t, **kw)[1:]
+            tde = require('torchdiffeq', f"FLOATER's solver={solver!r}, adjoint={adjoint}")
+            if adjoint: o = tde.odeint_adjoint(h, y, t, adjoint_params=tuple(h.parameters()), **kw)[1:]
+            else: o = tde.odeint(h, y, t, **kw)[1:]
         except AssertionError as e:                      # dopri5 reports a NaN step size as 'underflow in dt nan'
             raise FloaterDivergence(f"FLOATER: the solver failed between positions {i} and {j} ({e}); the dynamics h "
                                     f"diverged or holds NaN/inf: lower the learning rate or clip gradients, "
@@ -230,6 +231,7 @@ class FloaterPE(PosEnc):
         if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not math.isfinite(delta) or delta <= 0:
             raise ValueError(f"FLOATER delta (time between consecutive positions) must be a positive finite number, got {delta!r}; the default is 0.01")
         if solver not in SOLVERS: raise ValueError(f"unknown FLOATER ODE solver {solver!r}; choose one of {SOLVERS}")
+        if solver == 'dopri5' or adjoint: require('torchdiffeq', f"FLOATER with solver={solver!r}, adjoint={adjoint}")
         if inject not in ('blocks', 'input'): raise ValueError(f"FLOATER inject must be 'blocks' or 'input', got {inject!r}")
         if prior not in (None, 'sinusoidal'): raise ValueError(f"FLOATER prior must be None or 'sinusoidal', got {prior!r}")
         for name, v in (('substeps', substeps), ('refresh_every', refresh_every), ('chunk', chunk), ('n_layers', n_layers)):

@@ -5,16 +5,17 @@
 # %% ../nbs/10_rope.ipynb #0df61017
 from __future__ import annotations
 import math, functools, itertools, warnings
-from typing import Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from .core import Positions, Site, PosEnc, register_posenc
 
 # %% auto #0
-__all__ = ['STYLES', 'LAYOUTS', 'SCALINGS', 'TABLE_FMT', 'ROPE_TYPES', 'rope_inv_freq', 'yarn_correction_range',
-           'scaled_inv_freq', 'yarn_mscale', 'RotaryCache', 'rotate_with_table', 'get_rotary_cache', 'apply_rotary',
-           'rotary_dims', 'RoPE', 'elu_feature_map', 'rope_linear_attention', 'rotary_permutation',
-           'permute_rotary_weights', 'hf_rope_params', 'hf_inv_freq', 'HFLengthRule', 'rotary_from_hf']
+__all__ = ['STYLES', 'LAYOUTS', 'DType', 'Device', 'SCALINGS', 'TABLE_FMT', 'ROPE_TYPES', 'rope_inv_freq',
+           'yarn_correction_range', 'scaled_inv_freq', 'yarn_mscale', 'RotaryCache', 'rotate_with_table',
+           'get_rotary_cache', 'apply_rotary', 'rotary_dims', 'RoPE', 'elu_feature_map', 'rope_linear_attention',
+           'rotary_permutation', 'permute_rotary_weights', 'hf_rope_params', 'hf_inv_freq', 'HFLengthRule',
+           'rotary_from_hf']
 
 # %% ../nbs/10_rope.ipynb #6306c75e
 from .core import known_range, host_fact, whole_base, note_fact
@@ -22,6 +23,8 @@ from .core import known_range, host_fact, whole_base, note_fact
 # %% ../nbs/10_rope.ipynb #0218b86e
 STYLES = ('interleaved', 'half')
 LAYOUTS = ('bhld', 'blhd')
+DType = Union[str, torch.dtype]          # 'float32' or torch.float32
+Device = Union[str, torch.device]
 SCALINGS = (None, 'linear', 'ntk', 'yarn', 'yarn-paper', 'xpos')
 
 def _check_rot_dim(dim: int):
@@ -35,7 +38,7 @@ def _as_dtype(d) -> torch.dtype:
         raise ValueError(f"angle_dtype must be torch.float32 or torch.float64, got {d!r}; low-precision angles are exactly the bug this module avoids")
     return d
 
-def rope_inv_freq(dim: int, base: float = 10000., dtype=torch.float64) -> Tensor:
+def rope_inv_freq(dim: int, base: float = 10000., dtype: DType = torch.float64) -> Tensor:
     "The RoPE frequencies $\\theta_i = \\mathrm{base}^{-2i/d}$, $i=0..d/2-1$ (the paper's $i-1$), in `dtype` on the CPU."
     _check_rot_dim(dim)
     dtype = _as_dtype(dtype)
@@ -60,7 +63,7 @@ def yarn_correction_range(dim: int, # rotary dims (pairs: dim/2)
 
 def scaled_inv_freq(dim: int, base: float = 10000., scaling: Optional[str] = None, factor: float = 1.,
                     orig_len: Optional[int] = None, beta_fast: float = 32., beta_slow: float = 1.,
-                    dtype=torch.float64, truncate: bool = True) -> Tensor:
+                    dtype: DType = torch.float64, truncate: bool = True) -> Tensor:
     """Frequencies after a context-extension rule: 'linear' (PI), 'ntk' (base change), 'yarn' (a ramp over the pair index,
     as YaRN's code and HF), 'yarn-paper' (a ramp over turns, the paper's formula); None/'xpos' leave them.
     In fp32 'linear' and 'yarn' follow the fp32 arithmetic of HF's implementation, so the values agree bit for bit."""
@@ -141,7 +144,7 @@ class RotaryCache:
     "Cos/sin tables for integer positions: grown on demand, built per (device, compute dtype) from fp64 (default) or fp32 angles, never cast down."
     def __init__(self, dim: int, base: float = 10000., scaling: Optional[str] = None, factor: float = 1.,
                  orig_len: Optional[int] = None, beta_fast: float = 32., beta_slow: float = 1.,
-                 xpos_gamma: float = 0.4, xpos_scale_base: float = 512., angle_dtype=torch.float64,
+                 xpos_gamma: float = 0.4, xpos_scale_base: float = 512., angle_dtype: DType = torch.float64,
                  max_positions: Optional[int] = None, split: Optional[int] = None, inv_freq: Optional[Tensor] = None,
                  attention_factor: Optional[float] = None, length_rule: Optional[Callable[[Tensor, Tensor], Tensor]] = None):
         _check_rot_dim(dim)
@@ -168,11 +171,11 @@ class RotaryCache:
         self.split = split      # two-level (angle addition) tables, see the extension section
         self._tables, self._memo, self._freqs = {}, {}, {}
 
-    def clear(self):
+    def clear(self) -> None:
         "Drop every table (they are rebuilt lazily, on the device and in the dtype of the next call)."
         self._tables, self._memo, self._freqs = {}, {}, {}
 
-    def freqs(self, device, fp64: bool = False) -> Tensor:
+    def freqs(self, device: Device, fp64: bool = False) -> Tensor:
         "The frequencies (`inv_freq`, or `inv_freq64` when `fp64`) on `device`: copied there once, since a host-to-device copy syncs."
         t = self.inv_freq64 if fp64 else self.inv_freq
         device = torch.device(device)
@@ -212,7 +215,7 @@ class RotaryCache:
         if self.angle_dtype == torch.float32 and self.split is None and n > 2 ** 24:
             raise ValueError(f"position {n - 1} is not exactly representable in fp32 (> 2**24); use angle_dtype=torch.float64")
 
-    def table(self, n: int, device, dtype, fmt: str = 'pairs') -> Tensor:
+    def table(self, n: int, device: Device, dtype: torch.dtype, fmt: str = 'pairs') -> Tensor:
         "A cos/sin table with N >= n rows, (N, dim/2, 2) ('pairs'), (N, 2, dim/2) ('planes') or (3, N, dim) ('wide'), for compute dtype `dtype` on `device`."
         self._need(n)
         key = (torch.device(device), dtype, fmt)
@@ -225,7 +228,7 @@ class RotaryCache:
             self._tables[key] = tab
         return tab
 
-    def lookup(self, pos: Tensor, dtype=torch.float32, key: bool = False, fmt: str = 'pairs') -> Tensor:
+    def lookup(self, pos: Tensor, dtype: torch.dtype = torch.float32, key: bool = False, fmt: str = 'pairs') -> Tensor:
         """cos/sin for integer positions of any shape: pos.shape + (dim/2, 2) (or (2, dim/2) for 'planes', (3, *pos.shape, dim) for 'wide'),
         in the compute dtype of `dtype`. Resolved once per positions tensor: q and k, and every layer, share the result."""
         _check_pos(pos)
@@ -266,7 +269,8 @@ class RotaryCache:
         cs = F.embedding(pos, tab.view(tab.shape[0], -1)).view(*pos.shape, *_fmt_shape(self.dim, fmt))
         return self._xpos(cs, pos, key, fmt)
 
-    def range(self, start: int, length: int, dtype=torch.float32, device='cpu', key: bool = False, fmt: str = 'pairs') -> Tensor:
+    def range(self, start: int, length: int, dtype: torch.dtype = torch.float32, device: Device = 'cpu',
+              key: bool = False, fmt: str = 'pairs') -> Tensor:
         "cos/sin for positions start..start+length-1, (length, ...) as in `lookup`: a slice of the table, no gather."
         if start < 0: raise ValueError(f"rotary positions must be >= 0, got offset {start}")
         dtype = self.compute_dtype(dtype)
@@ -563,7 +567,8 @@ class RoPE(PosEnc):
     bounded = False     # any length: the tables grow on demand (RotaryCache's max_positions is the opt-in cap)
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None, causal: bool = False,
                  base: float = 10000., rotary_frac: float = 1.0, style: str = 'interleaved', scaling: Optional[str] = None,
-                 factor: float = 1.0, orig_len: Optional[int] = None, angle_dtype='float64', beta_fast: float = 32.,
+                 factor: float = 1.0, orig_len: Optional[int] = None, angle_dtype: DType = 'float64',
+                 beta_fast: float = 32.,
                  beta_slow: float = 1., xpos_gamma: float = 0.4, xpos_scale_base: float = 512., split: Optional[int] = None,
                  compiled: bool = False):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
@@ -577,7 +582,7 @@ class RoPE(PosEnc):
         self.cache = RotaryCache(self.rot_dim, base, scaling, factor, orig_len if orig_len is not None else max_len,
                                  beta_fast, beta_slow, xpos_gamma, xpos_scale_base, angle_dtype, None, split)
 
-    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site):
+    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> tuple:
         "Rotate q and k by their own positions (independently); called at self-attention sites only (`sites`)."
         q = apply_rotary(q, q_pos, self.cache, style=self.style, compiled=self.compiled) if q.shape[2] else q
         k = apply_rotary(k, k_pos, self.cache, style=self.style, key=True, compiled=self.compiled) if k.shape[2] else k
@@ -587,15 +592,18 @@ class RoPE(PosEnc):
         self.cache.clear()      # .to()/.cuda()/.double(): tables are rebuilt from integer positions, never cast
         return super()._apply(fn, *args, **kwargs)
 
-    def extra_repr(self): return super().extra_repr() + f", rot_dim={self.rot_dim}, style={self.style!r}, {self.cache}"
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", rot_dim={self.rot_dim}, style={self.style!r}, {self.cache}"
 
 # %% ../nbs/10_rope.ipynb #4cc30375
 def elu_feature_map(x: Tensor) -> Tensor:
     "The non-negative feature map $\\phi(x) = \\mathrm{elu}(x) + 1$ of Katharopoulos et al. 2020."
     return F.elu(x) + 1
 
-def rope_linear_attention(q: Tensor, k: Tensor, v: Tensor, q_pos=None, k_pos=None, cache: Optional[RotaryCache] = None,
-                          causal: bool = False, feature_map=elu_feature_map, style: str = 'interleaved',
+def rope_linear_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Union[None, int, Tensor] = None,
+                          k_pos: Union[None, int, Tensor] = None, cache: Optional[RotaryCache] = None,
+                          causal: bool = False, feature_map: Callable[[Tensor], Tensor] = elu_feature_map,
+                          style: str = 'interleaved',
                           eps: float = 1e-6, chunk: int = 64) -> Tensor:
     """RoFormer Eq. 19: $\\sum_n (R_m\\phi(q_m))^\\top(R_n\\phi(k_n)) v_n / \\sum_n \\phi(q_m)^\\top\\phi(k_n)$ in O(L d^2).
     q, k (B,H,L,d), v (B,H,L,dv); positions as in `apply_rotary`. Causal: chunked prefix sums (exact)."""
@@ -649,7 +657,7 @@ def permute_rotary_weights(w: Tensor, n_heads: int, rot_dim: Optional[int] = Non
 # %% ../nbs/10_rope.ipynb #ce63c82a
 ROPE_TYPES = ('default', 'linear', 'dynamic', 'yarn', 'longrope', 'llama3', 'proportional')
 
-def _cfg(config, key: str, default=None):
+def _cfg(config: Any, key: str, default: Any = None) -> Any:
     "A field of a HF config object or of its dict (config.json): `default` when absent or None."
     v = config.get(key) if isinstance(config, Mapping) else getattr(config, key, None)
     return default if v is None else v
@@ -660,7 +668,7 @@ def _hf_field(p: dict, key: str):
         raise ValueError(f"rope type {p['rope_type']!r} needs {key!r} in the config's rope parameters (or the config); add it")
     return p[key]
 
-def hf_rope_params(config, # a HF config object (`PretrainedConfig`) or its dict (config.json)
+def hf_rope_params(config: Any, # a HF config object (`PretrainedConfig`) or its dict (config.json)
                    layer_type: Optional[str] = None, # for configs with one rope setting per layer type (e.g. 'sliding_attention')
                   ) -> dict: # the rope fields in one flat dict, plus head_dim, rot_dim, max_position_embeddings
     "The rope settings of a HF config, current (`rope_parameters`) or older (`rope_scaling` + `rope_theta`) layout, flattened."
@@ -754,9 +762,9 @@ class HFLengthRule:
 
     def __repr__(self): return f"HFLengthRule({self.p['rope_type']!r})"
 
-def rotary_from_hf(config, # a HF config object or its dict (config.json), current or older rope layout
+def rotary_from_hf(config: Any, # a HF config object or its dict (config.json), current or older rope layout
                    layer_type: Optional[str] = None, # for configs with one rope setting per layer type
-                   angle_dtype='float32', # 'float32': HF's numbers; 'float64': the same frequencies, exact angles
+                   angle_dtype: DType = 'float32', # 'float32': HF's numbers; 'float64': exact angles, same frequencies
                    max_positions: Optional[int] = None, # optional cap on positions (see `RotaryCache`)
                   ) -> RotaryCache: # rotates the first `cache.dim` dims of each head; use style='half'
     "A `RotaryCache` that reproduces HF's rotary embedding for `config`: every rope type, partial rotary, attention factor."
