@@ -459,10 +459,19 @@ def _compiled_half(x: Tensor, *tables: Tensor) -> Optional[Tensor]:
         return None
 
 # %% ../nbs/10_rope.ipynb #1359aa3d
-@functools.lru_cache(maxsize=32)
+_SHARED_CACHES = {}     # configuration -> RotaryCache: a plain dict, which torch.compile reads and fills (it skips lru_cache)
+
 def get_rotary_cache(dim: int, base: float = 10000., **options) -> RotaryCache:
-    "A shared `RotaryCache` per distinct configuration (what `apply_rotary` uses when no cache is passed)."
-    with torch.device('cpu'): return RotaryCache(dim, base, **options)   # shared: its seed tensors never on a caller's default device (e.g. meta)
+    "A shared `RotaryCache` per distinct configuration (what `apply_rotary` uses when no cache is passed); the 32 latest kept."
+    key = (dim, float(base), tuple(sorted(options.items())))
+    cache = _SHARED_CACHES.get(key)
+    if cache is not None: return cache
+    if len(_SHARED_CACHES) >= 32: _SHARED_CACHES.pop(next(iter(_SHARED_CACHES)))
+    if torch.compiler.is_compiling(): cache = RotaryCache(dim, base, **options)    # traced: no device context manager there
+    else:
+        with torch.device('cpu'): cache = RotaryCache(dim, base, **options)   # its seed tensors never on a caller's default device (e.g. meta)
+    _SHARED_CACHES[key] = cache
+    return cache
 
 def _table_fmt(x: Tensor, cache: RotaryCache, layout: str, style: str, r: int, inplace: bool) -> str:
     "'pairs' for interleaved; for half-split, 'wide' (three full-width contiguous passes) when x's (L, D) slabs can be read flat, else 'planes'."
