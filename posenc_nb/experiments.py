@@ -272,7 +272,7 @@ def seed_test(a: Sequence[float], # per-seed scores of the reference arm
     effect = float(b.mean() - a.mean()) if a.size and b.size else math.nan
     name = f'paired t-test over {a.size} seeds' if paired else f'Welch t-test over {a.size} + {b.size} seeds'
     out = dict(test=name, n=(int(a.size), int(b.size)), effect=effect, sd=None, ci=None, p=None)
-    if min(a.size, b.size) < 2: return out
+    if min(a.size, b.size) < 2: return {**out, 'test': f'no test over seeds ({a.size} and {b.size} seeds)'}
     sd = float((b - a).std(ddof=1)) if paired else float(math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2))
     if sd == 0: return {**out, 'sd': 0.0, 'ci': (effect, effect), 'p': 1.0 if effect == 0 else 0.0}
     r = stats.ttest_rel(b, a) if paired else stats.ttest_ind(b, a, equal_var=False)
