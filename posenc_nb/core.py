@@ -87,7 +87,7 @@ def index_select(self: Positions, rows: Tensor) -> Positions:
     return self.map(lambda t: t.index_select(0, rows.to(t.device)))
 
 @patch
-def to(self: Positions, device) -> Positions: return self.map(lambda t: t.to(device))
+def to(self: Positions, device: Union[str, torch.device]) -> Positions: return self.map(lambda t: t.to(device))
 
 # %% ../nbs/00_core.ipynb #ed4a8f40
 @patch(as_prop=True)
@@ -207,19 +207,20 @@ class PosEnc(nn.Module):
     def embed(self, x: Tensor, p: Positions) -> Tensor:
         "Hook 1: `x` (B,L,D) with position information added; called once per stack, after the token embedding."
         return x
-    def qkv_bias(self, q_p: Positions, kv_p: Positions, site: Site):
+    def qkv_bias(self, q_p: Positions, kv_p: Positions, site: Site) -> Optional[tuple]:
         "Hook 2: `(bq, bk, bv)`, each None, (B,L,D) added to the q/k/v projections' input, or (B,H,L,D) one input per head; or None."
         return None
     def head_positions(self, p: Positions, site: Site) -> Tensor:
         "Hook 3: positions each head reads, (B,1,L) or (B,H,L). Default: the absolute stream for all heads."
         return p.pos[:, None]
-    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site):
+    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> tuple:
         "Hook 4: transformed `(q, k)`, each (B,H,L,dh), every query and key by its own position only (keys are cached)."
         return q, k
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
         "Hook 5: additive attention-logit bias broadcastable to (B,H,Lq,Lk), or None."
         return None
-    def qkv_out_bias(self, q_p: Positions, kv_p: Positions, site: Site, proj: nn.Linear):
+    def qkv_out_bias(self, q_p: Positions, kv_p: Positions, site: Site,
+                     proj: nn.Linear) -> Optional[Union[Tensor, tuple]]:
         """Hook 2 in projected form, asked first: hook 2's biases already passed through `proj`'s weight, with `proj`'s own bias $c$ folded in
         ($(x+b)W^T + c = xW^T + (bW^T + c)$): all the fused projection adds to $xW^T$, so it stays one product with nothing else to add:
         self-attention (q and kv positions the same object) broadcastable to (B,L,3D); cross-attention `(oq, okv)` broadcastable to (B,Lq,D)
@@ -230,7 +231,7 @@ class PosEnc(nn.Module):
     def acts_at(self, site: Site) -> bool:
         "Whether hooks 2-5 run at `site`: its kind is one of `sites`."
         return site.kind in self.sites
-    def check_positions(self, p: Positions):
+    def check_positions(self, p: Positions) -> None:
         "Raise a clear error when the encoding is `bounded` and a position reaches `max_len`; an unbounded one accepts any."
         if not self.bounded or self.max_len is None: return
         m = positions_max(p)                    # read once per positions tensor (later hooks and layers reuse it)
@@ -246,7 +247,8 @@ class PosEnc(nn.Module):
         parameters stay as they were and every cross-attention's keys and values come from the cache (what the cached keys and values
         assume), so an encoding may check its parameters once per decode instead of once per forward. Default: nothing (and not called)."""
 
-    def extra_repr(self): return f"d_model={self.d_model}, n_heads={self.n_heads}, max_len={self.max_len}, causal={self.causal}"
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, max_len={self.max_len}, causal={self.causal}"
 
 # %% ../nbs/00_core.ipynb #8aca1de2
 @patch
@@ -262,7 +264,8 @@ def start_from(self: PosEnc,
 # %% ../nbs/00_core.ipynb #b5964dea
 _REGISTRY: dict = {}
 
-def register_posenc(name: str): # the name that `make_posenc`, `ModelConfig.enc_pe` and the experiment configs use
+def register_posenc(name: str, # the name that `make_posenc`, `ModelConfig.enc_pe` and the experiment configs use
+                   ) -> Callable: # a class decorator
     "Class decorator: make a `PosEnc` subclass (or factory) buildable as `make_posenc(name, ...)`."
     def deco(cls):
         _REGISTRY[name] = cls
@@ -307,7 +310,7 @@ _IMPORTED = set()
 def import_registering(function: str, # the registering function, as in `registering_modules`
                        group: Optional[str] = None, # an entry-point group whose modules are loaded too
                        package: str = 'posenc_nb', # the package whose modules are read
-                      ):
+                      ) -> None:
     "Import, once per `function`, the modules of `package` that call it at import, then `group`'s entry points."
     if (package, function, group) in _IMPORTED: return
     _IMPORTED.add((package, function, group))
@@ -369,7 +372,8 @@ def encoding_streams(name: str # a name from `list_posencs()`
     return tuple(getattr(_REGISTRY[name], 'reads_streams', None) or make_posenc(name, 8, 2).reads_streams)
 
 # %% ../nbs/00_core.ipynb #da194cbe
-def attention_mask(q_len: int, k_mask: Optional[Tensor], causal: bool, self_attn: bool, device=None,
+def attention_mask(q_len: int, k_mask: Optional[Tensor], causal: bool, self_attn: bool,
+                   device: Union[None, str, torch.device] = None,
                    k_len: Optional[int] = None) -> Optional[Tensor]:
     "Boolean (B|1,1,Lq,Lk) mask of allowed keys (queries are the last `q_len` of `k_len` keys), or None when all are allowed."
     allowed = None
