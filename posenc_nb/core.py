@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #c6463148
 from __future__ import annotations
-import importlib, importlib.util, math, pkgutil, re, sys
+import contextlib, importlib, importlib.util, math, pkgutil, re, sys
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -14,9 +14,11 @@ from torch import Tensor
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SITE_KINDS', 'ENTRY_POINT_GROUP', 'Positions', 'host_fact', 'note_fact', 'whole_base', 'known_range', 'positions_max',
-           'HostReads', 'Site', 'PosEnc', 'register_posenc', 'provider_modules', 'import_registering', 'list_posencs',
-           'make_posenc', 'encoding_streams', 'attention_mask', 'head_input_proj', 'Attention']
+__all__ = ['SITE_KINDS', 'ENTRY_POINT_GROUP', 'BIAS_BLOCK_ELEMENTS', 'Positions', 'host_fact', 'note_fact', 'whole_base',
+           'known_range', 'positions_max', 'HostReads', 'Site', 'BiasRows', 'PosEnc', 'register_posenc',
+           'provider_modules', 'import_registering', 'list_posencs', 'make_posenc', 'encoding_streams',
+           'attention_mask', 'row_block', 'shared_rows', 'dense_logit_bias', 'row_attention', 'causal_mask_mod',
+           'padding_mask_mod', 'flex_block_mask', 'flex_available', 'flex_attend', 'head_input_proj', 'Attention']
 
 # %% ../nbs/00_core.ipynb #28c4ebe3
 def _check_int(t: Tensor, what: str):
@@ -187,6 +189,24 @@ class Site:
     @property
     def is_self(self) -> bool: return self.kind != 'cross'
 
+# %% ../nbs/00_core.ipynb #bb4beb4b
+@dataclass
+class BiasRows:
+    """Hook 5's bias handed out a block of query rows at a time (`PosEnc.logit_bias_rows`): `rows(q, start, end)` is rows start:end of
+    the dense bias, broadcastable to (B,H,end-start,Lk), computed from `q` (those rows' queries, (B,H,end-start,dh)) and `params`."""
+    rows: Callable                          # (q rows, start, end) -> bias rows; differentiable in q and `params`
+    params: tuple = ()                      # the tensors besides q the bias is computed from: they receive its gradient
+    uses_q: bool = False                    # the bias reads q (Shaw): its gradient reaches q too
+    score_mod: Optional[Callable] = None    # the same bias as a FlexAttention score_mod (score, b, h, q_idx, kv_idx), or None
+
+def _defined_in(cls: type, name: str) -> type:
+    "The class of `cls`'s MRO whose own namespace defines `name`."
+    return next(c for c in cls.__mro__ if name in vars(c))
+
+def _rows_follow_bias(cls: type, hook: str) -> bool:
+    "False for `logit_bias_rows` defined by a class above the one defining `logit_bias` (a subclass changed the bias alone)."
+    return hook != 'logit_bias_rows' or issubclass(_defined_in(cls, 'logit_bias_rows'), _defined_in(cls, 'logit_bias'))
+
 # %% ../nbs/00_core.ipynb #6adb3f8c
 class PosEnc(nn.Module):
     "Base class of every position encoding: five hooks, declared in the order a model calls them, each a no-op unless overridden."
@@ -201,8 +221,9 @@ class PosEnc(nn.Module):
                  causal:bool=False): # built for a decoder
         super().__init__()
         self.d_model, self.n_heads, self.n_layers, self.max_len, self.causal = d_model, n_heads, n_layers, max_len, causal
-        self.own_hooks = frozenset(h for h in ('head_positions', 'transform_qk', 'logit_bias', 'decoding_step')   # callers skip the base
-                                   if getattr(type(self), h) is not getattr(PosEnc, h))              # no-ops (read from the class when built)
+        self.own_hooks = frozenset(h for h in ('head_positions', 'transform_qk', 'logit_bias', 'logit_bias_rows', 'decoding_step')
+                                   if getattr(type(self), h) is not getattr(PosEnc, h)        # callers skip the base no-ops (read from the
+                                   and _rows_follow_bias(type(self), h))                      # class when built)
 
     def embed(self, x: Tensor, p: Positions) -> Tensor:
         "Hook 1: `x` (B,L,D) with position information added; called once per stack, after the token embedding."
@@ -218,6 +239,11 @@ class PosEnc(nn.Module):
         return q, k
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
         "Hook 5: additive attention-logit bias broadcastable to (B,H,Lq,Lk), or None."
+        return None
+    def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[BiasRows]:
+        """Hook 5 by rows, asked before `logit_bias`: a `BiasRows` that gives the rows of `logit_bias(q, q_pos, k_pos, site)` a block of
+        queries at a time, so attention need not hold the whole bias; or None (then `logit_bias` is called). Counted as overridden only
+        where its class also defines or inherits the `logit_bias` in use: a subclass that changes `logit_bias` alone is never bypassed."""
         return None
     def qkv_out_bias(self, q_p: Positions, kv_p: Positions, site: Site, proj: nn.Linear):
         """Hook 2 in projected form, asked first: hook 2's biases already passed through `proj`'s weight, with `proj`'s own bias $c$ folded in
@@ -393,6 +419,193 @@ def _attend(q, k, v, bias, allowed, k_mask, drop: float = 0.0):
     if allowed is not None: bias = bias.masked_fill(~allowed, float('-inf'))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop)
 
+# %% ../nbs/00_core.ipynb #88e710ab
+BIAS_BLOCK_ELEMENTS = 1 << 22      # elements of one block's (B,H,rows,Lk) bias: sets the rows per block
+
+def row_block(batch: int, # B
+              heads: int, # H
+              q_len: int, # Lq
+              k_len: int, # Lk
+              budget: Optional[int] = None # elements per block (default `BIAS_BLOCK_ELEMENTS`)
+             ) -> int:
+    "Query rows per block so one block of a (B,H,rows,Lk) tensor holds at most `budget` elements (at least one row, at most Lq)."
+    return max(1, min(q_len, (budget or BIAS_BLOCK_ELEMENTS) // max(1, batch * heads * k_len)))
+
+# %% ../nbs/00_core.ipynb #89672b53
+def shared_rows(*pos: Tensor # head positions, each (B,1|H,L)
+               ) -> tuple:
+    """`pos` cut to their first batch row when every row of every one holds the same positions (a bias computed from them is then
+    (1,H,Lq,Lk), broadcast over the batch); else `pos` unchanged. Read from the strides (an expanded tensor), else on the CPU with one
+    read per tensor (`host_fact`: later layers read nothing); on an accelerator, where a read is a host sync, not read at all."""
+    def same(t):
+        if t.shape[0] <= 1 or t.stride(0) == 0: return True
+        if t.device.type != 'cpu': return False
+        return host_fact(whole_base(t), f'rows_equal{t.dim()}', lambda _: bool((t == t[:1]).all()))
+    return tuple(t[:1] for t in pos) if all(same(t) for t in pos) else pos
+
+# %% ../nbs/00_core.ipynb #6685e966
+_DENSE_BIAS = [False]
+
+@contextlib.contextmanager
+def dense_logit_bias():
+    "Within it, `Attention` builds hook 5's whole bias with `logit_bias` even where the encoding gives it by rows: the reference path."
+    old, _DENSE_BIAS[0] = _DENSE_BIAS[0], True
+    try: yield
+    finally: _DENSE_BIAS[0] = old
+
+# %% ../nbs/00_core.ipynb #4aa0bf83
+def _rows_of(t: Optional[Tensor], s: int, e: int) -> Optional[Tensor]:
+    "Rows s:e of a (...,Lq|1,Lk) tensor; a broadcast row dimension of 1 stays as it is."
+    return t if t is None or t.shape[-2] == 1 else t[..., s:e, :]
+
+def _masked_rows(bias: BiasRows, q: Tensor, s: int, e: int, allowed: Optional[Tensor]) -> Tensor:
+    "Rows s:e of the bias in q's dtype, -inf where `allowed` is False: the additive mask of one block."
+    b = bias.rows(q, s, e).to(q.dtype)
+    a = _rows_of(allowed, s, e)
+    return b if a is None else torch.where(a, b, float('-inf'))
+
+def _fused_cpu(q: Tensor) -> bool: return q.device.type == 'cpu' and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+def _rows_forward(q, k, v, m, scale):
+    "Output and log-sum-exp of one block of query rows with additive mask `m`: the fused kernel on the CPU, else in steps."
+    if _fused_cpu(q): return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=m, scale=scale)
+    s = torch.matmul(q, k.transpose(-1, -2)).mul_(scale) + m
+    lse = torch.logsumexp(s, -1)
+    return torch.matmul(torch.exp(s - lse[..., None]), v), lse
+
+# %% ../nbs/00_core.ipynb #1e527924
+class _RowAttention(torch.autograd.Function):
+    "softmax(q k^T/sqrt(dh) + bias, masked) v a block of query rows at a time, forward and backward; see `row_attention`."
+    @staticmethod
+    def forward(ctx, q, k, v, allowed, bias, block, *params):
+        scale, outs, lses = q.shape[-1] ** -0.5, [], []
+        for s in range(0, q.shape[2], block):
+            qs = q[:, :, s:s + block]
+            o, l = _rows_forward(qs, k, v, _masked_rows(bias, qs, s, s + block, allowed), scale)
+            outs.append(o)
+            lses.append(l)
+        out, lse = torch.cat(outs, 2), torch.cat(lses, 2)
+        ctx.save_for_backward(q, k, v, out, lse, allowed, *params)
+        ctx.bias, ctx.block, ctx.scale = bias, block, scale
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout):
+        q, k, v, out, lse, allowed, *params = ctx.saved_tensors
+        bias, block, scale, need = ctx.bias, ctx.block, ctx.scale, ctx.needs_input_grad[6:]
+        wants = [t for t, n in zip(params, need) if n]
+        bias_grad = bool(wants) or (bias.uses_q and ctx.needs_input_grad[0])
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        dparams = [torch.zeros_like(t) if n else None for t, n in zip(params, need)]
+        dout = dout.contiguous()
+        fused = _fused_cpu(q) and not bias_grad
+        delta = None if fused else (dout * out).sum(-1, keepdim=True)           # rowsum(dO * O)
+        for s in range(0, q.shape[2], block):
+            e = min(s + block, q.shape[2])
+            qs, dos = q[:, :, s:e], dout[:, :, s:e]
+            if fused:                                                          # no gradient for the bias: the fused backward
+                m = _masked_rows(bias, qs, s, e, allowed)
+                dqs, dks, dvs = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                    dos, qs, k, v, out[:, :, s:e], lse[:, :, s:e], 0.0, False, attn_mask=m, scale=scale)
+                dq[:, :, s:e] = dqs
+                dk += dks
+                dv += dvs
+                continue
+            with torch.enable_grad():
+                qg = qs.detach().requires_grad_(bias.uses_q)
+                b = bias.rows(qg, s, e)
+            a = _rows_of(allowed, s, e)
+            m = b.detach().to(q.dtype) if a is None else torch.where(a, b.detach().to(q.dtype), float('-inf'))
+            p = torch.matmul(qs, k.transpose(-1, -2)).mul_(scale).add_(m).sub_(lse[:, :, s:e, None]).exp_()   # probabilities
+            dv += torch.matmul(p.transpose(-1, -2), dos)
+            ds = p.mul_(torch.matmul(dos, v.transpose(-1, -2)).sub_(delta[:, :, s:e]))                        # dS = P (dP - delta)
+            dq[:, :, s:e] = torch.matmul(ds, k).mul_(scale)
+            dk += torch.matmul(ds.transpose(-1, -2), qs).mul_(scale)
+            if not (bias_grad and b.requires_grad): continue
+            ins = ([qg] if bias.uses_q else []) + wants
+            grads = list(torch.autograd.grad(b, ins, ds.sum_to_size(b.shape).to(b.dtype), allow_unused=True))
+            if bias.uses_q and grads[0] is not None: dq[:, :, s:e] += grads[0]
+            it = iter(grads[1:] if bias.uses_q else grads)
+            for j, n in enumerate(need):
+                g = next(it) if n else None
+                if g is not None: dparams[j] += g
+        return (dq, dk, dv, None, None, None, *dparams)
+
+# %% ../nbs/00_core.ipynb #7caf3324
+def row_attention(q: Tensor, # queries (B,H,Lq,dh)
+                  k: Tensor, # keys (B,H,Lk,dh)
+                  v: Tensor, # values (B,H,Lk,dv)
+                  bias: BiasRows, # hook 5's bias, by rows
+                  allowed: Optional[Tensor] = None, # boolean (B|1,1,Lq|1,Lk) mask of allowed keys (`attention_mask`), or None
+                  block: Optional[int] = None # query rows per block (default `row_block`)
+                 ) -> Tensor: # (B,H,Lq,dv)
+    """softmax(q k^T/sqrt(dh) + bias, masked by `allowed`) v, a block of query rows at a time, forward and backward: no tensor of
+    (B,H,Lq,Lk) is ever held. Gradients reach q, k, v and the bias's `params` (and q through the bias when `bias.uses_q`)."""
+    if block is None: block = row_block(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    return _RowAttention.apply(q, k, v, allowed, bias, block, *bias.params)
+
+# %% ../nbs/00_core.ipynb #563b825c
+def causal_mask_mod(offset: int = 0 # Lk - Lq: the queries are the last Lq of the Lk keys
+                   ) -> Callable:
+    "FlexAttention `mask_mod` of the causal mask: key `kv_idx` allowed for query `q_idx` when `kv_idx <= q_idx + offset`."
+    def mask_mod(b, h, q_idx, kv_idx): return kv_idx <= q_idx + offset
+    return mask_mod
+
+def padding_mask_mod(k_mask: Tensor, # (B,Lk) True on real keys
+                     self_attn: bool = True, # each query also sees its own key (as in `attention_mask`)
+                     offset: int = 0 # Lk - Lq (self-attention with a cache)
+                    ) -> Callable:
+    "FlexAttention `mask_mod` of a key padding mask; in self-attention a query always sees its own key, so no row is empty."
+    def mask_mod(b, h, q_idx, kv_idx):
+        ok = k_mask[b, kv_idx]
+        return (ok | (kv_idx == q_idx + offset)) if self_attn else ok
+    return mask_mod
+
+# %% ../nbs/00_core.ipynb #d03aa51c
+def flex_block_mask(q_len: int, # Lq
+                    k_mask: Optional[Tensor], # (B,Lk) True on real keys, or None
+                    causal: bool, # a causal mask
+                    self_attn: bool, # self-attention (a padding query sees its own key)
+                    batch: int, # B
+                    device=None,
+                    k_len: Optional[int] = None): # Lk (default: k_mask's length, else Lq)
+    "The `BlockMask` of `attention_mask(q_len, k_mask, causal, self_attn, k_len=k_len)`, or None when every key is allowed."
+    from torch.nn.attention.flex_attention import and_masks, create_block_mask
+    if k_len is None: k_len = k_mask.shape[-1] if k_mask is not None else q_len
+    mods = [causal_mask_mod(k_len - q_len)] if causal else []
+    if k_mask is not None: mods.append(padding_mask_mod(k_mask, self_attn, k_len - q_len))
+    if not mods: return None
+    return create_block_mask(and_masks(*mods), batch if k_mask is not None else None, None, q_len, k_len, device=device)
+
+# %% ../nbs/00_core.ipynb #a57095c3
+_FLEX = {}
+
+def flex_available(device) -> bool:
+    "Whether `Attention` uses FlexAttention on `device`: CUDA with a torch that has it (on the CPU it has no backward)."
+    if torch.device(device).type != 'cuda': return False
+    return importlib.util.find_spec('torch.nn.attention.flex_attention') is not None
+
+def flex_attend(q: Tensor, # (B,H,Lq,dh)
+                k: Tensor, # (B,H,Lk,dh)
+                v: Tensor, # (B,H,Lk,dv)
+                score_mod: Optional[Callable], # (score, b, h, q_idx, kv_idx) -> biased score
+                block_mask=None # from `flex_block_mask`, or None
+               ) -> Tensor: # (B,H,Lq,dv)
+    "FlexAttention with `score_mod` and `block_mask`: compiled on CUDA (once per process), eager elsewhere (inference only on the CPU)."
+    from torch.nn.attention.flex_attention import flex_attention
+    if q.device.type != 'cuda': return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+    if 'cuda' not in _FLEX: _FLEX['cuda'] = torch.compile(flex_attention)
+    return _FLEX['cuda'](q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+# %% ../nbs/00_core.ipynb #fcc4b425
+def _attend_rows(q, k, v, rows: BiasRows, allowed, k_mask, causal: bool, self_attn: bool):
+    "Hook 5 by rows: FlexAttention on CUDA (whole sequences, with a `score_mod`), the row kernels on the CPU, else the dense bias."
+    if rows.score_mod is not None and q.shape[2] == k.shape[2] and flex_available(q.device):
+        return flex_attend(q, k, v, rows.score_mod, flex_block_mask(q.shape[2], k_mask, causal, self_attn, q.shape[0], q.device))
+    if q.device.type == 'cpu': return row_attention(q, k, v, rows, allowed)
+    return _attend(q, k, v, rows.rows(q, 0, q.shape[2]), allowed, k_mask)
+
 # %% ../nbs/00_core.ipynb #e6d8e25b
 def head_input_proj(x: Tensor, # the projection's shared input (B,L,D)
                     b: Tensor, # per-head additive input (B|1,H,L,D): head h's projection reads x + b[:, h]
@@ -495,9 +708,13 @@ class Attention(nn.Module):
             if cache is not None: cache.update(k=k, v=v, k_pos=k_pos, k_mask=k_mask)     # before hook 4
         if 'transform_qk' in own: q, k = pe.transform_qk(q, k, q_pos, k_pos, site)
         if self_attn and cache is not None: k, v, k_pos, k_mask = _extend_cache(cache, k, v, k_pos, k_mask)
-        bias = pe.logit_bias(q, q_pos, k_pos, site) if 'logit_bias' in own else None
+        drop = self.dropout if self.training else 0.0
+        by_rows = 'logit_bias_rows' in own and not drop and not _DENSE_BIAS[0]      # attention dropout: the dense path
+        rows = pe.logit_bias_rows(q, q_pos, k_pos, site) if by_rows else None
+        bias = pe.logit_bias(q, q_pos, k_pos, site) if rows is None and 'logit_bias' in own else None
         allowed = attention_mask(q.shape[2], k_mask, site.causal and self_attn, self_attn, x.device, k_len=k.shape[2])
-        out = _attend(q, k, v, bias, allowed, k_mask, self.dropout if self.training else 0.0)
+        if rows is not None: out = _attend_rows(q, k, v, rows, allowed, k_mask, site.causal and self_attn, self_attn)
+        else: out = _attend(q, k, v, bias, allowed, k_mask, drop)
         return self.out_proj(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.d_model))
 
     def _blocks(self, i, n=1):
