@@ -18,7 +18,7 @@ __all__ = ['NoPosEnc', 'sinusoidal_table', 'sinusoidal_codes', 'SinusoidalPosEnc
 
 # %% ../nbs/01_baselines.ipynb #c6ab0a28
 from typing import Callable
-from .core import known_range, BiasRows, shared_rows, flex_available
+from .core import known_range, BiasRows, shared_rows, column_offsets, flex_available
 
 # %% ../nbs/01_baselines.ipynb #4f929d67
 @register_posenc('none')
@@ -142,18 +142,18 @@ class ShawPosEnc(PosEnc):
         return torch.gather(s, -1, idx) * q.shape[-1] ** -0.5
 
     def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[BiasRows]:
-        "`logit_bias` a block of query rows at a time (its gradient reaches q and `rel_k`); on CUDA also as a FlexAttention score_mod."
+        "`logit_bias` by blocks (its gradient reaches q and `rel_k`), dense only within `clip` of the diagonal where positions are columns."
         if site.layer >= self.n_layers: raise ValueError(f"'shaw' was built with n_layers={self.n_layers} but layer {site.layer} asked; pass n_layers")
         qp, kp = shared_rows(q_pos, k_pos)
-        w, c = self.rel_k, self.clip
-        def rows(qr, s, e):
-            idx = relative_offsets(qp[..., s:e], kp).clamp(-c, c) + c                     # (B|1,1|H,rows,Lk)
-            sc = torch.matmul(qr, w[site.layer].to(qr.dtype).T)                           # (B,H,rows,2k+1)
+        w, c = self.rel_k[site.layer], self.clip
+        def rows(qr, s, e, k0=0, k1=None):
+            idx = relative_offsets(qp[..., s:e], kp[..., k0:k1]).clamp(-c, c) + c        # (B|1,1|H,rows,keys)
+            sc = torch.matmul(qr, w.to(qr.dtype).T)                                       # (B,H,rows,2k+1)
             return torch.gather(sc, -1, idx.expand(*qr.shape[:3], idx.shape[-1])) * qr.shape[-1] ** -0.5
-        mod = None
-        if flex_available(q.device):
-            mod = shaw_score_mod(torch.matmul(q, w[site.layer].to(q.dtype).T) * q.shape[-1] ** -0.5, q_pos, k_pos, c)
-        return BiasRows(rows, (w,), uses_q=True, score_mod=mod)
+        def far(qr, s, e): return (torch.matmul(qr, w[0].to(qr.dtype)) * qr.shape[-1] ** -0.5, torch.matmul(qr, w[-1].to(qr.dtype)) * qr.shape[-1] ** -0.5)
+        mod = shaw_score_mod(torch.matmul(q, w.to(q.dtype).T) * q.shape[-1] ** -0.5, q_pos, k_pos, c) if flex_available(q.device) else None
+        near = column_offsets(q_pos, k_pos)
+        return BiasRows(rows, (self.rel_k,), uses_q=True, score_mod=mod, reach=c if near else None, far=far if near else None)
 
 # %% ../nbs/01_baselines.ipynb #c031b551
 @lru_cache(maxsize=32)
@@ -224,15 +224,17 @@ class T5PosEnc(PosEnc):
         return self.bias.weight.T[heads, b]                                                                  # (B,H,Lq,Lk)
 
     def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[BiasRows]:
-        "`logit_bias` a block of query rows at a time, (1,H,rows,Lk) when the batch's rows share positions; on CUDA also a score_mod."
+        "`logit_bias` by blocks, (1,H,rows,keys) when the batch shares positions, dense only within `max_distance` of the diagonal where positions are columns."
         qp, kp = shared_rows(q_pos, k_pos)
-        lut, w = (self.lut_causal if site.causal else self.lut_bi), self.bias.weight
+        lut, w, md = (self.lut_causal if site.causal else self.lut_bi), self.bias.weight, self.max_distance
         heads = torch.arange(self.n_heads, device=w.device)[:, None, None]
-        def rows(qr, s, e):
-            b = t5_bucket(relative_offsets(qp[..., s:e], kp), not site.causal, self.num_buckets, self.max_distance, lut)
+        def rows(qr, s, e, k0=0, k1=None):
+            b = t5_bucket(relative_offsets(qp[..., s:e], kp[..., k0:k1]), not site.causal, self.num_buckets, md, lut)
             return w.T[heads, b]
-        mod = t5_score_mod(w, lut, q_pos, k_pos, self.max_distance) if flex_available(w.device) else None
-        return BiasRows(rows, (w,), score_mod=mod)
+        def far(qr, s, e): return w[lut[0]][None, :, None], w[lut[-1]][None, :, None]     # beyond -max_distance, beyond +max_distance
+        mod = t5_score_mod(w, lut, q_pos, k_pos, md) if flex_available(w.device) else None
+        near = column_offsets(q_pos, k_pos)
+        return BiasRows(rows, (w,), score_mod=mod, reach=md if near else None, far=far if near else None)
 
 # %% ../nbs/01_baselines.ipynb #32c17a36
 def alibi_slopes(n_heads: int # attention heads H
@@ -274,8 +276,8 @@ class ALiBiPosEnc(PosEnc):
         "`logit_bias` a block of query rows at a time, (1,H,rows,Lk) when the batch's rows share positions; on CUDA also a score_mod."
         qp, kp = (t.to(self.slopes.dtype) for t in shared_rows(q_pos, k_pos))   # exact: integers below 2^24 subtract exactly
         m = -self.slopes[:, None, None]
-        def rows(qr, s, e):
-            rel = kp[..., None, :] - qp[..., s:e, None]                           # j - i
+        def rows(qr, s, e, k0=0, k1=None):
+            rel = kp[..., None, k0:k1] - qp[..., s:e, None]                       # j - i
             return torch.mul(rel.neg_() if site.causal else rel.abs_(), m)
         mod = alibi_score_mod(self.slopes, q_pos, k_pos, site.causal) if flex_available(q.device) else None
         return BiasRows(rows, score_mod=mod)

@@ -17,8 +17,9 @@ from fastcore.basics import patch
 __all__ = ['SITE_KINDS', 'ENTRY_POINT_GROUP', 'BIAS_BLOCK_ELEMENTS', 'Positions', 'host_fact', 'note_fact', 'whole_base',
            'known_range', 'positions_max', 'HostReads', 'Site', 'BiasRows', 'PosEnc', 'register_posenc',
            'provider_modules', 'import_registering', 'list_posencs', 'make_posenc', 'encoding_streams',
-           'attention_mask', 'row_block', 'shared_rows', 'dense_logit_bias', 'row_attention', 'causal_mask_mod',
-           'padding_mask_mod', 'flex_block_mask', 'flex_available', 'flex_attend', 'head_input_proj', 'Attention']
+           'attention_mask', 'row_block', 'shared_rows', 'column_offsets', 'dense_logit_bias', 'row_attention',
+           'causal_mask_mod', 'padding_mask_mod', 'flex_block_mask', 'flex_available', 'flex_attend', 'head_input_proj',
+           'Attention']
 
 # %% ../nbs/00_core.ipynb #28c4ebe3
 def _check_int(t: Tensor, what: str):
@@ -192,12 +193,17 @@ class Site:
 # %% ../nbs/00_core.ipynb #bb4beb4b
 @dataclass
 class BiasRows:
-    """Hook 5's bias handed out a block of query rows at a time (`PosEnc.logit_bias_rows`): `rows(q, start, end)` is rows start:end of
-    the dense bias, broadcastable to (B,H,end-start,Lk), computed from `q` (those rows' queries, (B,H,end-start,dh)) and `params`."""
-    rows: Callable                          # (q rows, start, end) -> bias rows; differentiable in q and `params`
+    """Hook 5's bias handed out by blocks (`PosEnc.logit_bias_rows`): `rows(q, start, end, k_start, k_end)` is the dense bias's rows
+    start:end and columns k_start:k_end, broadcastable to (B,H,end-start,k_end-k_start), computed from `q` (those rows' queries,
+    (B,H,end-start,dh)) and `params`. With `reach`, the rows promise that the bias of query column i and key column j depends on j - i
+    only through clip(j - i, -reach, reach), and `far(q, start, end)` gives its two outer values per row, `(left, right)`, each
+    broadcastable to (B,H,end-start): then attention needs the dense bias only on a band around the diagonal."""
+    rows: Callable                          # (q rows, start, end, k_start, k_end) -> bias block; differentiable in q and `params`
     params: tuple = ()                      # the tensors besides q the bias is computed from: they receive its gradient
     uses_q: bool = False                    # the bias reads q (Shaw): its gradient reaches q too
     score_mod: Optional[Callable] = None    # the same bias as a FlexAttention score_mod (score, b, h, q_idx, kv_idx), or None
+    reach: Optional[int] = None             # bias constant beyond column offsets +-reach (see above), or None
+    far: Optional[Callable] = None          # (q rows, start, end) -> (bias left of -reach, bias right of +reach), with `reach`
 
 def _defined_in(cls: type, name: str) -> type:
     "The class of `cls`'s MRO whose own namespace defines `name`."
@@ -443,6 +449,17 @@ def shared_rows(*pos: Tensor # head positions, each (B,1|H,L)
         return host_fact(whole_base(t), f'rows_equal{t.dim()}', lambda _: bool((t == t[:1]).all()))
     return tuple(t[:1] for t in pos) if all(same(t) for t in pos) else pos
 
+# %% ../nbs/00_core.ipynb #8b51ebc5
+def column_offsets(q_pos: Tensor, # query head positions (B,1|H,Lq)
+                   k_pos: Tensor # key head positions (B,1|H,Lk)
+                  ) -> bool:
+    """Whether every offset k_pos[j] - q_pos[i] is the column offset j - i plus one constant: queries and keys are the same tensor,
+    one row of consecutive positions shared by the batch and the heads (an unpadded self-attention without a cache). Read once per
+    tensor on the CPU (`host_fact`); False on an accelerator (no host sync)."""
+    if q_pos is not k_pos or q_pos.device.type != 'cpu' or q_pos.shape[1] != 1 or not q_pos.numel(): return False
+    (row,) = shared_rows(q_pos)
+    return row.shape[0] == 1 and host_fact(whole_base(q_pos), 'consecutive', lambda _: bool((row[0, 0].diff() == 1).all()))
+
 # %% ../nbs/00_core.ipynb #6685e966
 _DENSE_BIAS = [False]
 
@@ -454,83 +471,125 @@ def dense_logit_bias():
     finally: _DENSE_BIAS[0] = old
 
 # %% ../nbs/00_core.ipynb #4aa0bf83
-def _rows_of(t: Optional[Tensor], s: int, e: int) -> Optional[Tensor]:
-    "Rows s:e of a (...,Lq|1,Lk) tensor; a broadcast row dimension of 1 stays as it is."
-    return t if t is None or t.shape[-2] == 1 else t[..., s:e, :]
+def _rows_of(t: Optional[Tensor], s: int, e: int, k0: int = 0, k1: Optional[int] = None) -> Optional[Tensor]:
+    "Rows s:e and columns k0:k1 of a (...,Lq|1,Lk) tensor; a broadcast row dimension of 1 stays as it is."
+    if t is None: return None
+    return (t if t.shape[-2] == 1 else t[..., s:e, :])[..., k0:k1]
 
-def _masked_rows(bias: BiasRows, q: Tensor, s: int, e: int, allowed: Optional[Tensor]) -> Tensor:
-    "Rows s:e of the bias in q's dtype, -inf where `allowed` is False: the additive mask of one block."
-    b = bias.rows(q, s, e).to(q.dtype)
-    a = _rows_of(allowed, s, e)
+def _masked_rows(bias: BiasRows, q: Tensor, s: int, e: int, allowed: Optional[Tensor], k0: int = 0, k1: Optional[int] = None) -> Tensor:
+    "Rows s:e, columns k0:k1 of the bias in q's dtype, -inf where `allowed` is False: the additive mask of one block."
+    b = bias.rows(q, s, e, k0, k1).to(q.dtype)
+    a = _rows_of(allowed, s, e, k0, k1)
     return b if a is None else torch.where(a, b, float('-inf'))
 
 def _fused_cpu(q: Tensor) -> bool: return q.device.type == 'cpu' and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 def _rows_forward(q, k, v, m, scale):
-    "Output and log-sum-exp of one block of query rows with additive mask `m`: the fused kernel on the CPU, else in steps."
+    "Output and log-sum-exp of one block of query rows with additive mask `m` (or None): the fused kernel on the CPU, else in steps."
     if _fused_cpu(q): return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=m, scale=scale)
-    s = torch.matmul(q, k.transpose(-1, -2)).mul_(scale) + m
+    s = torch.matmul(q, k.transpose(-1, -2)).mul_(scale)
+    if m is not None: s = s + m
     lse = torch.logsumexp(s, -1)
     return torch.matmul(torch.exp(s - lse[..., None]), v), lse
+
+def _band(bias: BiasRows, s: int, e: int, k_len: int, causal: bool) -> tuple:
+    "Key columns (k0, k1) of a block's dense band, and whether keys left of k0 / right of k1 are far keys (`bias.reach`)."
+    if bias.reach is None: return 0, k_len, False, False
+    k0, k1 = max(0, s - bias.reach), min(k_len, e + bias.reach)
+    return k0, k1, k0 > 0, k1 < k_len and not causal        # causal: keys right of the band are masked for every row
 
 # %% ../nbs/00_core.ipynb #1e527924
 class _RowAttention(torch.autograd.Function):
     "softmax(q k^T/sqrt(dh) + bias, masked) v a block of query rows at a time, forward and backward; see `row_attention`."
     @staticmethod
-    def forward(ctx, q, k, v, allowed, bias, block, *params):
-        scale, outs, lses = q.shape[-1] ** -0.5, [], []
-        for s in range(0, q.shape[2], block):
-            qs = q[:, :, s:s + block]
-            o, l = _rows_forward(qs, k, v, _masked_rows(bias, qs, s, s + block, allowed), scale)
-            outs.append(o)
-            lses.append(l)
-        out, lse = torch.cat(outs, 2), torch.cat(lses, 2)
+    def forward(ctx, q, k, v, allowed, bias, block, causal, *params):
+        scale, Lq, Lk = q.shape[-1] ** -0.5, q.shape[2], k.shape[2]
+        out, lse = q.new_empty(*q.shape[:3], v.shape[-1]), q.new_empty(q.shape[:3], dtype=torch.float32 if q.dtype != torch.float64 else q.dtype)
+        far_o, far_l = [], []                                   # (range, rows, output, lse) of every far range
+        for s in range(0, Lq, block):
+            e = min(s + block, Lq)
+            qs = q[:, :, s:e]
+            k0, k1, left, right = _band(bias, s, e, Lk, causal)
+            o, l = _rows_forward(qs, k[:, :, k0:k1], v[:, :, k0:k1], _masked_rows(bias, qs, s, e, allowed, k0, k1), scale)
+            if left or right:
+                fl, fr = (t.to(l.dtype) for t in bias.far(qs, s, e))
+                for ok, (a, b), c in ((left, (0, k0), fl), (right, (k1, Lk), fr)):
+                    if not ok: continue
+                    of, lf = _rows_forward(qs, k[:, :, a:b], v[:, :, a:b], None, scale)
+                    lf = lf + c                                 # the range's constant bias, folded into its log-sum-exp
+                    far_o.append((a, b, s, e, of, lf))
+                    m = torch.maximum(l, lf)
+                    wa, wb = torch.exp(l - m), torch.exp(lf - m)
+                    o = (o * wa[..., None] + of * wb[..., None]) / (wa + wb)[..., None]
+                    l = m + torch.log(wa + wb)
+            out[:, :, s:e], lse[:, :, s:e] = o, l
         ctx.save_for_backward(q, k, v, out, lse, allowed, *params)
-        ctx.bias, ctx.block, ctx.scale = bias, block, scale
+        ctx.bias, ctx.block, ctx.scale, ctx.causal, ctx.far = bias, block, scale, causal, far_o
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dout):
         q, k, v, out, lse, allowed, *params = ctx.saved_tensors
-        bias, block, scale, need = ctx.bias, ctx.block, ctx.scale, ctx.needs_input_grad[6:]
+        bias, block, scale, need = ctx.bias, ctx.block, ctx.scale, ctx.needs_input_grad[7:]
         wants = [t for t, n in zip(params, need) if n]
         bias_grad = bool(wants) or (bias.uses_q and ctx.needs_input_grad[0])
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         dparams = [torch.zeros_like(t) if n else None for t, n in zip(params, need)]
-        dout = dout.contiguous()
-        fused = _fused_cpu(q) and not bias_grad
-        delta = None if fused else (dout * out).sum(-1, keepdim=True)           # rowsum(dO * O)
+        dout, Lk = dout.contiguous(), k.shape[2]
+        delta = (dout * out).sum(-1, keepdim=True)                            # rowsum(dO * O)
+        far = {}
+        for a, b, s, e, of, lf in ctx.far: far.setdefault(s, []).append((a, b, of, lf))
         for s in range(0, q.shape[2], block):
             e = min(s + block, q.shape[2])
             qs, dos = q[:, :, s:e], dout[:, :, s:e]
-            if fused:                                                          # no gradient for the bias: the fused backward
-                m = _masked_rows(bias, qs, s, e, allowed)
-                dqs, dks, dvs = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-                    dos, qs, k, v, out[:, :, s:e], lse[:, :, s:e], 0.0, False, attn_mask=m, scale=scale)
-                dq[:, :, s:e] = dqs
-                dk += dks
-                dv += dvs
-                continue
+            k0, k1, _, _ = _band(bias, s, e, Lk, ctx.causal)
+            kb, vb = k[:, :, k0:k1], v[:, :, k0:k1]
+            fused = _fused_cpu(q) and not bias_grad                             # no gradient for the bias: the fused backward
             with torch.enable_grad():
-                qg = qs.detach().requires_grad_(bias.uses_q)
-                b = bias.rows(qg, s, e)
-            a = _rows_of(allowed, s, e)
-            m = b.detach().to(q.dtype) if a is None else torch.where(a, b.detach().to(q.dtype), float('-inf'))
-            p = torch.matmul(qs, k.transpose(-1, -2)).mul_(scale).add_(m).sub_(lse[:, :, s:e, None]).exp_()   # probabilities
-            dv += torch.matmul(p.transpose(-1, -2), dos)
-            ds = p.mul_(torch.matmul(dos, v.transpose(-1, -2)).sub_(delta[:, :, s:e]))                        # dS = P (dP - delta)
-            dq[:, :, s:e] = torch.matmul(ds, k).mul_(scale)
-            dk += torch.matmul(ds.transpose(-1, -2), qs).mul_(scale)
-            if not (bias_grad and b.requires_grad): continue
+                qg = qs.detach().requires_grad_(bias.uses_q and bias_grad)
+                b = None if fused else bias.rows(qg, s, e, k0, k1)
+                fl, fr = bias.far(qg, s, e) if s in far else (None, None)
+            outs, grads_out = [b], []
+            if fused:
+                m = _masked_rows(bias, qs, s, e, allowed, k0, k1)
+                dqs, dks, dvs = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                    dos, qs, kb, vb, out[:, :, s:e], lse[:, :, s:e], 0.0, False, attn_mask=m, scale=scale)
+                dq[:, :, s:e] += dqs
+                dk[:, :, k0:k1] += dks
+                dv[:, :, k0:k1] += dvs
+            else:
+                a_ = _rows_of(allowed, s, e, k0, k1)
+                m = b.detach().to(q.dtype) if a_ is None else torch.where(a_, b.detach().to(q.dtype), float('-inf'))
+                p = torch.matmul(qs, kb.transpose(-1, -2)).mul_(scale).add_(m).sub_(lse[:, :, s:e, None].to(q.dtype)).exp_()
+                dv[:, :, k0:k1] += torch.matmul(p.transpose(-1, -2), dos)
+                ds = p.mul_(torch.matmul(dos, vb.transpose(-1, -2)).sub_(delta[:, :, s:e]))                    # dS = P (dP - delta)
+                dq[:, :, s:e] += torch.matmul(ds, kb).mul_(scale)
+                dk[:, :, k0:k1] += torch.matmul(ds.transpose(-1, -2), qs).mul_(scale)
+                grads_out.append(ds.sum_to_size(b.shape).to(b.dtype))
+            for a, b_, of, lf in far.get(s, ()):                               # far keys: the fused backward, the merged lse
+                c = fl if a == 0 else fr
+                lr = (lse[:, :, s:e] - c.detach().to(lse.dtype)).to(lse.dtype).contiguous()
+                dqs, dks, dvs = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                    dos, qs, k[:, :, a:b_], v[:, :, a:b_], out[:, :, s:e], lr, 0.0, False, scale=scale)
+                dq[:, :, s:e] += dqs
+                dk[:, :, a:b_] += dks
+                dv[:, :, a:b_] += dvs
+                if bias_grad:                                                  # sum of dS over the range, per row
+                    g = torch.exp(lf - lse[:, :, s:e]).to(q.dtype) * ((dos * of).sum(-1) - delta[:, :, s:e, 0])
+                    outs.append(c)
+                    grads_out.append(g.sum_to_size(c.shape).to(c.dtype))
+            if not bias_grad: continue
             ins = ([qg] if bias.uses_q else []) + wants
-            grads = list(torch.autograd.grad(b, ins, ds.sum_to_size(b.shape).to(b.dtype), allow_unused=True))
+            pairs = [(o_, g_) for o_, g_ in zip(outs, grads_out) if o_.requires_grad]
+            if not pairs: continue
+            grads = list(torch.autograd.grad([o_ for o_, _ in pairs], ins, [g_ for _, g_ in pairs], allow_unused=True))
             if bias.uses_q and grads[0] is not None: dq[:, :, s:e] += grads[0]
             it = iter(grads[1:] if bias.uses_q else grads)
             for j, n in enumerate(need):
                 g = next(it) if n else None
                 if g is not None: dparams[j] += g
-        return (dq, dk, dv, None, None, None, *dparams)
+        return (dq, dk, dv, None, None, None, None, *dparams)
 
 # %% ../nbs/00_core.ipynb #7caf3324
 def row_attention(q: Tensor, # queries (B,H,Lq,dh)
@@ -538,12 +597,15 @@ def row_attention(q: Tensor, # queries (B,H,Lq,dh)
                   v: Tensor, # values (B,H,Lk,dv)
                   bias: BiasRows, # hook 5's bias, by rows
                   allowed: Optional[Tensor] = None, # boolean (B|1,1,Lq|1,Lk) mask of allowed keys (`attention_mask`), or None
-                  block: Optional[int] = None # query rows per block (default `row_block`)
+                  block: Optional[int] = None, # query rows per block (default `row_block`)
+                  causal: bool = False # `allowed` holds a causal mask (keys right of a block's band are never seen)
                  ) -> Tensor: # (B,H,Lq,dv)
     """softmax(q k^T/sqrt(dh) + bias, masked by `allowed`) v, a block of query rows at a time, forward and backward: no tensor of
-    (B,H,Lq,Lk) is ever held. Gradients reach q, k, v and the bias's `params` (and q through the bias when `bias.uses_q`)."""
+    (B,H,Lq,Lk) is ever held. Gradients reach q, k, v and the bias's `params` (and q through the bias when `bias.uses_q`). A bias with
+    `reach` is dense only on each block's band; it must then come with no padding in `allowed` (the far keys are not masked)."""
     if block is None: block = row_block(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-    return _RowAttention.apply(q, k, v, allowed, bias, block, *bias.params)
+    if bias.reach is not None and not (_fused_cpu(q) and q.shape[2] == k.shape[2]): bias = replace(bias, reach=None)
+    return _RowAttention.apply(q, k, v, allowed, bias, block, causal, *bias.params)
 
 # %% ../nbs/00_core.ipynb #563b825c
 def causal_mask_mod(offset: int = 0 # Lk - Lq: the queries are the last Lq of the Lk keys
@@ -603,8 +665,8 @@ def _attend_rows(q, k, v, rows: BiasRows, allowed, k_mask, causal: bool, self_at
     "Hook 5 by rows: FlexAttention on CUDA (whole sequences, with a `score_mod`), the row kernels on the CPU, else the dense bias."
     if rows.score_mod is not None and q.shape[2] == k.shape[2] and flex_available(q.device):
         return flex_attend(q, k, v, rows.score_mod, flex_block_mask(q.shape[2], k_mask, causal, self_attn, q.shape[0], q.device))
-    if q.device.type == 'cpu': return row_attention(q, k, v, rows, allowed)
-    return _attend(q, k, v, rows.rows(q, 0, q.shape[2]), allowed, k_mask)
+    if q.device.type == 'cpu': return row_attention(q, k, v, rows if k_mask is None else replace(rows, reach=None), allowed, causal=causal)
+    return _attend(q, k, v, rows.rows(q, 0, q.shape[2], 0, k.shape[2]), allowed, k_mask)
 
 # %% ../nbs/00_core.ipynb #e6d8e25b
 def head_input_proj(x: Tensor, # the projection's shared input (B,L,D)
