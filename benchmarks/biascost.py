@@ -3,12 +3,15 @@
     nice python benchmarks/biascost.py --threads 1 --out results/speed/biascost.json
 
 The setup: the package's encoder `Classifier` (width 256, 4 heads, 2 layers, FFN 1,024, dropout 0) trained on a fixed
-number of tokens per update (8,192: batch = tokens / L); one training update is a forward, a cross-entropy loss and a backward.
-* time: process CPU time on the CPU (one torch thread with --threads 1), or wall time between device synchronisations on CUDA;
-  every encoding timed in the same run, interleaved with the order rotated every repetition, medians of --reps repetitions;
-  a second, identical sinusoidal model is timed as a contender too: its ratio to the first is the run's noise floor;
-* memory: on the CPU, in a fresh process per (encoding, length), the rise of resident memory above its level before one update,
-  at the update's peak (after a warm-up update, so gradients exist); on CUDA, the peak allocated memory of one update.
+number of tokens per update (8,192: batch = tokens / L); one training update is a forward, a cross-entropy loss and a
+backward.
+* time: process CPU time on the CPU (one torch thread with --threads 1), or wall time between device synchronisations
+  on CUDA; every encoding timed in the same run, interleaved with the order rotated every repetition, medians of --reps
+  repetitions; a second, identical sinusoidal model is timed as a contender too: its ratio to the first is the run's
+  noise floor;
+* memory: on the CPU, in a fresh process per (encoding, length), the rise of resident memory above its level before one
+  update, at the update's peak (after a warm-up update, so gradients exist); on CUDA, the peak allocated memory of one
+  update.
 Every figure is also a ratio to sinusoidal at the same length; the JSON record keeps the raw figures and the provenance.
 """
 import argparse, json, os, statistics, subprocess, sys, time
@@ -25,8 +28,8 @@ def build(enc: str, length: int, device, seed: int = 0, vocab: int = 1000):
     "The benchmark's Classifier with encoding `enc`, for inputs of `length` tokens."
     from posenc_nb.model import ModelConfig, Classifier
     torch.manual_seed(seed)
-    cfg = ModelConfig(src_vocab=vocab, tgt_vocab=vocab, d_model=256, n_heads=4, n_enc=2, n_dec=0, d_ff=1024, dropout=0.0,
-                      enc_pe=enc, max_len=max(1024, length))
+    cfg = ModelConfig(src_vocab=vocab, tgt_vocab=vocab, d_model=256, n_heads=4, n_enc=2, n_dec=0, d_ff=1024,
+                      dropout=0.0, enc_pe=enc, max_len=max(1024, length))
     return Classifier(cfg).to(device).train()
 
 
@@ -34,7 +37,8 @@ def batch(length: int, tokens: int, device, vocab: int = 1000):
     "Token ids (tokens // length, length) without padding, and one label per row."
     g = torch.Generator().manual_seed(0)
     rows = max(1, tokens // length)
-    return torch.randint(4, vocab, (rows, length), generator=g).to(device), torch.randint(0, 2, (rows,), generator=g).to(device)
+    x, y = torch.randint(4, vocab, (rows, length), generator=g), torch.randint(0, 2, (rows,), generator=g)
+    return x.to(device), y.to(device)
 
 
 def update(model, x, y):
@@ -84,11 +88,15 @@ print(json.dumps({'rss_kb': s0['VmRSS'], 'hwm_kb': s1['VmHWM']}))
 
 def cpu_memory_mb(enc: str, length: int, tokens: int, threads: int) -> float:
     "Rise of resident memory (MiB) at one update's peak above its level before it, in a fresh process (Linux)."
-    if not Path('/proc/self/clear_refs').exists(): raise RuntimeError("the CPU memory probe needs Linux /proc/self/clear_refs; pass --no-memory")
-    env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MALLOC_MMAP_THRESHOLD_': '65536', 'MALLOC_TRIM_THRESHOLD_': '0'}
-    args = json.dumps(dict(enc=enc, length=length, tokens=tokens))
-    r = subprocess.run([sys.executable, '-c', _PROBE, args, str(Path(__file__).parent), str(threads)], capture_output=True, text=True, env=env)
-    if r.returncode: raise RuntimeError(f"memory probe for {enc!r} at L={length} failed: {(r.stderr.strip().splitlines() or [r.returncode])[-1]}")
+    if not Path('/proc/self/clear_refs').exists():
+        raise RuntimeError("the CPU memory probe needs Linux /proc/self/clear_refs; pass --no-memory")
+    env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MALLOC_MMAP_THRESHOLD_': '65536',
+           'MALLOC_TRIM_THRESHOLD_': '0'}
+    args = [json.dumps(dict(enc=enc, length=length, tokens=tokens)), str(Path(__file__).parent), str(threads)]
+    r = subprocess.run([sys.executable, '-c', _PROBE, *args], capture_output=True, text=True, env=env)
+    if r.returncode:
+        last = (r.stderr.strip().splitlines() or [r.returncode])[-1]
+        raise RuntimeError(f"memory probe for {enc!r} at L={length} failed: {last}")
     d = json.loads(r.stdout.strip().splitlines()[-1])
     return (d['hwm_kb'] - d['rss_kb']) / 1024
 
@@ -109,11 +117,13 @@ def run(lengths, tokens: int, reps: int, threads: int, device, encodings=ARMS, m
         ts = time_length(L, tokens, reps, device, encodings)
         ref = statistics.median(ts['sinusoidal'])
         mem = {}
-        if memory:
-            for e in encodings: mem[e] = cpu_memory_mb(e, L, tokens, threads) if device.type == 'cpu' else cuda_memory_mb(e, L, tokens, device)
+        for e in encodings if memory else ():
+            on_cpu = device.type == 'cpu'
+            mem[e] = cpu_memory_mb(e, L, tokens, threads) if on_cpu else cuda_memory_mb(e, L, tokens, device)
         for e in list(encodings) + [TWIN]:
             paired = [a / b for a, b in zip(ts[e], ts['sinusoidal'])]
-            row = dict(length=L, batch=max(1, tokens // L), encoding=e, ms=statistics.median(ts[e]) * 1e3, time_ratio=statistics.median(ts[e]) / ref,
+            med = statistics.median(ts[e])
+            row = dict(length=L, batch=max(1, tokens // L), encoding=e, ms=med * 1e3, time_ratio=med / ref,
                        time_ratio_min=min(paired), time_ratio_max=max(paired), reps=len(ts[e]))
             if e in mem: row.update(mem_mb=mem[e], mem_ratio=mem[e] / mem['sinusoidal'])
             rows.append(row)
@@ -145,7 +155,7 @@ def main(argv=None) -> int:
     ap.add_argument('--device', default='cpu')
     ap.add_argument('--encodings', nargs='+', default=list(ARMS))
     ap.add_argument('--no-memory', action='store_true')
-    ap.add_argument('--quick', action='store_true', help='tiny sizes (64 and 128 tokens, 1 repetition): checks that the script runs')
+    ap.add_argument('--quick', action='store_true', help='tiny sizes (L = 64, 128; 1 repetition): checks that it runs')
     ap.add_argument('--label', default=None, help="what the record measures, e.g. 'before' or 'after'")
     ap.add_argument('--out', default=None, help='JSON record to write (e.g. results/speed/biascost.json)')
     a = ap.parse_args(argv)
@@ -153,12 +163,13 @@ def main(argv=None) -> int:
     if a.quick: a.lengths, a.tokens, a.reps = [64, 128], 256, 1
     torch.set_num_threads(a.threads)
     device = torch.device(a.device)
-    if device.type == 'cuda' and not torch.cuda.is_available(): ap.error("--device cuda: no CUDA device here; run on a CUDA machine or use --device cpu")
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        ap.error("--device cuda: no CUDA device here; run on a CUDA machine or use --device cpu")
     from posenc_nb.utils import provenance, atomic_write
     rec = dict(experiment='biascost', label=a.label, tokens=a.tokens, reps=a.reps, threads=a.threads,
-               setup='Classifier d_model=256 n_heads=4 n_enc=2 d_ff=1024 dropout=0; one update = forward + cross-entropy + backward',
+               setup='Classifier d_model=256 n_heads=4 n_enc=2 d_ff=1024 dropout=0; update = forward + loss + backward',
                clock='process CPU time' if device.type == 'cpu' else 'wall time between CUDA synchronisations',
-               memory='rise of RSS at one update (fresh process)' if device.type == 'cpu' else 'peak CUDA allocation of one update')
+               memory='rise of RSS at one update (fresh process)' if device.type == 'cpu' else 'peak CUDA allocation')
     rec.update(run(a.lengths, a.tokens, a.reps, a.threads, device, a.encodings, memory=not a.no_memory))
     rec['provenance'] = provenance(precision='fp32', device=device)
     print(format_table(rec))

@@ -110,12 +110,12 @@ def pos_at(pos: Tensor # head positions (B|1,1|H,L)
     return at
 
 # %% ../nbs/01_baselines.ipynb #3ca4753d
-def shaw_score_mod(scores: Tensor, # q·w^K_r/sqrt(dh) of every query and clipped offset r = -clip..clip: (B,H,Lq,2*clip+1)
+def shaw_score_mod(scores: Tensor, # q·w^K_r/sqrt(dh) of every query and clipped offset r = -clip..clip (B,H,Lq,2clip+1)
                    q_pos: Tensor, # query head positions (B|1,1|H,Lq)
                    k_pos: Tensor, # key head positions (B|1,1|H,Lk)
                    clip: int # offsets beyond +-clip share the last vector
                   ) -> Callable:
-    "FlexAttention score_mod adding Shaw's bias: `scores` at the clipped offset of each query/key pair (its gradient reaches `scores`)."
+    "FlexAttention score_mod adding Shaw's bias: `scores` at each query/key pair's clipped offset (differentiable)."
     qa, ka = pos_at(q_pos), pos_at(k_pos)
     def score_mod(score, b, h, q_idx, kv_idx):
         r = (ka(b, h, kv_idx) - qa(b, h, q_idx)).clamp(-clip, clip) + clip
@@ -134,26 +134,32 @@ class ShawPosEnc(PosEnc):
         self.clip, self.head_dim = clip, d_model // n_heads
         self.rel_k = nn.Parameter(torch.randn(n_layers, 2 * clip + 1, self.head_dim) * self.head_dim ** -0.5)
 
+    def table(self, site: Site) -> Tensor:
+        "The vectors w^K of `site`'s layer, (2k+1, dh)."
+        if site.layer < self.n_layers: return self.rel_k[site.layer]
+        raise ValueError(f"'shaw' was built with n_layers={self.n_layers} but layer {site.layer} asked; pass n_layers")
+
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
-        if site.layer >= self.n_layers: raise ValueError(f"'shaw' was built with n_layers={self.n_layers} but layer {site.layer} asked; pass n_layers")
-        s = torch.matmul(q, self.rel_k[site.layer].to(q.dtype).T)                      # (B,H,Lq,2k+1)
+        s = torch.matmul(q, self.table(site).to(q.dtype).T)                             # (B,H,Lq,2k+1)
         idx = relative_offsets(q_pos, k_pos).clamp(-self.clip, self.clip) + self.clip   # (B,1|H,Lq,Lk)
         idx = idx.expand(q.shape[0], q.shape[1], q.shape[2], idx.shape[-1])
         return torch.gather(s, -1, idx) * q.shape[-1] ** -0.5
 
     def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[BiasRows]:
-        "`logit_bias` by blocks (its gradient reaches q and `rel_k`), dense only within `clip` of the diagonal where positions are columns."
-        if site.layer >= self.n_layers: raise ValueError(f"'shaw' was built with n_layers={self.n_layers} but layer {site.layer} asked; pass n_layers")
+        "`logit_bias` by blocks (gradient to q and `rel_k`); dense only within `clip` of the diagonal (column_offsets)."
         qp, kp = shared_rows(q_pos, k_pos)
-        w, c = self.rel_k[site.layer], self.clip
+        w, c = self.table(site), self.clip
         def rows(qr, s, e, k0=0, k1=None):
             idx = relative_offsets(qp[..., s:e], kp[..., k0:k1]).clamp(-c, c) + c        # (B|1,1|H,rows,keys)
             sc = torch.matmul(qr, w.to(qr.dtype).T)                                       # (B,H,rows,2k+1)
             return torch.gather(sc, -1, idx.expand(*qr.shape[:3], idx.shape[-1])) * qr.shape[-1] ** -0.5
-        def far(qr, s, e): return (torch.matmul(qr, w[0].to(qr.dtype)) * qr.shape[-1] ** -0.5, torch.matmul(qr, w[-1].to(qr.dtype)) * qr.shape[-1] ** -0.5)
-        mod = shaw_score_mod(torch.matmul(q, w.to(q.dtype).T) * q.shape[-1] ** -0.5, q_pos, k_pos, c) if flex_available(q.device) else None
-        near = column_offsets(q_pos, k_pos)
-        return BiasRows(rows, (self.rel_k,), uses_q=True, score_mod=mod, reach=c if near else None, far=far if near else None)
+        def far(qr, s, e):                                                              # offsets < -clip, > clip
+            return tuple(torch.matmul(qr, w[i].to(qr.dtype)) * qr.shape[-1] ** -0.5 for i in (0, -1))
+        mod = None
+        if flex_available(q.device):
+            mod = shaw_score_mod(torch.matmul(q, w.to(q.dtype).T) * q.shape[-1] ** -0.5, q_pos, k_pos, c)
+        if not column_offsets(q_pos, k_pos): return BiasRows(rows, (self.rel_k,), uses_q=True, score_mod=mod)
+        return BiasRows(rows, (self.rel_k,), uses_q=True, score_mod=mod, reach=c, far=far)
 
 # %% ../nbs/01_baselines.ipynb #c031b551
 @lru_cache(maxsize=32)
@@ -224,17 +230,18 @@ class T5PosEnc(PosEnc):
         return self.bias.weight.T[heads, b]                                                                  # (B,H,Lq,Lk)
 
     def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[BiasRows]:
-        "`logit_bias` by blocks, (1,H,rows,keys) when the batch shares positions, dense only within `max_distance` of the diagonal where positions are columns."
+        """`logit_bias` by blocks, (1,H,rows,keys) when the batch shares positions; dense only within `max_distance` of
+        the diagonal where positions are columns (`column_offsets`)."""
         qp, kp = shared_rows(q_pos, k_pos)
         lut, w, md = (self.lut_causal if site.causal else self.lut_bi), self.bias.weight, self.max_distance
         heads = torch.arange(self.n_heads, device=w.device)[:, None, None]
         def rows(qr, s, e, k0=0, k1=None):
             b = t5_bucket(relative_offsets(qp[..., s:e], kp[..., k0:k1]), not site.causal, self.num_buckets, md, lut)
             return w.T[heads, b]
-        def far(qr, s, e): return w[lut[0]][None, :, None], w[lut[-1]][None, :, None]     # beyond -max_distance, beyond +max_distance
+        def far(qr, s, e): return w[lut[0]][None, :, None], w[lut[-1]][None, :, None]    # beyond -+max_distance
         mod = t5_score_mod(w, lut, q_pos, k_pos, md) if flex_available(w.device) else None
-        near = column_offsets(q_pos, k_pos)
-        return BiasRows(rows, (w,), score_mod=mod, reach=md if near else None, far=far if near else None)
+        if not column_offsets(q_pos, k_pos): return BiasRows(rows, (w,), score_mod=mod)
+        return BiasRows(rows, (w,), score_mod=mod, reach=md, far=far)
 
 # %% ../nbs/01_baselines.ipynb #32c17a36
 def alibi_slopes(n_heads: int # attention heads H
@@ -273,8 +280,8 @@ class ALiBiPosEnc(PosEnc):
         return dist.to(self.slopes.dtype) * -self.slopes[:, None, None]         # (B,H,Lq,Lk)
 
     def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[BiasRows]:
-        "`logit_bias` a block of query rows at a time, (1,H,rows,Lk) when the batch's rows share positions; on CUDA also a score_mod."
-        qp, kp = (t.to(self.slopes.dtype) for t in shared_rows(q_pos, k_pos))   # exact: integers below 2^24 subtract exactly
+        "`logit_bias` a block of query rows at a time, (1,H,rows,Lk) when the batch's rows share positions."
+        qp, kp = (t.to(self.slopes.dtype) for t in shared_rows(q_pos, k_pos))   # integers < 2^24 subtract exactly
         m = -self.slopes[:, None, None]
         def rows(qr, s, e, k0=0, k1=None):
             rel = kp[..., None, k0:k1] - qp[..., s:e, None]                       # j - i

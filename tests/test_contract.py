@@ -3,8 +3,8 @@
 Every check fails (never skips) when an encoding breaks it: building with default options, incremental (cached) decoding
 equal to full decoding, padding invariance on the left and on the right, a state-dict round trip, checkpoint averaging,
 moving between dtypes and devices, and hook 5 by rows equal to the dense bias (values and gradients). The second half
-shows the checks failing on deliberately broken encodings, and an encoding defined and registered only in this file being
-found by `list_posencs()` and passing them with no edit elsewhere.
+shows the checks failing on deliberately broken encodings, and an encoding defined and registered only in this file
+being found by `list_posencs()` and passing them with no edit elsewhere.
 Encodings that read extra position streams declare their names (`PosEnc.reads_streams`) and get a random order of the
 source under each of those names from the test's own batch, so no encoding is special-cased by name. The last tests define a
 stream provider and a stream-reading encoding in this file and show them found and used by collate, translate and train.
@@ -148,10 +148,10 @@ def check_devices(name: str):
 
 
 def check_bias_rows(name: str):
-    "Hook 5 by rows (`logit_bias_rows`, where an encoding gives it) gives the dense bias's logits and gradients, padded, in training."
+    "Hook 5 by rows (`logit_bias_rows`, where given) gives the dense bias's logits and gradients, padded, in training."
     model, (src, tgt, order) = build(name), make_batch()
     with torch.no_grad():
-        for t in model.parameters(): t.add_(torch.randn_like(t) * 0.3)             # a trained-looking model: biases far from 0
+        for t in model.parameters(): t.add_(torch.randn_like(t) * 0.3)           # a trained-looking model: biases not 0
     sm = torch.ones(B, S, dtype=torch.bool); sm[0, :2] = False
     tm = torch.ones(B, T, dtype=torch.bool); tm[1, :1] = False
     sp = Positions.from_mask(sm, streams=streams_for(model, order, sm))
@@ -243,13 +243,16 @@ class NeedsOption(ToyOffsetPosEnc):
 class RowsDisagree(ToyOffsetPosEnc):
     "Broken: its bias by rows forgets the clip that its dense `logit_bias` applies."
     def logit_bias_rows(self, q, q_pos, k_pos, site):
-        def rows(qr, s, e, k0=0, k1=None): return (k_pos[..., None, k0:k1] - q_pos[..., s:e, None]).to(qr.dtype) * self.slope.to(qr.dtype)[:, None, None]
+        def rows(qr, s, e, k0=0, k1=None):
+            rel = k_pos[..., None, k0:k1] - q_pos[..., s:e, None]
+            return rel.to(qr.dtype) * self.slope.to(qr.dtype)[:, None, None]
         return core.BiasRows(rows, (self.slope,))
 
 
 def test_checks_fail_on_broken_encodings(register):
-    for name, cls in (('broken-columns', ColumnCodes), ('broken-unsaved', UnsavedState), ('broken-options', NeedsOption),
-                      ('broken-rows', RowsDisagree)):
+    broken = (('broken-columns', ColumnCodes), ('broken-unsaved', UnsavedState), ('broken-options', NeedsOption),
+              ('broken-rows', RowsDisagree))
+    for name, cls in broken:
         register(name, cls)
     for check in ('pad-left', 'incremental'):
         with pytest.raises(AssertionError): CHECKS[check]('broken-columns')

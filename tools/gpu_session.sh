@@ -16,8 +16,8 @@
 #   mlm      per (seed, encoding): MLM pre-training, the pre-trained long-text arms, the GLUE arms (notebooks 26, 27)
 #   long     per encoding: the long-text arms from scratch at 512 and 1,024 bytes (notebook 27)
 #   lm       per variant: the byte-level LM with linear or softmax attention (notebook 28)
-#   biascost issue 37's table on CUDA, results/gpu/biascost-cuda.json (benchmarks/biascost.py; about a minute): run it alone,
-#            LANES=biascost LANES_AFTER=mlm, so that no other lane shares the GPU while it times
+#   biascost issue 37's table on CUDA, results/gpu/biascost-cuda.json (benchmarks/biascost.py, about a minute): run
+#            it alone, LANES=biascost LANES_AFTER=mlm, so that no other lane shares the GPU while it times
 # LANES picks them (default: "mlm", since floater-recipe-1h has its records; gpu_check --no-bench always runs beside, niced); LANES_AFTER (e.g. "long") starts when they finish. A lane killed at the deadline loses only
 # its unfinished run: every finished run has its record under results/.
 # Seen on the first lent H200 (2026-12-04, 540 s): with all four kinds at once (about 25 processes) the GPU was the bottleneck
@@ -50,8 +50,8 @@ lanes() {   # $1, $2: extra arguments of every FLOATER / RoFormer run (smoke: a 
   done; done
   [[ " $LANES " == *" long "* ]] && for e in rope sinusoidal learned alibi t5 none; do $RR longtext --encodings $e $rx > /tmp/logs/long-$e.log 2>&1 & done
   [[ " $LANES " == *" lm "* ]] && for v in linear linear-rope softmax-rope; do $RR linear --encodings $v $rx > /tmp/logs/lm-$v.log 2>&1 & done
-  [[ " $LANES " == *" biascost "* ]] && python3 benchmarks/biascost.py --device cuda ${3:---reps 5} --out results/gpu/biascost-cuda.json \
-    > /tmp/logs/biascost.log 2>&1 &    # issue 37's table on CUDA (FlexAttention): alone on the GPU, or its timings mean nothing
+  [[ " $LANES " == *" biascost "* ]] && python3 benchmarks/biascost.py --device cuda ${3:---reps 5} \
+    --out results/gpu/biascost-cuda.json > /tmp/logs/biascost.log 2>&1 &    # alone on the GPU, or timings mean nothing
   return 0
 }
 
