@@ -110,8 +110,8 @@ def cuda_memory_mb(enc: str, length: int, tokens: int, device) -> float:
     return (torch.cuda.max_memory_allocated(device) - base) / 2 ** 20
 
 
-def run(lengths, tokens: int, reps: int, threads: int, device, encodings=ARMS, memory: bool = True) -> dict:
-    "Rows (one per length and encoding) of ms per update, memory, and their ratios to sinusoidal at the same length."
+def run(lengths, tokens: int, reps: int, threads: int, device, encodings=ARMS, memory: bool = True, done=None) -> dict:
+    "Rows (one per length and encoding) of ms per update, memory, and their ratios to sinusoidal; `done(rows)` per length."
     rows = []
     for L in lengths:
         ts = time_length(L, tokens, reps, device, encodings)
@@ -128,6 +128,7 @@ def run(lengths, tokens: int, reps: int, threads: int, device, encodings=ARMS, m
             if e in mem: row.update(mem_mb=mem[e], mem_ratio=mem[e] / mem['sinusoidal'])
             rows.append(row)
             print(format_row(row), flush=True)
+        if done is not None: done(rows)
     return dict(rows=rows)
 
 
@@ -170,12 +171,15 @@ def main(argv=None) -> int:
                setup='Classifier d_model=256 n_heads=4 n_enc=2 d_ff=1024 dropout=0; update = forward + loss + backward',
                clock='process CPU time' if device.type == 'cpu' else 'wall time between CUDA synchronisations',
                memory='rise of RSS at one update (fresh process)' if device.type == 'cpu' else 'peak CUDA allocation')
-    rec.update(run(a.lengths, a.tokens, a.reps, a.threads, device, a.encodings, memory=not a.no_memory))
-    rec['provenance'] = provenance(precision='fp32', device=device)
-    print(format_table(rec))
-    if a.out:
+    rec['provenance'] = provenance(precision='fp32', device=device)     # before the run: the code that was measured
+    def write(rows, complete=False):
+        "The record so far (every finished length), rewritten after each length: a stopped run keeps what it measured."
+        if not a.out: return
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(a.out, json.dumps(rec, indent=1) + '\n')
+        atomic_write(a.out, json.dumps(dict(rec, rows=rows, complete=complete), indent=1) + '\n')
+    rec.update(run(a.lengths, a.tokens, a.reps, a.threads, device, a.encodings, memory=not a.no_memory, done=write))
+    write(rec['rows'], complete=True)
+    print(format_table(rec))
     return 0
 
 
