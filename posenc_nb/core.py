@@ -787,7 +787,7 @@ class Attention(nn.Module):
         if 'transform_qk' in own: q, k = pe.transform_qk(q, k, q_pos, k_pos, site)
         if self_attn and cache is not None: k, v, k_pos, k_mask = _extend_cache(cache, k, v, k_pos, k_mask)
         drop = self.dropout if self.training else 0.0
-        by_rows = 'logit_bias_rows' in own and not drop and not _DENSE_BIAS[0]      # attention dropout: the dense path
+        by_rows = 'logit_bias_rows' in own and not (drop or _DENSE_BIAS[0] or torch.compiler.is_compiling())
         rows = pe.logit_bias_rows(q, q_pos, k_pos, site) if by_rows else None
         bias = pe.logit_bias(q, q_pos, k_pos, site) if rows is None and 'logit_bias' in own else None
         allowed = attention_mask(q.shape[2], k_mask, site.causal and self_attn, self_attn, x.device, k_len=k.shape[2])
