@@ -16,6 +16,8 @@
 #   mlm      per (seed, encoding): MLM pre-training, the pre-trained long-text arms, the GLUE arms (notebooks 26, 27)
 #   long     per encoding: the long-text arms from scratch at 512 and 1,024 bytes (notebook 27)
 #   lm       per variant: the byte-level LM with linear or softmax attention (notebook 28)
+#   biascost issue 37's table on CUDA, results/gpu/biascost-cuda.json (benchmarks/biascost.py, about a minute): run
+#            it alone, LANES=biascost LANES_AFTER=mlm, so that no other lane shares the GPU while it times
 # LANES picks them (default: "mlm", since floater-recipe-1h has its records; gpu_check --no-bench always runs beside, niced); LANES_AFTER (e.g. "long") starts when they finish. A lane killed at the deadline loses only
 # its unfinished run: every finished run has its record under results/.
 # Seen on the first lent H200 (2026-12-04, 540 s): with all four kinds at once (about 25 processes) the GPU was the bottleneck
@@ -48,6 +50,8 @@ lanes() {   # $1, $2: extra arguments of every FLOATER / RoFormer run (smoke: a 
   done; done
   [[ " $LANES " == *" long "* ]] && for e in rope sinusoidal learned alibi t5 none; do $RR longtext --encodings $e $rx > /tmp/logs/long-$e.log 2>&1 & done
   [[ " $LANES " == *" lm "* ]] && for v in linear linear-rope softmax-rope; do $RR linear --encodings $v $rx > /tmp/logs/lm-$v.log 2>&1 & done
+  [[ " $LANES " == *" biascost "* ]] && python3 benchmarks/biascost.py --device cuda ${3:---reps 5} \
+    --out results/gpu/biascost-cuda.json > /tmp/logs/biascost.log 2>&1 &    # alone on the GPU, or timings mean nothing
   return 0
 }
 
@@ -62,7 +66,7 @@ wait_until() {   # wait for every lane, or kill them all at $1 seconds after the
 if [ "$MODE" = smoke ]; then
   # 1. every chain end to end with a few updates, records into a scratch copy of results/ (thrown away)
   cp -r results /tmp/results_real
-  lanes "--steps 4 --set test_max_sents=16 ckpt_every=2 eval_every=2 --out /tmp/smoke/floater --work /tmp/smokework" "--steps 4"
+  lanes "--steps 4 --set test_max_sents=16 ckpt_every=2 eval_every=2 --out /tmp/smoke/floater --work /tmp/smokework" "--steps 4" "--quick"
   wait_until $(( DEADLINE_S - RATE_S ))
   find results -newer /tmp/start_marker -type f | sort > "$OUT/smoke_records.txt"
   rm -rf results .cache/roformer-runs runs; mv /tmp/results_real results
