@@ -12,6 +12,7 @@ lic = licenses[cfg['license']]
 requirements = cfg.get('requirements', '').split()
 dev_requirements = cfg.get('dev_requirements', '').split()
 test_requirements = cfg.get('test_requirements', '').split()
+experiments_requirements = cfg.get('experiments_requirements', '').split()
 scripts = [s.strip() for s in cfg.get('console_scripts', '').split('\n') if s.strip()]
 
 with open('README.md', encoding='utf-8') as f: long_description = f.read()
@@ -22,7 +23,7 @@ setuptools.setup(
     author=cfg['author'], author_email=cfg['author_email'], keywords=cfg['keywords'].split(),
     url=cfg['git_url'], packages=setuptools.find_packages(include=[cfg['lib_path'], cfg['lib_path'] + '.*']),
     include_package_data=True, install_requires=requirements,
-    extras_require={'dev': dev_requirements, 'test': test_requirements},
+    extras_require={'dev': dev_requirements, 'test': test_requirements, 'experiments': experiments_requirements},
     python_requires='>=' + cfg['min_python'], zip_safe=False,
     entry_points={'console_scripts': scripts, 'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"]},
     classifiers=['Development Status :: ' + statuses[int(cfg['status'])], 'Intended Audience :: ' + cfg['audience'].title(),

@@ -18,7 +18,8 @@ from .cli import command, command_line, use_threads, main as cli_main
 # %% auto #0
 __all__ = ['LONG_ENCODINGS', 'LONG_TEXT_COMMANDS', 'byte_lengths', 'length_shares', 'load_records', 'test_subset',
            'accuracy_summary', 'format_accuracy', 'paired_bootstrap_acc', 'significance', 'format_significance',
-           'compare_arms', 'length_gain', 'peak_rss_mb', 'bench_encodings', 'longtext_bench', 'main']
+           'compare_arms', 'length_gain', 'peak_rss_mb', 'bench_encodings', 'longtext_bench', 'main', 'ngram_reference',
+           'longtext_ngram']
 
 # %% ../nbs/27_long_text.ipynb #2cd38db7
 def byte_lengths(name: str, # a registered labelled data set
@@ -200,3 +201,62 @@ def main(argv=None, # the arguments (default: `sys.argv[1:]`)
     return cli_main(argv, LONG_TEXT_COMMANDS, 'python -m posenc_nb.long_text')
 
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
+
+# %% ../nbs/27_long_text.ipynb #3c203304
+def ngram_reference(train: Sequence[tuple], # (text, label) pairs the model is fitted on
+                    test: Sequence[tuple], # (text, label) pairs it is scored on
+                    C: float = 4.0, # inverse L2 strength of the logistic regression
+                    ngrams: tuple = (1, 2), # the word n-gram orders used (smallest, largest)
+                    min_df: int = 2, # keep n-grams found in at least this many training texts
+                   ) -> dict:
+    "Fit a tf-idf bag-of-n-grams logistic regression on `train`; its test accuracy, 0/1 predictions and logits."
+    try:
+        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.linear_model import LogisticRegression
+    except ImportError as e:
+        raise ImportError("ngram_reference needs scikit-learn: pip install 'posenc_nb[experiments]'") from e
+    vec = TfidfVectorizer(ngram_range=tuple(ngrams), min_df=min_df, sublinear_tf=True, preprocessor=lambda t: clean_text(t).lower())
+    x_train = vec.fit_transform([t for t, _ in train])
+    clf = LogisticRegression(C=C, max_iter=2000)
+    clf.fit(x_train, np.array([y for _, y in train]))
+    logits = clf.decision_function(vec.transform([t for t, _ in test]))
+    pred = (logits > 0).astype(int)
+    labels = np.array([y for _, y in test])
+    return {'accuracy': float((pred == labels).mean()), 'pred': ''.join(map(str, pred)),
+            'logits': [round(float(v), 4) for v in logits], 'n_features': len(vec.vocabulary_)}
+
+# %% ../nbs/27_long_text.ipynb #153d0b19
+@command(registry=LONG_TEXT_COMMANDS)
+def longtext_ngram(*, n_test: int = 5000, # test reviews scored: the fixed seeded subset (`test_subset`) of this size
+                   subset_seed: int = 0, # the subset's seed
+                   Cs: str = '0.5,2,8,32', # the regularisation values tried; the best on the validation split is kept
+                   out: str = 'results/roformer-longtext/imdb_ngram-logreg.json', # the record (skipped when it exists)
+                  ) -> int:
+    """The bag-of-n-grams reference on IMDb: fitted on the train split, C chosen on the validation split, scored on
+    the fixed test subset (labels in `test_subset_n{n_test}.json` next to the record) and on the whole test split.
+
+    Examples:
+      python -m posenc_nb.long_text ngram
+      python -m posenc_nb.long_text ngram --n-test 2000 --out /tmp/ngram.json"""
+    out = Path(out)
+    if out.exists():
+        print(f'{out}: done', flush=True)
+        return 0
+    t0 = time.time()
+    train, valid, test = _rows('imdb', 'train'), _rows('imdb', 'validation'), _rows('imdb', 'test')
+    grid = [float(c) for c in Cs.split(',')]
+    valid_acc = {c: ngram_reference(train, valid, C=c)['accuracy'] for c in grid}
+    best = max(grid, key=lambda c: (valid_acc[c], -c))
+    sub = test_subset(n_test, subset_seed, out.parent / f'test_subset_n{n_test}.json')
+    full = ngram_reference(train, test, C=best)
+    rec = {'experiment': 'ngram-reference', 'task': 'imdb', 'encoding': 'ngram-logreg', 'model': 'tf-idf word 1-2-grams + logistic regression',
+           'test_accuracy': float(np.mean([full['pred'][i] == str(y) for i, y in zip(sub['indices'], sub['labels'])])),
+           'test_pred': ''.join(full['pred'][i] for i in sub['indices']),
+           'test_logits': [full['logits'][i] for i in sub['indices']],
+           'full_test_accuracy': full['accuracy'], 'valid_accuracy': valid_acc, 'n_features': full['n_features'],
+           'n_train': len(train), 'n_valid': len(valid), 'n_test': n_test, 'n_test_full': len(test),
+           'config': {'C': best, 'Cs': grid, 'ngrams': [1, 2], 'min_df': 2, 'tfidf': 'sublinear', 'n_test': n_test, 'subset_seed': subset_seed},
+           'wall_time_s': round(time.time() - t0, 1), **provenance(None, 'fp64', 'cpu', command=command_line())}
+    atomic_write(out, json.dumps(rec, indent=1) + '\n')
+    print(f"{out}: test accuracy {rec['test_accuracy']:.4f} on {n_test} reviews (C={best})", flush=True)
+    return 0
