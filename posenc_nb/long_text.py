@@ -18,8 +18,8 @@ from .cli import command, command_line, use_threads, main as cli_main
 # %% auto #0
 __all__ = ['LONG_ENCODINGS', 'LONG_TEXT_COMMANDS', 'byte_lengths', 'length_shares', 'load_records', 'test_subset',
            'accuracy_summary', 'format_accuracy', 'paired_bootstrap_acc', 'significance', 'format_significance',
-           'compare_arms', 'length_gain', 'peak_rss_mb', 'bench_encodings', 'longtext_bench', 'main', 'ngram_reference',
-           'longtext_ngram']
+           'compare_arms', 'length_gain', 'peak_rss_mb', 'bench_encodings', 'longtext_bench', 'ngram_reference',
+           'longtext_ngram', 'main']
 
 # %% ../nbs/27_long_text.ipynb #2cd38db7
 def byte_lengths(name: str, # a registered labelled data set
@@ -194,14 +194,6 @@ def longtext_bench(*, out: str = 'results/roformer-longtext/cost.json', # the re
     print(f'{out}: done', flush=True)
     return 0
 
-# %% ../nbs/27_long_text.ipynb #09db163b
-def main(argv=None, # the arguments (default: `sys.argv[1:]`)
-        ) -> int:
-    "`python -m posenc_nb.long_text`: its commands through `posenc_nb.cli.main` (one-line errors, status 2 on bad input)."
-    return cli_main(argv, LONG_TEXT_COMMANDS, 'python -m posenc_nb.long_text')
-
-if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
-
 # %% ../nbs/27_long_text.ipynb #3c203304
 def ngram_reference(train: Sequence[tuple], # (text, label) pairs the model is fitted on
                     test: Sequence[tuple], # (text, label) pairs it is scored on
@@ -260,3 +252,11 @@ def longtext_ngram(*, n_test: int = 5000, # test reviews scored: the fixed seede
     atomic_write(out, json.dumps(rec, indent=1) + '\n')
     print(f"{out}: test accuracy {rec['test_accuracy']:.4f} on {n_test} reviews (C={best})", flush=True)
     return 0
+
+# %% ../nbs/27_long_text.ipynb #09db163b
+def main(argv=None, # the arguments (default: `sys.argv[1:]`)
+        ) -> int:
+    "`python -m posenc_nb.long_text`: its commands through `posenc_nb.cli.main` (one-line errors, status 2 on bad input)."
+    return cli_main(argv, LONG_TEXT_COMMANDS, 'python -m posenc_nb.long_text')
+
+if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
