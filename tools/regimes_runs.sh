@@ -7,6 +7,10 @@
 #   ngram       the bag-of-n-grams reference on IMDb (one process, minutes)
 #   linear      linear+sinusoidal and linear+learned, cpu-small, 3 seeds (6 runs of about 2.5 minutes)
 #   mlm         none and learned-bert pre-training, cpu-small (600 updates), 3 seeds (6 runs of about 3 minutes)
+#   floater     floater-recipe's block-bias-migrated arm, seeds 0-4, and seeds 3-4 of its other arms; a committed sinusoidal
+#               base is trained again into runs/rebase for its checkpoint (about 7 minutes a base, 5 an arm: 80 minutes in all)
+#   mlm3000     rope/sinusoidal/learned/learned-bert/none pre-training for 3,000 updates, 2 seeds (the budget: 10 runs
+#               of about 15 minutes; not run on the shared CPU in the session that wrote this)
 set -euo pipefail
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 stages=("$@")
@@ -17,6 +21,23 @@ for st in "${stages[@]}"; do
     ngram)  python -m posenc_nb.long_text ngram ;;
     linear) python tools/roformer_runs.py linear-control --config cpu-small ;;
     mlm)    python tools/roformer_runs.py mlm-control --config cpu-small ;;
-    *) echo "unknown stage $st; choose from ngram linear mlm" >&2; exit 2 ;;
+    floater)
+      exp="python -m posenc_nb.experiments run floater-recipe --full --threads 1 --work runs/experiments"
+      for s in 0 1 2 3 4; do
+        arms=(block-bias-migrated); [ $s -ge 3 ] && arms+=(floater-migrated sinusoidal-continued)
+        todo=(); for a in "${arms[@]}"; do [ -f results/floater-recipe/$a-s$s/metrics.json ] || todo+=("$a"); done
+        [ ${#todo[@]} -eq 0 ] && continue
+        if [ -f results/floater-recipe/sinusoidal-base-s$s/metrics.json ]; then
+          $exp --encodings sinusoidal-base --seeds $s --out runs/rebase/floater-recipe    # the committed base again, for its checkpoint
+        else $exp --encodings sinusoidal-base --seeds $s; fi
+        $exp --encodings "${todo[@]}" --seeds $s
+      done ;;
+    mlm3000)
+      for s in 0 1; do for e in rope sinusoidal learned learned-bert none; do
+        # its own checkpoint folders: a 600-update run's finished checkpoint would otherwise be resumed with another schedule
+        POSENC_CACHE=${POSENC_CACHE:-$HOME/.cache/posenc_nb}/mlm3000 python -m posenc_nb.mlm pretrain --encoding $e --seed $s --config cpu-small --steps 3000 \
+          --out results/roformer-mlm/cpu-small3000_${e}_seed$s.json
+      done; done ;;
+    *) echo "unknown stage $st; choose from ngram linear mlm floater mlm3000" >&2; exit 2 ;;
   esac
 done
