@@ -9,6 +9,7 @@
 #   mlm         none and learned-bert pre-training, cpu-small (600 updates), 3 seeds (6 runs of about 3 minutes)
 #   floater     floater-recipe's block-bias-migrated arm, seeds 0-4, and seeds 3-4 of its other arms; a committed sinusoidal
 #               base is trained again into runs/rebase for its checkpoint (about 7 minutes a base, 5 an arm: 80 minutes in all)
+#   xl          xl-enja-2400's oracle-aligner and random arms, 3 seeds (6 runs of 2,400 updates, about 20 minutes each)
 #   mlm3000     rope/sinusoidal/learned/learned-bert/none pre-training for 3,000 updates, 2 seeds (the issue's budget: 10 runs
 #               of about 15 minutes; not run on the shared CPU in the session that wrote this)
 set -euo pipefail
@@ -32,12 +33,13 @@ for st in "${stages[@]}"; do
         else $exp --encodings sinusoidal-base --seeds $s; fi
         $exp --encodings "${todo[@]}" --seeds $s
       done ;;
+    xl)     python -m posenc_nb.experiments run xl-enja-2400 --full --threads 1 --encodings xl-input@oracle-aligner xl-input@random ;;
     mlm3000)
       for s in 0 1; do for e in rope sinusoidal learned learned-bert none; do
         # its own checkpoint folders: a 600-update run's finished checkpoint would otherwise be resumed with another schedule
         POSENC_CACHE=${POSENC_CACHE:-$HOME/.cache/posenc_nb}/mlm3000 python -m posenc_nb.mlm pretrain --encoding $e --seed $s --config cpu-small --steps 3000 \
           --out results/roformer-mlm/cpu-small3000_${e}_seed$s.json
       done; done ;;
-    *) echo "unknown stage $st; choose from ngram linear mlm floater mlm3000" >&2; exit 2 ;;
+    *) echo "unknown stage $st; choose from ngram linear mlm floater xl mlm3000" >&2; exit 2 ;;
   esac
 done
