@@ -9,11 +9,13 @@
 #   mlm         none and learned-bert pre-training, cpu-small (600 updates), 3 seeds (6 runs of about 3 minutes)
 #   floater     floater-recipe's block-bias-migrated arm, seeds 0-4, and seeds 3-4 of its other arms; a committed sinusoidal
 #               base is trained again into runs/rebase for its checkpoint (about 7 minutes a base, 5 an arm: 80 minutes in all)
+#   bpe-probe   one BPE long-text arm (rope, 256 tokens, seed 0, plan cpu): its time and accuracy size the stage below
+#   bpe         the BPE long-text arms: rope sinusoidal learned alibi t5 none at 128 and 256 tokens, 3 seeds (36 runs, plan cpu)
 #   xl          xl-enja-2400's oracle-aligner and random arms, 3 seeds (6 runs of 2,400 updates, about 20 minutes each)
 #   mlm3000     rope/sinusoidal/learned/learned-bert/none pre-training for 3,000 updates, 2 seeds (the issue's budget: 10 runs
 #               of about 15 minutes; not run on the shared CPU in the session that wrote this)
 set -euo pipefail
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 RAYON_NUM_THREADS=1
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(ngram linear mlm)
 for st in "${stages[@]}"; do
@@ -33,6 +35,11 @@ for st in "${stages[@]}"; do
         else $exp --encodings sinusoidal-base --seeds $s; fi
         $exp --encodings "${todo[@]}" --seeds $s
       done ;;
+    bpe-probe) python -m posenc_nb.long_text bpe --encoding rope --max-len 256 --seed 0 ;;
+    bpe)
+      for s in 0 1 2; do for L in 256 128; do for e in rope sinusoidal learned alibi none t5; do
+        python -m posenc_nb.long_text bpe --encoding $e --max-len $L --seed $s
+      done; done; done ;;
     xl)     python -m posenc_nb.experiments run xl-enja-2400 --full --threads 1 --encodings xl-input@oracle-aligner xl-input@random ;;
     mlm3000)
       for s in 0 1; do for e in rope sinusoidal learned learned-bert none; do
@@ -40,6 +47,6 @@ for st in "${stages[@]}"; do
         POSENC_CACHE=${POSENC_CACHE:-$HOME/.cache/posenc_nb}/mlm3000 python -m posenc_nb.mlm pretrain --encoding $e --seed $s --config cpu-small --steps 3000 \
           --out results/roformer-mlm/cpu-small3000_${e}_seed$s.json
       done; done ;;
-    *) echo "unknown stage $st; choose from ngram linear mlm floater xl mlm3000" >&2; exit 2 ;;
+    *) echo "unknown stage $st; choose from ngram linear mlm bpe-probe bpe floater xl mlm3000" >&2; exit 2 ;;
   esac
 done
