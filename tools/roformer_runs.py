@@ -49,8 +49,8 @@ def mlm(plan, config):
 
 def mlm_control(plan, config):
     "The pre-training baselines that learn or say why not: no positions, and learned rows at BERT's scale (`mlm.MLM_ARMS`)."
-    for s in SEEDS:
-        for e in ('none', 'learned-bert'): yield 'mlm', ['pretrain', '--encoding', e, '--seed', str(s), *config]
+    for e in ('none', 'learned-bert'):                   # arm-major, as linear_control
+        for s in SEEDS: yield 'mlm', ['pretrain', '--encoding', e, '--seed', str(s), *config]
 
 def glue(plan, config):
     for s in SEEDS:
@@ -66,8 +66,8 @@ def linear(plan, config):
 
 def linear_control(plan, config):
     "The linear LM's absolute-encoding controls (the paper's Performer baseline has absolute positions), against the arms of 'linear'."
-    for s in SEEDS:
-        for v in ('linear+sinusoidal', 'linear+learned'): yield 'linear_lm', ['train', '--variant', v, '--seed', str(s), *config]
+    for v in ('linear+sinusoidal', 'linear+learned'):    # arm-major: a partial run leaves whole arms (3 seeds each)
+        for s in SEEDS: yield 'linear_lm', ['train', '--variant', v, '--seed', str(s), *config]
 
 GROUPS = {'longtext': longtext, 'mlm': mlm, 'linear': linear, 'linear-control': linear_control, 'mlm-control': mlm_control, 'bench': lambda plan, config: iter([('long_text', ['bench'])] if not config else []),
           'longtext-pre': lambda plan, config: longtext(plan, config, pre=True), 'glue': glue,
