@@ -234,7 +234,7 @@ def longtext_ngram(*, n_test: int = 5000, # test reviews scored: the fixed seede
     if out.exists():
         print(f'{out}: done', flush=True)
         return 0
-    t0 = time.time()
+    t0, prov = time.time(), provenance(None, 'fp64', 'cpu', command=command_line())   # at the start: commit, load, time
     train, valid, test = _rows('imdb', 'train'), _rows('imdb', 'validation'), _rows('imdb', 'test')
     grid = [float(c) for c in Cs.split(',')]
     valid_acc = {c: ngram_reference(train, valid, C=c)['accuracy'] for c in grid}
@@ -248,7 +248,7 @@ def longtext_ngram(*, n_test: int = 5000, # test reviews scored: the fixed seede
            'full_test_accuracy': full['accuracy'], 'valid_accuracy': valid_acc, 'n_features': full['n_features'],
            'n_train': len(train), 'n_valid': len(valid), 'n_test': n_test, 'n_test_full': len(test),
            'config': {'C': best, 'Cs': grid, 'ngrams': [1, 2], 'min_df': 2, 'tfidf': 'sublinear', 'n_test': n_test, 'subset_seed': subset_seed},
-           'wall_time_s': round(time.time() - t0, 1), **provenance(None, 'fp64', 'cpu', command=command_line())}
+           'wall_time_s': round(time.time() - t0, 1), **prov}
     atomic_write(out, json.dumps(rec, indent=1) + '\n')
     print(f"{out}: test accuracy {rec['test_accuracy']:.4f} on {n_test} reviews (C={best})", flush=True)
     return 0
