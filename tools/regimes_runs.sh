@@ -5,6 +5,8 @@
 #   nice -n 19 bash tools/regimes_runs.sh [STAGE ...]      # default: every CPU stage below, in order
 # Stages and their measured or estimated cost on one core of the 2-core CPU (see each record's wall_time_s):
 #   ngram       the bag-of-n-grams reference on IMDb (one process, minutes)
+#   linear-tiny the same controls at cpu-tiny (150 updates; 6 runs of about 25 s): the scale of the committed cpu-tiny arms
+#   mlm-tiny    none and learned-bert at cpu-tiny (150 updates; 6 runs of about 40 s)
 #   linear      linear+sinusoidal and linear+learned, cpu-small, 3 seeds (6 runs of about 2.5 minutes)
 #   mlm         none and learned-bert pre-training, cpu-small (600 updates), 3 seeds (6 runs of about 3 minutes)
 #   floater     floater-recipe's block-bias-migrated arm, seeds 0-4, and seeds 3-4 of its other arms; a committed sinusoidal
@@ -17,12 +19,14 @@
 set -euo pipefail
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 RAYON_NUM_THREADS=1
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(ngram linear mlm)
+[ ${#stages[@]} -eq 0 ] && stages=(ngram linear-tiny mlm-tiny linear mlm)
 for st in "${stages[@]}"; do
   echo "== $st $(date -u +%FT%TZ)"
   case "$st" in
     ngram)  python -m posenc_nb.long_text ngram ;;
     linear) python tools/roformer_runs.py linear-control --config cpu-small ;;
+    linear-tiny) python tools/roformer_runs.py linear-control ;;
+    mlm-tiny) python tools/roformer_runs.py mlm-control ;;
     mlm)    python tools/roformer_runs.py mlm-control --config cpu-small ;;
     floater)
       exp="python -m posenc_nb.experiments run floater-recipe --full --threads 1 --work runs/experiments"
@@ -47,6 +51,6 @@ for st in "${stages[@]}"; do
         POSENC_CACHE=${POSENC_CACHE:-$HOME/.cache/posenc_nb}/mlm3000 python -m posenc_nb.mlm pretrain --encoding $e --seed $s --config cpu-small --steps 3000 \
           --out results/roformer-mlm/cpu-small3000_${e}_seed$s.json
       done; done ;;
-    *) echo "unknown stage $st; choose from ngram linear mlm bpe-probe bpe floater xl mlm3000" >&2; exit 2 ;;
+    *) echo "unknown stage $st; choose from ngram linear-tiny mlm-tiny linear mlm bpe-probe bpe floater xl mlm3000" >&2; exit 2 ;;
   esac
 done
