@@ -15,7 +15,8 @@ from .core import list_posencs, encoding_streams
 from .utils import atomic_write, mean_sd, fmt_mean_sd, provenance, format_table as text_table
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
-from .train import RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_stream_provider, read_metrics, train
+from .engine import read_metrics
+from .train import RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_stream_provider, train
 
 # %% auto #0
 __all__ = ['COMMANDS', 'INPUT_ERRORS', 'RECORD_KEYS', 'SUMMARY_KEYS', 'COLUMNS', 'COMPARE_KEYS', 'CLIError', 'add_params',
