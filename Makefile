@@ -7,13 +7,14 @@ STAMP := $(VENV)/.installed
 NB_WORKERS ?= 2
 export POSENC_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: help install demo test test-nbs test-py test-slow export sync-check docs site chromium lab bench clean-nbs
+.PHONY: help install demo test test-nbs test-py test-slow export sync-check lint docs site chromium lab bench clean-nbs
 
 help:
 	@echo "make demo   - set up and compare every position encoding on the synthetic task (a few minutes on CPU)"
 	@echo "make test   - set up and run the notebook tests and tests/"
 	@echo "make docs   - build the documentation site (Quarto via nbdev_docs if installed, else Sphinx into _site/html/)"
 	@echo "make site   - build the Sphinx site into _site/html/ and check every page in headless Chromium"
+	@echo "make lint   - ruff on the notebooks and the exported code; module, function and line budgets"
 	@echo "make lab    - JupyterLab on nbs/ with the package importable"
 	@echo "make bench  - throughput benchmark against torch.nn.Transformer"
 	@echo "make gpu-check - on a CUDA machine: gpu notebook cells, contract tests, fp16/bf16 training with exact resume, benchmarks; records in results/gpu/"
@@ -52,6 +53,13 @@ sync-check: install
 	$(BIN)/nbdev_clean
 	git diff --exit-code -- nbs || (echo "notebooks are not clean: run nbdev_clean and commit" && exit 1)
 	$(BIN)/python tools/make_readme.py --check
+
+# Style (issue 39; pyproject.toml's [tool.ruff] says what and why): ruff lints the notebooks' code cells and the
+# exported modules; tools/style_report.py checks the exported code's budget: no module over 600 lines, no function over
+# 60, at most 1% of code lines over 120 characters. tools/format_notebooks.py fixes what it can.
+lint: install
+	$(BIN)/ruff check nbs posenc_nb
+	$(BIN)/python tools/style_report.py --check
 
 # The site: Quarto through nbdev_docs where it is installed; otherwise Sphinx + MyST-NB (tools/build_site.py; the
 # doc packages are pinned dev requirements) into _site/html/. `make site` always builds the Sphinx site and checks it
