@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue 39 step 6, applied once: module splits (core -> core + attention; rope -> rope + rotary + rotary_kernel), then
+# the style fixer on every notebook, export, clean, README. Run from the repository root with the venv on PATH.
+set -euo pipefail
+python tools/split_notebook.py nbs/00_core.ipynb nbs/01_attention.ipynb attention \
+  --start '## One attention that calls the hooks' \
+  --title 'Attention: one layer that calls the hooks' \
+  --summary 'The attention layer where hooks 2-5 meet: masks, a KV cache, a bias by rows or inside FlexAttention.'
+python tools/export_def.py nbs/10_rope.ipynb 'def rotation_matrix('
+python tools/split_notebook.py nbs/10_rope.ipynb nbs/10_rotary.ipynb rotary --provider \
+  --start $'#| export\nSTYLES' --stop '`rope_inv_freq` gives' \
+  --start $'#| export\ndef rotation_matrix(' --stop '## The properties, checked' \
+  --start '## A rotary library' --stop '## RoPE in the core interface' \
+  --title 'Rotary: frequencies and cached tables' \
+  --summary 'RoPE frequencies, YaRN and friends, and cos/sin tables computed in fp32 from integer positions, cached.'
+python tools/split_notebook.py nbs/10_rotary.ipynb nbs/10_rotary_kernel.ipynb rotary_kernel \
+  --start '### The kernel, and what makes it fast' \
+  --title 'Rotary kernel: applying the rotation fast' \
+  --summary '`apply_rotary`: q and k rotated by cached tables instead of a dense product, fused, chunked, compile-clean.'
+python tools/format_notebooks.py
+nbdev_export
+nbdev_clean
+python tools/make_readme.py
+python tools/style_report.py
