@@ -532,6 +532,23 @@ def _band(bias: BiasRows, s: int, e: int, k_len: int, causal: bool) -> tuple:
     return k0, k1, k0 > 0, k1 < k_len and not causal        # causal: keys right of the band are masked for every row
 
 # %% ../nbs/00_core.ipynb #1e527924
+def _bias_backward(outs, # the bias's outputs of one block of rows (dense rows, far-range sums)
+                   grads, # the loss's gradient for each of `outs`
+                   ins, # what the bias was computed from: q's rows (when the bias reads q), then its parameters
+                   uses_q: bool, # whether `ins` starts with q's rows
+                   need, # per parameter of the bias: whether autograd asked for its gradient
+                   dq_rows, # q's gradient rows of the block (a view, added to in place)
+                   dparams): # the parameters' gradients (added to in place; None where not needed)
+    "Carry a block's bias gradients back into q's rows and the bias's parameters (`_RowAttention.backward`)."
+    pairs = [(o_, g_) for o_, g_ in zip(outs, grads) if o_.requires_grad]
+    if not pairs: return
+    got = list(torch.autograd.grad([o_ for o_, _ in pairs], ins, [g_ for _, g_ in pairs], allow_unused=True))
+    if uses_q and got[0] is not None: dq_rows += got[0]
+    it = iter(got[1:] if uses_q else got)
+    for j, n in enumerate(need):
+        g = next(it) if n else None
+        if g is not None: dparams[j] += g
+
 class _RowAttention(torch.autograd.Function):
     "softmax(q k^T/sqrt(dh) + bias, masked) v a block of query rows at a time, forward and backward (`row_attention`)."
     @staticmethod
@@ -615,16 +632,9 @@ class _RowAttention(torch.autograd.Function):
                     g = torch.exp(lf - lse[:, :, s:e]).to(q.dtype) * ((dos * of).sum(-1) - delta[:, :, s:e, 0])
                     outs.append(c)
                     grads_out.append(g.sum_to_size(c.shape).to(c.dtype))
-            if not bias_grad: continue
-            ins = ([qg] if bias.uses_q else []) + wants
-            pairs = [(o_, g_) for o_, g_ in zip(outs, grads_out) if o_.requires_grad]
-            if not pairs: continue
-            grads = list(torch.autograd.grad([o_ for o_, _ in pairs], ins, [g_ for _, g_ in pairs], allow_unused=True))
-            if bias.uses_q and grads[0] is not None: dq[:, :, s:e] += grads[0]
-            it = iter(grads[1:] if bias.uses_q else grads)
-            for j, n in enumerate(need):
-                g = next(it) if n else None
-                if g is not None: dparams[j] += g
+            if bias_grad:
+                ins = ([qg] if bias.uses_q else []) + wants
+                _bias_backward(outs, grads_out, ins, bias.uses_q, need, dq[:, :, s:e], dparams)
         return (dq, dk, dv, None, None, None, None, *dparams)
 
 # %% ../nbs/00_core.ipynb #7caf3324
