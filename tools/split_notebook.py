@@ -186,7 +186,7 @@ def find(cells, prefix, after=0):
     raise SystemExit(f'no cell starts with {prefix!r}')
 
 
-def split(src, dst, module, ranges, title, summary, provider=False):
+def split(src, dst, module, ranges, title, summary, provider=False, setup=None):
     """Move the cells and rewrite the imports; returns the source module and the names that moved. `ranges`: (start,
     stop) text prefixes; `provider`: the code left behind imports the moved code (else the moved code imports it)."""
     nb = json.loads(Path(src).read_text())
@@ -239,8 +239,15 @@ def split(src, dst, module, ranges, title, summary, provider=False):
     new_cells.append(md_cell(f'# {title}\n> {summary}'))
     new_cells += moved_cells
     new_cells.append(code_cell('#| hide\nimport nbdev\nnbdev.nbdev_export()'))
-    if provider:
-        rest = provide(rest, module, moved, used(exp_rest) & moved, used(test_rest) & moved - defined(test_rest))
+    left_over = (used(test_rest) & defined(parse(other))) - defined(test_rest) - rest_defs - moved - BUILTINS
+    if setup:
+        at = sum(1 for k in range(first) if k not in take)
+        rest.insert(at, code_cell('#| hide\n' + setup))
+        left_over -= defined(ast.parse(setup))
+    if left_over:
+        print(f'warning: the tests left in {src} use names the moved tests define: {sorted(left_over)} (see --setup)')
+    rest = provide(rest, module, moved, (used(exp_rest) & moved) if provider else set(),
+                   used(test_rest) & moved - defined(test_rest))
     Path(dst).write_text(json.dumps({**nb, 'cells': new_cells}, indent=1, ensure_ascii=False) + '\n')
     nb['cells'] = rest
     Path(src).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + '\n')
@@ -324,6 +331,8 @@ if __name__ == '__main__':
     ap.add_argument('--start', action='append', required=True, help='text a cell starts with: the first cell moved')
     ap.add_argument('--stop', action='append', default=None, help='text a cell starts with: the first cell kept after')
     ap.add_argument('--provider', action='store_true', help='the code left behind imports the moved code')
+    ap.add_argument('--setup', default=None,
+                    help='code of a hidden cell the tests left behind need, put where the cells were')
     ap.add_argument('--title', required=True)
     ap.add_argument('--summary', required=True)
     a = ap.parse_args()
@@ -331,7 +340,7 @@ if __name__ == '__main__':
         sys.exit(f'{a.dst} exists')
     stops = (a.stop or []) + [None] * (len(a.start) - len(a.stop or []))
     ranges = [(s, None if e in (None, '') else e) for s, e in zip(a.start, stops)]
-    src_mod, moved = split(a.src, a.dst, a.module, ranges, a.title, a.summary, a.provider)
+    src_mod, moved = split(a.src, a.dst, a.module, ranges, a.title, a.summary, a.provider, a.setup)
     files = rewrite_everywhere(src_mod, a.module, moved)
     print(f'moved {len(moved)} names from {src_mod} to {a.module}; imports rewritten in {len(files)} files:')
     print('\n'.join(f'  {p.relative_to(ROOT)}' for p in files))

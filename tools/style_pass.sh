@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 39 step 6, applied once: module splits (core -> core + attention; rope -> rope + rotary + rotary_kernel), then
+# Issue 39 step 6, applied once: module splits (core -> core + attention; rope -> rope + rotary + rotary_kernel;
+# cli -> cli + args; data -> data + batches), then
 # the style fixer on every notebook, export, clean, README. Run from the repository root with the venv on PATH.
 set -euo pipefail
 python tools/split_notebook.py nbs/00_core.ipynb nbs/01_attention.ipynb attention \
@@ -17,6 +18,14 @@ python tools/split_notebook.py nbs/10_rotary.ipynb nbs/10_rotary_kernel.ipynb ro
   --start '### The kernel, and what makes it fast' \
   --title 'Rotary kernel: applying the rotation fast' \
   --summary '`apply_rotary`: q and k rotated by cached tables instead of a dense product, fused, chunked, compile-clean.'
+python tools/split_notebook.py nbs/06_cli.ipynb nbs/06_args.ipynb args --provider \
+  --start '## Errors and input files' --stop '## `main`' --setup 'tmp = Path(tempfile.mkdtemp())' \
+  --title 'Arguments: typed commands, overrides, devices' \
+  --summary 'What the command line needs besides its commands: one-line errors, typed commands, --set overrides, devices.'
+python tools/split_notebook.py nbs/03_data.ipynb nbs/03_batches.ipynb batches \
+  --start '## Batches' --stop $'if HAVE_DATA:\n    t0 = time.time()' \
+  --title 'Batches: padding, collation, token budgets' \
+  --summary 'Padded batches of pairs with their positions and streams, and a sampler that fills a token budget.'
 python tools/format_notebooks.py
 nbdev_export
 nbdev_clean
