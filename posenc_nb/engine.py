@@ -172,7 +172,7 @@ class Callback:
 # %% ../nbs/05_engine.ipynb #451719d8
 class Learner:
     "A model, its optimizer, a `Task`, a `Budget` and `Callback`s: everything `fit` uses and callbacks read."
-    def __init__(self, model, opt, task: Task, budget: Budget, cbs=(), sched=None, scaler=None,
+    def __init__(self, model, opt, task: Task, budget: Budget, cbs=(), *, sched=None, scaler=None,
                  grad_clip: Optional[float] = None,
                  net=None, # the model as trained (e.g. wrapped in DistributedDataParallel); default `model`
                  state: Optional[RunState] = None, exclude_pauses: bool = False,

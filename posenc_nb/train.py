@@ -14,14 +14,16 @@ import torch.distributed as dist
 from .config import TrainConfig, CONFIGS, config_from_name, _RESUMABLE_FIELDS
 from .config import config_fields, upgrade_config_dict   # read from here by the CLI and the tests
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll, warm_start_weights
-from .data import load_parallel, get_dataset, get_tokenizer, bpe_tokenizer, collate, TokenBatchSampler, Tokenizer
+from .data import load_parallel, get_dataset, get_tokenizer, bpe_tokenizer, collate, TokenBatchSampler
+from .data import Tokenizer
 from .data import cache_dir
 from .streams import StreamProvider, make_stream_provider, stream_provider_state, stream_provider_from_state
 from .decode import translate, bleu, chrf
 from .utils import atomic_save, atomic_write, provenance
 from .engine import LR_SCHEDULES, lr_multiplier, CKPT_FORMAT, _read_ckpt, _ckpt_paths, latest_checkpoint
 from .engine import BatchStream, pick_device, seed_all, _dist_setup, RunState, Budget, Task, Learner, fit
-from .engine import TrainLog, ProgressBar, Evaluator, Checkpointer, restore, OnStep, NonFiniteLoss, StopOnNonFinite
+from .engine import TrainLog, ProgressBar, Evaluator, Checkpointer, restore
+from .engine import OnStep, NonFiniteLoss, StopOnNonFinite
 from .engine import cpu_bf16_supported, autocast_for, precision_name, fused_adam, _ppl, _dumps
 from .engine import jsonl_logger, read_metrics, _lock_run, _sigterm_as_interrupt
 
@@ -246,7 +248,7 @@ def _no_streams(texts) -> None: return None
 
 class TranslationTask(Task):
     "Token-id pairs (and their position streams), a resumable batch stream, label-smoothed loss; valid loss and BLEU."
-    def __init__(self, tok: Tokenizer, pairs: list, stream: BatchStream, valid: dict, device, amp: Callable,
+    def __init__(self, tok: Tokenizer, pairs: list, stream: BatchStream, valid: dict, device, amp: Callable, *,
                  pair_streams: Optional[dict] = None, # extra position streams of the pairs (name -> one per pair)
                  streams_of: Callable = _no_streams, # texts -> their extra position streams (for new text)
                  label_smoothing: float = 0.0, eval_sents: int = 0, eval_beam: int = 1, batch_tokens: int = 4096):
