@@ -8,8 +8,8 @@ import math, warnings
 from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
-import sacrebleu
 from .core import Positions
+from .utils import require
 from .model import reorder_cache
 from .data import collate
 
@@ -221,7 +221,7 @@ def _check_pairs(hyps, refs):
 def bleu(hyps: Sequence[str], refs, tokenize: Optional[str] = None, lowercase: bool = False) -> dict:
     "Corpus BLEU by sacreBLEU: `refs` one string per hypothesis (or a list of such reference sets)."
     hyps, refs = _check_pairs(hyps, refs)
-    m = sacrebleu.metrics.BLEU(tokenize=tokenize, lowercase=lowercase)
+    m = require('sacrebleu', 'BLEU scoring').metrics.BLEU(tokenize=tokenize, lowercase=lowercase)
     s = m.corpus_score(hyps, refs)
     return dict(score=float(s.score), precisions=[float(p) for p in s.precisions], bp=float(s.bp),
                 sys_len=int(s.sys_len), ref_len=int(s.ref_len), signature=str(m.get_signature()))
@@ -229,7 +229,7 @@ def bleu(hyps: Sequence[str], refs, tokenize: Optional[str] = None, lowercase: b
 def chrf(hyps: Sequence[str], refs, word_order: int = 0) -> dict:
     "Corpus chrF (chrF++ with `word_order=2`) by sacreBLEU."
     hyps, refs = _check_pairs(hyps, refs)
-    m = sacrebleu.metrics.CHRF(word_order=word_order)
+    m = require('sacrebleu', 'chrF scoring').metrics.CHRF(word_order=word_order)
     return dict(score=float(m.corpus_score(hyps, refs).score), signature=str(m.get_signature()))
 
 # %% ../nbs/04_decode.ipynb #f07114af
