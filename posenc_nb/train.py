@@ -18,16 +18,17 @@ from .data import load_parallel, get_tokenizer, collate, TokenBatchSampler, Toke
 from .data import StreamProvider, list_stream_providers, make_stream_provider, stream_provider_state, stream_provider_from_state
 from .decode import translate, bleu, chrf
 from .utils import atomic_save, atomic_write, provenance, WriteFailed, _write_failed
+from .store import LOCK_FILE, RunLock, RunLocked, lock_folder, checkpoint_paths, checkpoint_step, own_temp_files, check_fields
 
 # %% auto #0
-__all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'STREAMS_FILE', 'LOCK_FILE', 'TrainConfig', 'upgrade_config_dict',
-           'config_fields', 'config_from_name', 'inverse_sqrt', 'lr_multiplier', 'budget_progress', 'load_checkpoint',
-           'init_checkpoint', 'warm_start', 'derived_state_keys', 'average_checkpoints', 'BatchStream',
-           'load_stream_provider', 'pick_device', 'seed_all', 'RunState', 'Clock', 'Budget', 'Task', 'Callback',
-           'Learner', 'train_step', 'fit', 'TrainLog', 'ProgressBar', 'Evaluator', 'KeepBest', 'Checkpointer',
-           'restore', 'cpu_bf16_supported', 'autocast_for', 'precision_name', 'valid_loss', 'TranslationTask',
-           'RunFolderConflict', 'RunLocked', 'RunLock', 'jsonl_logger', 'fused_adam', 'OnStep', 'NonFiniteLoss',
-           'StopOnNonFinite', 'train', 'read_metrics', 'plot_curves']
+__all__ = ['LR_SCHEDULES', 'CONFIGS', 'CKPT_FORMAT', 'STREAMS_FILE', 'TrainConfig', 'upgrade_config_dict', 'config_fields',
+           'config_from_name', 'inverse_sqrt', 'lr_multiplier', 'budget_progress', 'load_checkpoint', 'init_checkpoint',
+           'warm_start', 'derived_state_keys', 'average_checkpoints', 'BatchStream', 'load_stream_provider',
+           'pick_device', 'seed_all', 'RunState', 'Clock', 'Budget', 'Task', 'Callback', 'Learner', 'train_step', 'fit',
+           'TrainLog', 'ProgressBar', 'Evaluator', 'KeepBest', 'Checkpointer', 'restore', 'cpu_bf16_supported',
+           'autocast_for', 'precision_name', 'valid_loss', 'TranslationTask', 'RunFolderConflict', 'jsonl_logger',
+           'fused_adam', 'OnStep', 'NonFiniteLoss', 'StopOnNonFinite', 'train', 'read_metrics', 'plot_curves',
+           'train_and_log']
 
 # %% ../nbs/05_train.ipynb #18ca48be
 _MODEL_FIELDS = ('d_model', 'n_heads', 'n_enc', 'n_dec', 'd_ff', 'dropout', 'enc_pe', 'dec_pe', 'pe_options', 'dec_pe_options', 'max_len',
@@ -100,6 +101,7 @@ def check(self: TrainConfig):
     if self.amp_cpu and self.amp != 'bf16': raise ValueError(f"amp_cpu autocasts to bf16 but amp={self.amp!r}; set amp='bf16' or amp_cpu=False")
     if self.lr_schedule not in LR_SCHEDULES: raise ValueError(f"lr_schedule={self.lr_schedule!r}: use one of {', '.join(LR_SCHEDULES)}")
     if self.max_steps is None and self.max_minutes is None: raise ValueError("set max_steps or max_minutes (or both) so training ends")
+    check_fields(self)       # lr, betas, adam_eps, weight_decay, label_smoothing, warmup, max_train_len, budget, base ...: finite, in range
     for k in ('max_tokens', 'log_every', 'eval_every', 'ckpt_every', 'keep_ckpts', 'n_avg', 'beam', 'vocab_size'):
         if getattr(self, k) < 1: raise ValueError(f"{k} must be >= 1, got {getattr(self, k)}")
     if self.tokenizer not in ('bpe', 'word'): raise ValueError(f"tokenizer={self.tokenizer!r}: use 'bpe' or 'word'")
@@ -584,8 +586,7 @@ class KeepBest(Callback):
     def restore_best(self, L): L.model.load_state_dict(self.best[2]); return self.sign * self.best[0], self.best[1]
 
 # %% ../nbs/05_train.ipynb #7e1e51e3
-def _ckpt_paths(out_dir) -> list:
-    return sorted(Path(out_dir).glob('ckpt_*.pt'), key=lambda p: int(p.stem.split('_')[1]))
+def _ckpt_paths(out_dir) -> list: return checkpoint_paths(out_dir)     # `ckpt_NNNNNNN.pt` only, by update number
 
 def _gather(obj) -> list:
     "`obj` of every rank, in rank order (a one-element list without torch.distributed)."
@@ -606,7 +607,7 @@ class Checkpointer(Callback):
 # %% ../nbs/05_train.ipynb #c2898e98
 @patch
 def save(self: Checkpointer, L: Learner):
-    "Write the checkpoint of `L`'s current state (all ranks call this; rank 0 writes), then drop all but the newest `keep`."
+    "Write the checkpoint of `L`'s current state (all ranks call this; rank 0 writes), then drop all but the newest `keep` up to it."
     rng, data = _gather(_rng_state(self.device)), _gather(L.task.state_dict())
     if not self.is_main: return
     st = L.state
@@ -615,7 +616,7 @@ def save(self: Checkpointer, L: Learner):
           'rng': rng, 'sampler': data, 'step': st.step, 'train_time': st.train_time, 'tokens_seen': st.tokens_seen,
           'world_size': len(rng), 'wall_time': st.wall_time + time.time() - L.started, 'segments': st.segments}
     atomic_save(ck, self.folder / f'ckpt_{st.step:07d}.pt')
-    for old in self.paths()[:-self.keep]: old.unlink()
+    for old in [p for p in self.paths() if checkpoint_step(p) <= st.step][:-self.keep]: old.unlink()   # a later (corrupt) file never evicts it
 
 # %% ../nbs/05_train.ipynb #bf7480ab
 @patch
@@ -770,50 +771,10 @@ class RunFolderConflict(ValueError):
         self.out_dir, self.diff = Path(out_dir), list(diff)
         super().__init__(f"{out_dir} holds a run with a different config ({'; '.join(diff)}); {hint}")
 
-# %% ../nbs/05_train.ipynb #f1a4d763
-LOCK_FILE = '.lock'
-
-class RunLocked(ValueError):
-    "`out_dir` is in use by another training process `pid`: two runs in one folder would mix their files."
-    def __init__(self, out_dir, pid: str):
-        self.out_dir, self.pid = Path(out_dir), pid
-        super().__init__(f"{out_dir} is in use by another training (pid {pid or 'unknown'}); wait for it to end, or pass another --out")
-
-# %% ../nbs/05_train.ipynb #95a9aed3
-class RunLock:
-    "An exclusive `flock` on `folder/.lock` holding this process id; `acquire` raises `RunLocked` when another process has it."
-    def __init__(self, folder): self.folder, self.path, self.f = Path(folder), Path(folder) / LOCK_FILE, None
-    def __enter__(self): return self if self.f is not None else self.acquire()
-    def __exit__(self, *exc): self.release()
-    def release(self):
-        "Remove the lock file, then let go (removing it first means no one can lock the old file in between)."
-        if self.f is None: return
-        with contextlib.suppress(OSError): os.unlink(self.path)
-        self.f.close(); self.f = None
-
-# %% ../nbs/05_train.ipynb #d2eb2728
-@patch
-def acquire(self: RunLock) -> RunLock:
-    "Take the lock (without waiting) and write this pid into the lock file."
-    while True:
-        f = open(self.path, 'a+')
-        try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0); pid = f.read().strip(); f.close()
-            raise RunLocked(self.folder, pid) from None
-        with contextlib.suppress(FileNotFoundError):
-            if os.stat(self.path).st_ino == os.fstat(f.fileno()).st_ino: break    # not a file the holder removed as we opened it
-        f.close()
-    f.seek(0); f.truncate(); f.write(f'{os.getpid()}\n'); f.flush(); self.f = f
-    return self
-
 # %% ../nbs/05_train.ipynb #28dfe0bd
 def _lock_run(out_dir: Path, is_main: bool):
     "The folder's lock for rank 0 (created if needed), or a no-op for the other ranks; an unwritable folder is named."
-    if not is_main: return contextlib.nullcontext()
-    try: out_dir.mkdir(parents=True, exist_ok=True); return RunLock(out_dir).acquire()
-    except OSError as e:
-        raise WriteFailed(e.errno or errno.EACCES, f"run folder {out_dir} is not writable ({e.strerror or e}); pass another out_dir, or fix its permissions") from None
+    return lock_folder(out_dir, 'out_dir') if is_main else contextlib.nullcontext()
 
 # %% ../nbs/05_train.ipynb #e53b91f4
 def _results_config(out_dir: Path) -> Optional[TrainConfig]:
@@ -826,9 +787,9 @@ def _results_config(out_dir: Path) -> Optional[TrainConfig]:
 
 # %% ../nbs/05_train.ipynb #1ad4071c
 def _prepare_run_dir(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: bool, ckpter: Checkpointer) -> Optional[dict]:
-    "With the folder's lock held: drop stale temp files, check a resumed run matches `cfg`; the checkpoint to resume from, or None."
+    "With the folder's lock held: drop the run's stale temp files, check a resumed run matches `cfg`; the checkpoint to resume from, or None."
     if is_main:
-        for tmp in out_dir.glob('*.tmp'): tmp.unlink()     # no live run owns them: we hold the lock
+        for tmp in own_temp_files(out_dir, _RUN_FILES + (f'{cfg.test_split}.hyp',)): tmp.unlink()    # ours, and no live run's: we hold the lock
     if not resume: return None
     ck = ckpter.latest()
     old = TrainConfig.from_dict(ck['config']) if ck is not None else (_results_config(out_dir) if is_main else None)
@@ -842,9 +803,9 @@ def _prepare_run_dir(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: boo
 # %% ../nbs/05_train.ipynb #da5edfed
 _RUN_FILES = ('metrics.jsonl', 'results.json', 'averaged.pt', STREAMS_FILE)
 
-def _clear_run(out_dir: Path, ckpter: Checkpointer):
-    "A fresh start, once everything is checked: remove what an earlier run left (checkpoints, log, results, averaged model, hypotheses)."
-    for p in ckpter.paths() + [out_dir / f for f in _RUN_FILES] + sorted(out_dir.glob('*.hyp')): p.unlink(missing_ok=True)
+def _clear_run(out_dir: Path, ckpter: Checkpointer, test_split: str = 'test'):
+    "A fresh start, once everything is checked: remove what an earlier run left (checkpoints, log, results, averaged model, its hypotheses)."
+    for p in ckpter.paths() + [out_dir / f for f in (*_RUN_FILES, f'{test_split}.hyp')]: p.unlink(missing_ok=True)
 
 # %% ../nbs/05_train.ipynb #3a9426ed
 def _finite(x):
@@ -991,13 +952,21 @@ def _sigterm_as_interrupt():
     try: yield
     finally: signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
 
+# %% ../nbs/05_train.ipynb #a91be297
+def _check_warm_start(cfg: TrainConfig):
+    "`cfg.init_from` exists, is a readable checkpoint and its weights fit this run's model (encodings may migrate): `warm_start`'s checks, before any write."
+    ck = _read_ckpt(init_checkpoint(cfg.init_from))
+    src = ModelConfig(**ck['model_config'])
+    with torch.random.fork_rng(devices=[]): model = Seq2Seq(cfg.model_config(src.src_vocab, src.tgt_vocab))
+    warm_start_weights(model, ck['model'], src)
+
 # %% ../nbs/05_train.ipynb #7d8c05a0
 def _preflight(cfg: TrainConfig, is_main: bool):
     "Build the model's shapes and load every split the run reads, so that bad settings fail before anything is written."
     try:
         with torch.device('meta'): Seq2Seq(cfg.model_config(cfg.vocab_size, cfg.vocab_size))
     except (NotImplementedError, RuntimeError): Seq2Seq(cfg.model_config(cfg.vocab_size, cfg.vocab_size))   # an encoding that reads values at build time
-    if cfg.init_from: init_checkpoint(cfg.init_from)      # the warm start's checkpoint exists
+    if cfg.init_from: _check_warm_start(cfg)              # the warm start's checkpoint exists and fits this model
     if is_main:
         for split in dict.fromkeys(['train', cfg.valid_split, cfg.test_split]): _load_data(cfg, split)
 
@@ -1037,7 +1006,7 @@ def _fit_run(L: Learner, ckpter: Checkpointer):
 def _train(cfg, out_dir, resume, device, progress, on_step, rank, ws, started) -> dict:
     ckpter = Checkpointer(out_dir, cfg.ckpt_every, cfg.keep_ckpts, is_main=rank == 0, device=device)
     ck = _prepare_run_dir(cfg, out_dir, resume, rank == 0, ckpter)
-    if not resume and rank == 0: _clear_run(out_dir, ckpter)       # last: every check has passed
+    if not resume and rank == 0: _clear_run(out_dir, ckpter, cfg.test_split)       # last: every check has passed
     if (progress if progress is not None else sys.stderr.isatty()) and rank == 0: _start_note(cfg, out_dir, ck, resume)
     seed_all(cfg.seed + rank)
     task = _translation_task(cfg, out_dir, ck, rank, ws, device)
@@ -1077,3 +1046,9 @@ def plot_curves(runs, ax=None, title=None):
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc='center right')
     if title: ax.set_title(title)
     return ax
+
+# %% ../nbs/05_train.ipynb #592b5428
+def train_and_log(cfg: TrainConfig, out_dir, device=None, progress: Optional[bool] = False) -> tuple:
+    "(results, log records) of `train(cfg, out_dir)`, resuming: the `train` argument of `posenc_nb.store.record_run`."
+    res = train(cfg, out_dir, resume=True, device=device, progress=progress)
+    return res, read_metrics(out_dir)
