@@ -249,7 +249,7 @@ def init_checkpoint(src, # a checkpoint file, or a run folder
     "The checkpoint a warm start reads: `src` itself, or a run folder's `averaged.pt`, else its latest `ckpt_*.pt`."
     src = Path(src)
     if src.is_file(): return src
-    cands = [src / 'averaged.pt'] if (src / 'averaged.pt').is_file() else sorted(src.glob('ckpt_*.pt'))
+    cands = [src / 'averaged.pt'] if (src / 'averaged.pt').is_file() else checkpoint_paths(src)
     if not cands: raise FileNotFoundError(f"init_from={str(src)!r} is neither a checkpoint nor a run folder with one; train that run first (keep its checkpoints) or fix the path")
     return cands[-1]
 
