@@ -17,7 +17,8 @@ from .store import (COLUMNS, SUMMARY_KEYS, check_budget, check_output, checkpoin
                              one_line, record_run, summarize)
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
-from .train import RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_stream_provider, read_metrics, train
+from .engine import read_metrics
+from .train import RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_stream_provider, train
 from .train import train_and_log
 
 # %% auto #0

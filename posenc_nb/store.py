@@ -29,7 +29,8 @@ def read_json(path, # the file
     "The JSON value in `path`; a file that is not UTF-8 JSON is a `RecordError` naming it."
     p = Path(path)
     try: return json.loads(p.read_text(encoding='utf-8'))
-    except UnicodeDecodeError as e: raise RecordError(f"{p} is not UTF-8 text ({e.reason} at byte {e.start}); {fix}") from None
+    except UnicodeDecodeError as e:
+        raise RecordError(f"{p} is not UTF-8 text ({e.reason} at byte {e.start}); {fix}") from None
     except ValueError as e: raise RecordError(f"{p} is not valid JSON ({e}); {fix}") from None
 
 def one_line(msg) -> str:
@@ -53,13 +54,15 @@ RANGES = {   # field: (low, high, low allowed, high allowed)
     'lr': (0, _INF, False, False), 'adam_eps': (0, _INF, False, False), 'weight_decay': (0, _INF, True, False),
     'betas': (0, 1, True, False), 'label_smoothing': (0, 1, True, False), 'dropout': (0, 1, True, False),
     'mask_p': (0, 1, False, False), 'warmup': (0, _INF, True, False), 'grad_clip': (0, _INF, False, False),
-    'max_train_len': (1, _INF, True, False), 'max_minutes': (0, _INF, False, False), 'max_steps': (0, _INF, True, False),
-    'steps': (1, _INF, True, False), 'len_penalty': (0, _INF, True, False), 'base': (1, _INF, False, False),
+    'max_train_len': (1, _INF, True, False), 'max_minutes': (0, _INF, False, False),
+    'max_steps': (0, _INF, True, False), 'steps': (1, _INF, True, False), 'len_penalty': (0, _INF, True, False),
+    'base': (1, _INF, False, False),
 }
 
 def _bounds(lo, hi, lo_ok: bool, hi_ok: bool) -> str:
-    parts = ([f"{'>=' if lo_ok else '>'} {lo:g}"] if lo > -_INF else []) + ([f"{'<=' if hi_ok else '<'} {hi:g}"] if hi < _INF else [])
-    return ' and '.join(parts)
+    low = [f"{'>=' if lo_ok else '>'} {lo:g}"] if lo > -_INF else []
+    high = [f"{'<=' if hi_ok else '<'} {hi:g}"] if hi < _INF else []
+    return ' and '.join(low + high)
 
 def _in_range(v, lo, hi, lo_ok: bool, hi_ok: bool) -> bool:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v): return False
@@ -70,11 +73,12 @@ def check_range(name: str, # the setting's name
                 value, # a number, or a tuple/list of numbers (each is checked)
                 lo=-_INF, hi=_INF, lo_ok: bool = True, hi_ok: bool = True, # the range and whether its ends are allowed
                ):
-    "A one-line ValueError naming `name=value` unless it is a finite number in the range (every item of a tuple or list)."
+    "A one-line ValueError naming `name=value` unless it is a finite number in the range (each item of a tuple)."
     items = value if isinstance(value, (tuple, list)) else [value]
     if not all(_in_range(v, lo, hi, lo_ok, hi_ok) for v in items):
-        raise ValueError(f"{name}={value!r}: {name} must be {'finite numbers' if len(items) > 1 else 'a finite number'} "
-                         f"{_bounds(lo, hi, lo_ok, hi_ok)}; set it in that range")
+        what = 'finite numbers' if len(items) > 1 else 'a finite number'
+        bounds = _bounds(lo, hi, lo_ok, hi_ok)
+        raise ValueError(f"{name}={value!r}: {name} must be {what} {bounds}; set it in that range")
 
 def check_fields(cfg, # a config object (any class)
                  ranges: dict = None, # name -> (low, high, low allowed, high allowed) (default: `RANGES`)
@@ -93,11 +97,12 @@ def check_output(path, # the file a command will write
                  inputs: Sequence = (), # the files it reads: (flag, path) pairs
                  flag: str = '--output', # how the command line names `path`
                 ) -> Path:
-    "`path` unless it is one of `inputs`, a folder, or in a folder this process cannot write: then a one-line error with the fix."
+    "`path`, unless it is one of `inputs`, a folder, or in a folder this process cannot write: a one-line error."
     p = Path(path)
     for in_flag, q in inputs:
         if q is not None and str(q) != '-' and Path(q).exists() and p.exists() and os.path.samefile(p, q):
-            raise ValueError(f"{flag} {p} is the {in_flag} file; writing it would destroy the input: write to another file")
+            raise ValueError(f"{flag} {p} is the {in_flag} file; writing it would destroy the input: "
+                             "write to another file")
     if p.is_dir(): raise ValueError(f"{flag} {p} is a folder; pass a file name")
     check_writable(p.parent, flag)
     return p
@@ -109,22 +114,26 @@ def check_writable(folder, # a folder a command will write into (created if miss
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=folder, prefix='.probe-', suffix='.tmp'); os.close(fd); os.unlink(probe)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix='.probe-', suffix='.tmp')
+        os.close(fd)
+        os.unlink(probe)
     except OSError as e:
-        raise WriteFailed(e.errno or errno.EACCES, f"{flag}: cannot write in {folder} ({e.strerror or e}); pass another {flag}, or fix its permissions") from None
+        raise WriteFailed(e.errno or errno.EACCES, f"{flag}: cannot write in {folder} ({e.strerror or e}); "
+                          f"pass another {flag}, or fix its permissions") from None
     return folder
 
 # %% ../nbs/04_store.ipynb #8560ff95
 LOCK_FILE = '.lock'
 
 class RunLocked(ValueError):
-    "`out_dir` is in use by another process `pid`: two runs in one folder would mix their files."
+    "`out_dir` is in use by another training process `pid`: two runs in one folder would mix their files."
     def __init__(self, out_dir, pid: str):
         self.out_dir, self.pid = Path(out_dir), pid
-        super().__init__(f"{out_dir} is in use by another training (pid {pid or 'unknown'}); wait for it to end, or pass another --out")
+        super().__init__(f"{out_dir} is in use by another training (pid {pid or 'unknown'}); "
+                         "wait for it to end, or pass another --out")
 
 class RunLock:
-    "An exclusive `flock` on `folder/.lock` holding this process id; `acquire` raises `RunLocked` when another process has it."
+    "An exclusive `flock` on `folder/.lock` holding this process id; `acquire` raises `RunLocked` when it is taken."
     def __init__(self, folder): self.folder, self.path, self.f = Path(folder), Path(folder) / LOCK_FILE, None
     def __enter__(self): return self if self.f is not None else self.acquire()
     def __exit__(self, *exc): self.release()
@@ -132,9 +141,15 @@ class RunLock:
         "Remove the lock file, then let go (removing it first means no one can lock the old file in between)."
         if self.f is None: return
         with contextlib.suppress(OSError): os.unlink(self.path)
-        self.f.close(); self.f = None
+        self.f.close()
+        self.f = None
 
-# %% ../nbs/04_store.ipynb #b02699d5
+# %% ../nbs/04_store.ipynb #fdb8a10b
+def _holder(f) -> str:
+    "The pid written in an open lock file."
+    f.seek(0)
+    return f.read().strip()
+
 @patch
 def acquire(self: RunLock) -> RunLock:
     "Take the lock (without waiting) and write this pid into the lock file."
@@ -142,12 +157,17 @@ def acquire(self: RunLock) -> RunLock:
         f = open(self.path, 'a+')
         try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            f.seek(0); pid = f.read().strip(); f.close()
+            pid = _holder(f)
+            f.close()
             raise RunLocked(self.folder, pid) from None
         with contextlib.suppress(FileNotFoundError):
-            if os.stat(self.path).st_ino == os.fstat(f.fileno()).st_ino: break    # not a file the holder removed as we opened it
+            if os.stat(self.path).st_ino == os.fstat(f.fileno()).st_ino: break    # not a file its holder removed
         f.close()
-    f.seek(0); f.truncate(); f.write(f'{os.getpid()}\n'); f.flush(); self.f = f
+    f.seek(0)
+    f.truncate()
+    f.write(f'{os.getpid()}\n')
+    f.flush()
+    self.f = f
     return self
 
 # %% ../nbs/04_store.ipynb #4d80a881
@@ -157,23 +177,29 @@ _HELD: dict = {}     # resolved folder -> the RunLock this process holds on it
 def lock_folder(folder, # the folder to hold (created if missing)
                 flag: str = '--out', # how the command line names it, for the message about an unwritable folder
                ):
-    "Hold `folder`'s `RunLock` within; re-entered freely by the process that holds it; a folder that cannot be written is named."
+    "Hold `folder`'s `RunLock` within (re-entered freely by the process that holds it); an unwritable folder is named."
     key = Path(folder).resolve()
-    if key in _HELD: yield _HELD[key]; return
-    try: Path(folder).mkdir(parents=True, exist_ok=True); lock = RunLock(folder).acquire()
+    if key in _HELD:
+        yield _HELD[key]
+        return
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        lock = RunLock(folder).acquire()
     except OSError as e:
-        raise WriteFailed(e.errno or errno.EACCES, f"folder {folder} is not writable ({e.strerror or e}); pass another {flag}, or fix its permissions") from None
+        raise WriteFailed(e.errno or errno.EACCES, f"folder {folder} is not writable ({e.strerror or e}); "
+                          f"pass another {flag}, or fix its permissions") from None
     _HELD[key] = lock
     try: yield lock
     finally:
-        del _HELD[key]; lock.release()
+        del _HELD[key]
+        lock.release()
 
 # %% ../nbs/04_store.ipynb #347885c9
 CKPT_PATTERN = re.compile(r'ckpt_(\d+)\.pt')
 
 def checkpoint_paths(folder, # a run folder
                     ) -> list:
-    "The run's checkpoints `ckpt_NNNNNNN.pt` in `folder`, oldest first (by update number); other `ckpt_*.pt` files are not among them."
+    "The run's checkpoints `ckpt_NNNNNNN.pt` in `folder`, oldest first (by update number); no other `ckpt_*.pt` file."
     found = [(int(m.group(1)), p) for p in Path(folder).glob('ckpt_*.pt') if (m := CKPT_PATTERN.fullmatch(p.name))]
     return [p for _, p in sorted(found)]
 
@@ -184,13 +210,13 @@ def checkpoint_step(path) -> int:
 def own_temp_files(folder, # a run folder
                    names: Sequence[str] = (), # the files the run writes (checkpoints are always included)
                   ) -> list:
-    "The temp files that atomic writes of `names` (or of checkpoints) left in `folder` when killed: `NAME.XXXXXXXX.tmp`."
+    "The temp files that killed atomic writes of `names` (or of checkpoints) left in `folder`: `NAME.XXXXXXXX.tmp`."
     pat = re.compile('(' + '|'.join([re.escape(n) for n in names] + [r'ckpt_\d+\.pt']) + r')\.[A-Za-z0-9_]+\.tmp')
     return sorted(p for p in Path(folder).glob('*.tmp') if pat.fullmatch(p.name))
 
 # %% ../nbs/04_store.ipynb #8f1b2b83
 def config_dict(cfg) -> dict:
-    "A run's settings as one flat dict: `cfg` itself when a dict, else its `flat_dict()` (a `TrainConfig`), else its dataclass fields."
+    "A run's settings as one flat dict: `cfg` itself, its `flat_dict()` (a `TrainConfig`), or its dataclass fields."
     if isinstance(cfg, dict): return cfg
     if hasattr(cfg, 'flat_dict'): return cfg.flat_dict()
     return dataclasses.asdict(cfg)
@@ -230,7 +256,9 @@ def _write_synced(path: Path, data):
     "Write `data` (text or bytes) to the new file `path` and sync it; a failure is a `WriteFailed` naming the file."
     try:
         with open(path, 'wb') as f:
-            f.write(data.encode('utf-8') if isinstance(data, str) else data); f.flush(); os.fsync(f.fileno())
+            f.write(data.encode('utf-8') if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
     except OSError as e: raise _write_failed(path, e) from e
     crash_point()
 
@@ -238,14 +266,16 @@ def _write_synced(path: Path, data):
 def _sha(data) -> str: return hashlib.sha256(data.encode('utf-8') if isinstance(data, str) else data).hexdigest()
 
 def _build_aside(rdir: Path, files: dict, manifest: dict) -> Path:
-    "The new record folder beside `rdir`: the old folder's other entries hard-linked, `files` written, the manifest last."
+    "The new record folder beside `rdir`: the old one's other entries hard-linked, `files` written, the manifest last."
     new = _aside(rdir, 'new')
     shutil.rmtree(new, ignore_errors=True)
     skip = set(files) | {MANIFEST, LOCK_FILE}
-    if rdir.is_dir(): shutil.copytree(rdir, new, copy_function=os.link, ignore=lambda d, names: [n for n in names if Path(d) == rdir and n in skip])
+    ignore = lambda folder, names: [n for n in names if Path(folder) == rdir and n in skip]
+    if rdir.is_dir(): shutil.copytree(rdir, new, copy_function=os.link, ignore=ignore)
     else: new.mkdir(parents=True)
     for name, data in files.items(): _write_synced(new / name, data)
-    _write_synced(new / MANIFEST, json.dumps({'format': RECORD_FORMAT, **manifest, 'files': {n: _sha(v) for n, v in files.items()}}, indent=1) + '\n')
+    man = {'format': RECORD_FORMAT, **manifest, 'files': {n: _sha(v) for n, v in files.items()}}
+    _write_synced(new / MANIFEST, json.dumps(man, indent=1) + '\n')
     _fsync_dir(new)
     return new
 
@@ -254,28 +284,38 @@ def publish(rdir, # the record folder to (re)place
             files: dict, # file name -> text or bytes
             manifest: dict = None, # more fields for the manifest, e.g. {'fingerprint': ...}
            ) -> Path:
-    "Replace the record folder `rdir` by one holding `files` (its other entries kept) in one step; call with the parent's lock held."
-    rdir = Path(rdir); rdir.parent.mkdir(parents=True, exist_ok=True)
+    "Replace the record folder `rdir` by one holding `files` (other entries kept) in one step; hold the parent's lock."
+    rdir = Path(rdir)
+    rdir.parent.mkdir(parents=True, exist_ok=True)
     try: new = _build_aside(rdir, files, manifest or {})
     except BaseException:
-        shutil.rmtree(_aside(rdir, 'new'), ignore_errors=True); raise
+        shutil.rmtree(_aside(rdir, 'new'), ignore_errors=True)
+        raise
     old = _aside(rdir, 'old')
-    if rdir.exists(): os.rename(rdir, old); crash_point()
-    os.rename(new, rdir); _fsync_dir(rdir.parent); crash_point()
+    if rdir.exists():
+        os.rename(rdir, old)
+        crash_point()
+    os.rename(new, rdir)
+    _fsync_dir(rdir.parent)
+    crash_point()
     shutil.rmtree(old, ignore_errors=True)
     return rdir
 
 # %% ../nbs/04_store.ipynb #43ee014d
 def recover(folder, # a folder of record folders, with its lock held
            ) -> list:
-    "Finish the swaps a kill interrupted in `folder` (a complete new record whose old one is gone replaces it) and remove the rest."
+    "Finish the swaps a kill interrupted in `folder` (a complete new record replaces a missing one); remove the rest."
     folder, done = Path(folder), []
     if not folder.is_dir(): return done
-    aside = [(m.group(2), p, folder / m.group(1)) for p in sorted(folder.iterdir()) if (m := _ASIDE.fullmatch(p.name)) and p.is_dir()]
-    for kind, p, target in sorted(aside, key=lambda t: t[0]):       # 'new' before 'old'
-        if kind == 'new' and not target.exists() and (p / MANIFEST).is_file(): os.rename(p, target); done.append(f'finished {target.name}')
-        elif kind == 'old' and not target.exists(): os.rename(p, target); done.append(f'restored {target.name}')
-        else: shutil.rmtree(p); done.append(f'removed {p.name}')
+    found = [(m, p) for p in sorted(folder.iterdir()) if (m := _ASIDE.fullmatch(p.name)) and p.is_dir()]
+    for m, p in sorted(found, key=lambda t: t[0].group(2)):       # 'new' before 'old'
+        kind, target = m.group(2), folder / m.group(1)
+        if kind == 'new' and not target.exists() and (p / MANIFEST).is_file(): how = 'finished'
+        elif kind == 'old' and not target.exists(): how = 'restored'
+        else: how = 'removed'
+        if how == 'removed': shutil.rmtree(p)
+        else: os.rename(p, target)
+        done.append(f'{how} {p.name if how == "removed" else target.name}')
         crash_point()
     if done: _fsync_dir(folder)
     return done
@@ -285,35 +325,39 @@ class RecordConflict(ValueError):
     "A record folder holds a record made with other settings; `diff` lists them."
     def __init__(self, rdir, diff: list):
         self.rdir, self.diff = Path(rdir), list(diff)
-        super().__init__(f"{rdir} holds a record made with other settings ({'; '.join(diff[:4]) or 'fingerprint differs'}"
-                         f"{'; ...' if len(diff) > 4 else ''}); pass another --out, or delete {rdir} to rerun it")
+        what = '; '.join(diff[:4]) + ('; ...' if len(diff) > 4 else '')
+        super().__init__(f"{rdir} holds a record made with other settings ({what or 'fingerprint differs'}); "
+                         f"pass another --out, or delete {rdir} to rerun it")
 
 RECORD_FIELDS = ('encoding', 'seed')     # what every run record's metrics.json holds
 
 def _check_record(m, path: Path) -> dict:
     "The metrics `m` read from `path`, or a `RecordError` naming it when it lacks the fields every record has."
     miss = [k for k in RECORD_FIELDS if not isinstance(m, dict) or k not in m]
-    if miss: raise RecordError(f"{path} is not a run record (it lacks {', '.join(miss)}); it was written by another program or version: "
-                               f"move it out of the folder, or delete its folder to rerun the run")
+    if miss: raise RecordError(f"{path} is not a run record (it lacks {', '.join(miss)}); it was written by another "
+                               "program or version: move it out of the folder, or delete its folder to rerun the run")
     return m
 
 # %% ../nbs/04_store.ipynb #d7a352c0
 def finished_record(rdir, # a run's record folder
                     cfg=None, # if given: the settings the record must have been made with
                    ) -> Optional[dict]:
-    "The metrics of the finished run in `rdir`, or None; a record of other settings is a `RecordConflict`, an unreadable one a `RecordError`."
-    rdir = Path(rdir); fix = f'delete the folder {rdir} to rerun the run'
+    "The finished run's metrics in `rdir`, or None; another config's: `RecordConflict`; unreadable: `RecordError`."
+    rdir = Path(rdir)
+    fix = f'delete the folder {rdir} to rerun the run'
     if not (rdir / 'metrics.json').is_file(): return None
     m = _check_record(read_json(rdir / 'metrics.json', fix), rdir / 'metrics.json')
     if cfg is None: return m
     man = read_json(rdir / MANIFEST, fix) if (rdir / MANIFEST).is_file() else {}
     old = read_json(rdir / 'config.json', fix) if (rdir / 'config.json').is_file() else {}
-    if man.get('fingerprint', fingerprint(old)) != fingerprint(cfg): raise RecordConflict(rdir, config_diff(old, config_dict(cfg)))
+    if man.get('fingerprint', fingerprint(old)) != fingerprint(cfg):
+        raise RecordConflict(rdir, config_diff(old, config_dict(cfg)))
     return m
 
 # %% ../nbs/04_store.ipynb #eb0008fa
-RECORD_KEYS = ('bleu', 'chrf', 'valid_loss', 'valid_nll', 'valid_ppl', 'valid_bleu', 'step', 'tokens_seen', 'tok_s', 'train_time_s',
-               'wall_time_s', 'segments', 'decode_s', 'test_sents', 'n_params', 'bleu_signature', 'chrf_signature')   # kept from the results
+RECORD_KEYS = ('bleu', 'chrf', 'valid_loss', 'valid_nll', 'valid_ppl', 'valid_bleu', 'step', 'tokens_seen', 'tok_s',
+               'train_time_s', 'wall_time_s', 'segments', 'decode_s', 'test_sents', 'n_params', 'bleu_signature',
+               'chrf_signature')   # kept from the results
 
 def _json(obj) -> str: return json.dumps(obj, indent=1, default=str) + '\n'
 
@@ -334,29 +378,31 @@ def run_metrics(cfg, # the run's config
                 evaluate: Callable = None, # extra evaluation, `(res, cfg) -> dict`
                 extra: dict = None, # more fields
                ) -> dict:
-    "The `metrics.json` of a run: the kept results, the encoding, seed, steps and budget, `extra`, and `evaluate`'s numbers."
+    "The `metrics.json` of a run: the kept results, encoding, seed, steps, budget, `extra`, and `evaluate`'s numbers."
     m = {k: res[k] for k in RECORD_KEYS if k in res}
-    m.update(encoding=label or cfg.enc_pe, seed=cfg.seed, steps=res['step'],
-             budget=dict(minutes=cfg.max_minutes, steps=cfg.max_steps, kind='wall-clock' if cfg.max_minutes else 'updates'), **(extra or {}))
+    budget = dict(minutes=cfg.max_minutes, steps=cfg.max_steps, kind='wall-clock' if cfg.max_minutes else 'updates')
+    m.update(encoding=label or cfg.enc_pe, seed=cfg.seed, steps=res['step'], budget=budget, **(extra or {}))
     if evaluate is not None: m.update(evaluate(res, cfg))
     return m
 
 def write_record(rdir, cfg, metrics: dict, run: dict, hyps: list, log: list) -> Path:
     "Publish a run's record files into `rdir` as one unit (`publish`), with the config's fingerprint in its manifest."
-    files = {'config.json': _json(config_dict(cfg)), 'run.json': _json(run), 'test.hyp': ''.join(h + '\n' for h in hyps),
+    files = {'config.json': _json(config_dict(cfg)), 'run.json': _json(run),
+             'test.hyp': ''.join(h + '\n' for h in hyps),
              'curve.jsonl': ''.join(json.dumps(r) + '\n' for r in curve_subset(log)), 'metrics.json': _json(metrics)}
     return publish(rdir, files, {'fingerprint': fingerprint(cfg)})
 
 # %% ../nbs/04_store.ipynb #a1463696
 def remove_run_folder(folder, # a scratch run folder
                      ) -> bool:
-    "Delete `folder` with its lock held (so a run still writing there keeps its files: then it stays, with a warning); True when removed."
+    "Delete `folder` with its lock held (a run still writing there keeps it, with a warning); True when removed."
     folder = Path(folder)
     if not folder.is_dir(): return False
     try:
         with lock_folder(folder): shutil.rmtree(folder)
     except RunLocked as e:
-        warnings.warn(f"kept {folder}: {e}"); return False
+        warnings.warn(f"kept {folder}: {e}")
+        return False
     return True
 
 def _rank() -> int: return int(os.environ.get('RANK', '0'))
@@ -374,8 +420,9 @@ def record_run(cfg, # the run's config
                progress: bool = False, # show a progress bar while training
                **extra, # more fields for `metrics.json`
               ) -> dict:
-    "Train `cfg` (resuming in `work`) and publish its record into `rdir`; a finished record of the same settings is returned as it is."
-    rdir = Path(rdir); work = rdir if work is None else Path(work)
+    "Train `cfg` (resuming in `work`) and publish its record into `rdir`; a finished record of `cfg` is returned."
+    rdir = Path(rdir)
+    work = rdir if work is None else Path(work)
     with (lock_folder(rdir.parent) if _rank() == 0 else contextlib.nullcontext()):
         if _rank() == 0: recover(rdir.parent)
         if (m := finished_record(rdir, cfg)) is not None: return m
@@ -392,12 +439,13 @@ def record_run(cfg, # the run's config
 # %% ../nbs/04_store.ipynb #44150bfd
 def load_records(folder, # a folder of run records (`*/metrics.json`)
                 ) -> list:
-    "The finished runs under `folder`: each run's metrics, with `dir` (its folder) and `run` (its `run.json`, when there is one)."
+    "The finished runs under `folder`: each run's metrics, with `dir` (its folder) and `run` (its `run.json`, if any)."
     rows = []
     for f in sorted(Path(folder).glob('*/metrics.json')):
         if f.parent.name.startswith('.'): continue
         fix = f'delete the folder {f.parent} to rerun the run, or move it out of {folder}'
-        m = _check_record(read_json(f, fix), f); m['dir'] = str(f.parent)
+        m = _check_record(read_json(f, fix), f)
+        m['dir'] = str(f.parent)
         if (f.parent / 'run.json').exists(): m['run'] = read_json(f.parent / 'run.json', fix)
         rows.append(m)
     return rows
@@ -415,14 +463,14 @@ def _summary_row(enc: str, rs: list, keys: Sequence) -> dict:
 def summarize(rows: list, # run records; a failed run is `{'encoding', 'seed', 'error'}`
               keys: Sequence = SUMMARY_KEYS, # the metrics to average
              ) -> list:
-    "One row per encoding (first-seen order): `n` finished seeds, `seeds`, and `KEY_mean`/`KEY_std` (std None with one seed); failures counted."
+    "One row per encoding (first-seen order): `n` finished seeds, `seeds`, `KEY_mean`/`KEY_std`; failures counted."
     by = {}
     for r in rows: by.setdefault(r['encoding'], []).append(r)
     return [_summary_row(e, rs, keys) for e, rs in by.items()]
 
 # %% ../nbs/04_store.ipynb #c49f44de
-COLUMNS = {'bleu': ('BLEU', 2), 'chrf': ('chrF', 2), 'valid_loss': ('valid loss', 3), 'steps': ('steps', 0), 'tok_s': ('tok/s', 0),
-           'train_time_s': ('train time', 1), 'n_params': ('params', 2)}    # key: (plain-text header, decimals)
+COLUMNS = {'bleu': ('BLEU', 2), 'chrf': ('chrF', 2), 'valid_loss': ('valid loss', 3), 'steps': ('steps', 0),
+           'tok_s': ('tok/s', 0), 'train_time_s': ('train time', 1), 'n_params': ('params', 2)}    # (header, decimals)
 
 def _cell(s: dict, k: str) -> str:
     m, sd = s[f'{k}_mean'], s[f'{k}_std']
@@ -434,7 +482,9 @@ def format_table(summary: list, # `summarize` rows
                  markdown: bool = True, # a markdown table (keys as headers) or aligned plain text (readable headers)
                 ) -> str:
     "Mean ± sd per encoding and key; a failed encoding's row says so."
-    if markdown: return text_table(['encoding', 'n', *keys], [[s['encoding'], s['n'], *(_cell(s, k) for k in keys)] for s in summary], markdown=True)
+    if markdown:
+        rows = [[s['encoding'], s['n'], *(_cell(s, k) for k in keys)] for s in summary]
+        return text_table(['encoding', 'n', *keys], rows, markdown=True)
     body = [[s['encoding'], *(_cell(s, k) for k in keys), s['n']] if s['n'] else
             [s['encoding'], 'failed: ' + one_line(s['error'])[:60], *[''] * len(keys)] for s in summary]
     return text_table(['encoding', *(COLUMNS.get(k, (k,))[0] for k in keys), 'seeds'], body)

@@ -392,7 +392,7 @@ def eval_xl(model: Seq2Seq, ids, xls, tok=None, refs=None, batch_size: int = 100
     return out
 
 # %% ../nbs/14_xlpe.ipynb #bba2aa15
-from .train import Budget, Learner, Task, fit, fused_adam
+from .engine import Budget, Learner, Task, fit, fused_adam
 
 # %% ../nbs/14_xlpe.ipynb #2da8409c
 class XLPairs(Task):

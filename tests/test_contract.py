@@ -17,7 +17,8 @@ from posenc_nb.data import StreamProvider, collate, list_stream_providers, make_
 from posenc_nb.decode import translate
 from posenc_nb.baselines import sinusoidal_table
 from posenc_nb.model import ModelConfig, Seq2Seq
-from posenc_nb.train import CKPT_FORMAT, average_checkpoints, config_from_name, load_stream_provider, train
+from posenc_nb.engine import CKPT_FORMAT
+from posenc_nb.train import average_checkpoints, config_from_name, load_stream_provider, train
 
 torch.set_num_threads(1)                     # tiny tensors: threads only add overhead
 CFG = dict(src_vocab=23, tgt_vocab=23, d_model=16, n_heads=2, n_enc=2, n_dec=2, d_ff=32, dropout=0.0, max_len=64)
