@@ -54,10 +54,11 @@ def sinusoidal_codes(pos: Tensor, # integer positions, any shape
                      min_rows: int = 0 # the smallest table to build
                     ) -> tuple: # (codes pos.shape + (d_model,), the float32 table they were read from)
     """Codes of `pos` read from `table` when it is on `pos`'s device and covers every position of `pos`, else from a new float32
-    table of the next power of two rows (at least `min_rows`): callers keep the table and pass it back. Far, sparse positions
-    (beyond 2**16 rows and 4 x as many rows as positions) get codes computed for those positions only, and the table is kept."""
+    table of the next power of two rows (at least `min_rows`): callers keep the table and pass it back.
+    Far, sparse positions (past 2**16 rows and 4 x as many rows as positions) get codes of those positions only."""
     need = known_range(pos)[1] + 1               # read once per positions tensor, or known from the caller
-    if need > max(min_rows, _TABLE_ROWS, 4 * pos.numel()): return sinusoidal_table(pos, d_model, base), table   # no table up to 1e8
+    if need > max(min_rows, _TABLE_ROWS, 4 * pos.numel()):        # e.g. one position of 1e8: no table up to it
+        return sinusoidal_table(pos, d_model, base), table
     same_device = table is not None and (table.is_cpu and pos.is_cpu or table.device == pos.device)   # no device objects on the CPU
     if not same_device or table.shape[0] < need:
         table = sinusoidal_table(torch.arange(max(min_rows, 1 << (need - 1).bit_length()), device=pos.device), d_model, base)
@@ -71,7 +72,8 @@ class SinusoidalPosEnc(PosEnc):
                  base: float = 10000.): # frequency base (see `sinusoidal_table`)
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 1):
-            raise ValueError(f"base={base!r}: the frequency base must be a finite number > 1 (the paper's is 10000); set pe_options base")
+            raise ValueError(f"base={base!r}: the frequency base must be a finite number > 1 (the paper's is 10000); "
+                             "set pe_options base")
         self.base, self._table = base, None
 
     def codes(self, pos: Tensor) -> Tensor:

@@ -67,7 +67,7 @@ class ClassifyConfig:
         if self.max_steps is None and self.max_minutes is None:
             raise ValueError("give a budget: max_steps and/or max_minutes")
         check_budget(self.max_steps, self.max_minutes, 'max_steps', 'max_minutes')   # an untrained model is no result
-        check_fields(self)            # lr, warmup, weight_decay, label_smoothing, dropout, grad_clip, base: finite, in range
+        check_fields(self)            # lr, warmup, weight_decay, label_smoothing, dropout, grad_clip, base
         if self.max_len < 2: raise ValueError(f"max_len={self.max_len} is too small; use at least 2")
 
     def model_config(self, vocab: int) -> ModelConfig:

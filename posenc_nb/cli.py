@@ -13,8 +13,8 @@ from fastcore.script import Param
 from . import __version__
 from .core import list_posencs, encoding_streams
 from .utils import atomic_write
-from .store import (COLUMNS, SUMMARY_KEYS, check_budget, check_output, checkpoint_paths, format_table, load_records, lock_folder,
-                             one_line, record_run, summarize)
+from .store import COLUMNS, SUMMARY_KEYS, check_budget, check_output, checkpoint_paths, format_table
+from .store import load_records, lock_folder, one_line, record_run, summarize
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
 from .engine import read_metrics
@@ -210,8 +210,8 @@ def _check_encoding(name: str, flag: str):
         raise CLIError(f"unknown encoding {name!r} for {flag}; choose one of: {', '.join(list_posencs())} (see `posenc list`)")
 
 def _check_budget(over: dict):
-    try: check_budget(over.get('max_steps'), over.get('max_minutes'), 'max_steps', 'max_minutes')   # the store's checks, every front end's
-    except ValueError as e: raise CLIError(str(e).replace('max_steps ', 'max_steps=').replace('max_minutes ', 'max_minutes=')) from None
+    try: check_budget(over.get('max_steps'), over.get('max_minutes'), 'max_steps=', 'max_minutes=')
+    except ValueError as e: raise CLIError(str(e).replace('= ', '=')) from None
 
 # %% ../nbs/06_cli.ipynb #8700a21a
 def make_config(name: str, # a named config (`posenc_nb.train.CONFIGS`)
@@ -433,7 +433,7 @@ def _check_decoding(beam: int, batch_tokens: int, output: Optional[str], input: 
     if beam < 1: raise CLIError(f"--beam {beam}: use 1 (greedy) or more")
     if batch_tokens < 1: raise CLIError(f"--batch-tokens {batch_tokens}: use a positive number")
     if output:
-        try: check_output(output, [('--input', input)])       # a folder, the input itself, or an unwritable place: refused before any work
+        try: check_output(output, [('--input', input)])       # a folder, the input, an unwritable place: refused now
         except ValueError as e: raise CLIError(e) from None
 
 # %% ../nbs/06_cli.ipynb #e4aaa8e5
@@ -615,7 +615,8 @@ def cmd_compare(*, config: str, # a named config (see `posenc list`)
     if out.exists() and not out.is_dir(): raise CLIError(f"--out {out} is a file; pass a folder")
     t0 = time.time()
     with lock_folder(out):       # one comparison at a time in `out`: a second one is refused, before any work
-        runs = compare_runs(base, encs, seeds, out, device, command_line(), save=lambda runs: _save_compare(out, config, base, encs, seeds, runs))
+        save = lambda runs: _save_compare(out, config, base, encs, seeds, runs)
+        runs = compare_runs(base, encs, seeds, out, device, command_line(), save=save)
     _check_failures(runs)
     rows = summarize(runs, COMPARE_KEYS)
     print(json.dumps({'runs': runs, 'summary': rows}, default=str) if json_ else format_table(_by_bleu(rows), COMPARE_KEYS, markdown=False)

@@ -363,7 +363,7 @@ class Checkpointer(Callback):
 # %% ../nbs/05_engine.ipynb #c2898e98
 @patch
 def save(self: Checkpointer, learn: Learner):
-    "Write the checkpoint of `learn`'s state (all ranks call this; rank 0 writes), then keep the newest `keep` up to it."
+    "Write the checkpoint of `learn`'s state (all ranks call this; rank 0 writes), then keep the newest `keep` to it."
     rng, data = _gather(_rng_state(self.device)), _gather(learn.task.state_dict())
     if not self.is_main: return
     state, sched, scaler = learn.state, learn.sched, learn.scaler
@@ -375,7 +375,7 @@ def save(self: Checkpointer, learn: Learner):
             'tokens_seen': state.tokens_seen, 'world_size': len(rng),
             'wall_time': state.wall_time + time.time() - learn.started, 'segments': state.segments}
     atomic_save(ckpt, self.folder / f'ckpt_{state.step:07d}.pt')
-    upto = [p for p in self.paths() if checkpoint_step(p) <= state.step]    # a later (corrupt, skipped) file never evicts it
+    upto = [p for p in self.paths() if checkpoint_step(p) <= state.step]    # a later (corrupt) file never evicts it
     for old in upto[:-self.keep]: old.unlink()
 
 # %% ../nbs/05_engine.ipynb #bf7480ab

@@ -17,7 +17,8 @@ from .data import load_parallel, cache_dir
 from .decode import translate, bleu, chrf
 from .train import TrainConfig, CONFIGS, config_from_name, train_and_log
 from .utils import provenance, atomic_write
-from .store import check_budget, finished_record, format_table, load_records, lock_folder, read_json, record_run, recover, summarize
+from .store import check_budget, finished_record, format_table, load_records, lock_folder, read_json
+from .store import record_run, recover, summarize
 from .cli import CLIError, command, command_line, check_device, use_threads, parse_sets, main as cli_main
 
 # %% auto #0
@@ -171,20 +172,22 @@ def run_record(seed: int, # the run's seed
 def _work_root(exp: Experiment, work=None) -> Path:
     return Path(work if work is not None else cache_dir() / 'experiments') / exp.name
 
-def run_config(exp: Experiment, encoding: str, seed: int, work=None, minutes=None, steps=None, overrides=None) -> TrainConfig:
-    "The `TrainConfig` of one run of `exp` as the harness trains it: budget and overrides applied, a warm start from its work folder."
+def run_config(exp: Experiment, encoding: str, seed: int, work=None, minutes=None, steps=None,
+               overrides=None) -> TrainConfig:
+    "The `TrainConfig` of one run of `exp` as the harness trains it: budget, overrides, a warm start from `work`."
     start = exp.starts_from.get(encoding)                     # a warm start from an earlier run of the same seed
     extra = {**(overrides or {}), **({'init_from': str(_work_root(exp, work) / f'{start}-s{seed}')} if start else {})}
     return exp.train_config(encoding, seed, minutes=minutes, steps=steps, **extra)
 
 def run_one(exp: Experiment, encoding: str, seed: int, out, work=None, minutes=None, steps=None, overrides=None,
             keep_checkpoints: bool = False, device=None, command: str = '', progress: bool = False) -> dict:
-    "Train one (encoding, seed) of `exp` and write its record (`record_run`); returns the metrics (a finished run of the same config as it is)."
+    "Train one (encoding, seed) of `exp` and write its record (`record_run`); returns the metrics (a finished run's too)."
     cfg = run_config(exp, encoding, seed, work, minutes, steps, overrides)
     keep = keep_checkpoints or encoding in exp.starts_from.values()   # a run that others start from keeps its checkpoints
-    return record_run(cfg, Path(out) / f'{encoding}-s{seed}', train_and_log, work=_work_root(exp, work) / f'{encoding}-s{seed}', label=encoding,
-                      command=command, device=device, evaluate=EVAL_FNS.get(exp.eval_fn), keep_checkpoints=keep, progress=progress,
-                      experiment=exp.name, description=exp.description)
+    run = f'{encoding}-s{seed}'
+    return record_run(cfg, Path(out) / run, train_and_log, work=_work_root(exp, work) / run, label=encoding,
+                      command=command, device=device, evaluate=EVAL_FNS.get(exp.eval_fn), keep_checkpoints=keep,
+                      progress=progress, experiment=exp.name, description=exp.description)
 
 # %% ../nbs/20_experiments.ipynb #72c1f951
 def _get_experiment(name) -> Experiment:
@@ -201,8 +204,8 @@ def _checked_plan(exp: Experiment, encodings, seeds) -> list:
 
 # %% ../nbs/20_experiments.ipynb #244dc27c
 def _run_logged(exp: Experiment, enc: str, seed: int, out: Path, report: dict, log: Callable, **kw):
-    """One run of a sweep: skipped when its record (of the same config) is finished, else trained; a failure (a record of another config,
-    an unreadable one, a training error) is recorded in `report` and the sweep goes on."""
+    """One run of a sweep: skipped when its record (of the same config) is finished, else trained; a failure (a record
+    of another config, an unreadable one, a training error) is recorded in `report` and the sweep goes on."""
     run = f'{enc}-s{seed}'
     cfg_kw = {k: kw.get(k) for k in ('work', 'minutes', 'steps', 'overrides')}
     try: done = finished_record(out / run, run_config(exp, enc, seed, **cfg_kw)) is not None
@@ -225,7 +228,7 @@ def run_experiment(name, encodings=None, seeds=None, minutes=None, steps=None, o
     exp = _get_experiment(name)
     check_budget(steps, minutes, 'steps', 'minutes')
     plan = _checked_plan(exp, encodings, seeds)
-    for enc, seed in plan: run_config(exp, enc, seed, work, minutes, steps, overrides)   # every config checked before any work
+    for enc, seed in plan: run_config(exp, enc, seed, work, minutes, steps, overrides)   # every config checked first
     out = Path(out if out is not None else Path('results') / exp.name)
     report = {'done': [], 'skipped': [], 'failed': []}
     with lock_folder(out):          # one sweep at a time in `out`, for its whole life; a second is refused at once
@@ -396,7 +399,7 @@ def significance(experiment, baseline: str = 'sinusoidal', seed: Optional[int] =
     rows = load_results(experiment, root)
     base = _baseline_runs(rows, experiment, baseline, seed)
     refs = test_references(read_json(Path(next(iter(base.values()))['dir']) / 'config.json'))
-    read = lambda r: (Path(r['dir']) / 'test.hyp').read_text(encoding='utf-8').split('\n')[:len(refs)]   # UTF-8 whatever the locale
+    read = lambda r: (Path(r['dir']) / 'test.hyp').read_text(encoding='utf-8').split('\n')[:len(refs)]   # any locale
     by = {}                                                    # encoding -> its runs with a baseline of the same seed
     for r in rows:
         if r['encoding'] != baseline and r['seed'] in base: by.setdefault(r['encoding'], []).append(r)

@@ -194,7 +194,8 @@ def longtext_bench(*, out: str = 'results/roformer-longtext/cost.json', # the re
 
     Examples:
       python -m posenc_nb.long_text bench"""
-    use_threads(1); out = check_output(out, flag='--out')     # a folder or an unwritable place: refused before the benchmark
+    use_threads(1)
+    out = check_output(out, flag='--out')     # a folder or an unwritable place: refused before the benchmark
     if not out.exists(): atomic_write(out, json.dumps({'experiment': 'long-text-cost', **bench_encodings(), **provenance(None, 'fp32', 'cpu', command=command_line())}, indent=1) + '\n')
     print(f'{out}: done', flush=True)
     return 0

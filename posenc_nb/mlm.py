@@ -214,7 +214,7 @@ def pretrain_mlm(cfg: MLMConfig, # the run
     "Pre-train (or resume) `cfg` with masked language modelling; the record: curves, final validation loss, provenance."
     if cfg.encoding not in list_posencs(): raise ValueError(f"unknown encoding {cfg.encoding!r}; choose one of {list_posencs()}")
     device, run_dir, t0 = pick_device(device, 1), Path(run_dir), time.time()
-    with lock_folder(run_dir, 'run folder'):          # one pre-training per folder: a second is refused, never interleaved
+    with lock_folder(run_dir, 'run folder'):          # one pre-training per folder: a second is refused
         seed_all(cfg.seed); L = _mlm_learner(cfg, run_dir, device, stop_after); fit(L)
         rec = _mlm_record(cfg, L, run_dir, device, command, time.time() - t0)
         if out is not None: atomic_write(out, json.dumps(rec, indent=1) + '\n')
@@ -242,8 +242,9 @@ def load_encoder(clf: Classifier, # a Classifier of the same encoding and sizes 
     ck = Checkpointer(run_dir, 1, 1).latest()
     if ck is None: raise FileNotFoundError(f"no pre-training checkpoint in {run_dir}; run pretrain_mlm there first")
     enc, mine = ck['mlm_config'].get('encoding'), clf.cfg.enc_pe
-    if enc != mine: raise ValueError(f"{run_dir} holds a pre-training of {enc!r}, not of {mine!r}: its weights are not this encoding's; "
-                                     f"pre-train {mine} into its own folder, or fine-tune with encoding {enc!r}")
+    if enc != mine:
+        raise ValueError(f"{run_dir} holds a pre-training of {enc!r}, not of {mine!r}: its weights are not this "
+                         f"encoding's; pre-train {mine} into its own folder, or fine-tune with encoding {enc!r}")
     if not _finished(ck):
         raise ValueError(f"the pre-training in {run_dir} stopped at update {ck['step']} of {ck['mlm_config']['steps']}; finish it first (pretrain_mlm resumes it)")
     enc = {k[4:]: v for k, v in ck['model'].items() if k.startswith('enc.') and not k.startswith('enc.head.')}
@@ -348,9 +349,11 @@ def mlm_pretrain(*, encoding: str = 'rope', # the position encoding
       python -m posenc_nb.mlm pretrain --encoding rope --seed 0 --config cpu-tiny"""
     use_threads(threads); check_budget(steps)
     cfg = replace(MLM_CONFIGS[config], encoding=encoding, seed=seed, **({'steps': steps} if steps is not None else {}))
-    out, run = check_output(out or RESULTS / 'roformer-mlm' / f'{config}_{encoding}_seed{seed}.json', flag='--out'), pretrain_dir(encoding, seed, config)
+    out = check_output(out or RESULTS / 'roformer-mlm' / f'{config}_{encoding}_seed{seed}.json', flag='--out')
+    run = pretrain_dir(encoding, seed, config)
     again = weights and out.exists() and not _finished(Checkpointer(run, 1, 1).latest())
-    if again: print(f'{out}: the record exists but {run} holds no finished checkpoint: pre-training again (the record is replaced at the end)', flush=True)
+    if again: print(f'{out}: the record exists but {run} holds no finished checkpoint: pre-training again '
+                    '(the record is replaced at the end)', flush=True)
     if again or not out.exists(): pretrain_mlm(cfg, run, out, command=command_line())
     print(f'{out}: {"done" if out.exists() else "missing"}', flush=True)
     return 0
@@ -387,7 +390,7 @@ def mlm_finetune(*, task: str = 'sst2', # the classification task: a GLUE task o
       python -m posenc_nb.mlm finetune --task imdb --max-len 512 --eval-len 1024 --encoding alibi --steps 60"""
     use_threads(threads); check_budget(steps)
     cfg = FinetuneConfig(task=task, encoding=encoding, seed=seed, max_len=max_len, pe_len=max(max_len, eval_len or 0, MLM_CONFIGS[config].pe_len),
-                         max_steps=steps if steps is not None else 150, eval_every=eval_every, max_tokens=max_tokens, lr=lr, warmup=warmup, n_valid=n_valid,
+                         max_steps=150 if steps is None else steps, eval_every=eval_every, max_tokens=max_tokens, lr=lr, warmup=warmup, n_valid=n_valid,
                          n_test=n_test, eval_len=eval_len, **FT_SIZES[config])
     out = check_output(out or _ft_out(task, max_len, config, encoding, pretrained, seed), flag='--out')
     if not out.exists(): finetune(cfg, pretrain_dir(encoding, seed, config) if pretrained else None, out, command=command_line())

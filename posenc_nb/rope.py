@@ -208,7 +208,7 @@ class RotaryCache:
             cs = self._split_lookup(pos, hi, dtype)
             if fmt == 'planes': cs = cs.transpose(-1, -2).contiguous()
             return self._xpos(cs, pos, key, fmt)
-        if plain and hi + 1 > max(_TABLE_ROWS, 4 * pos.numel()):   # far, sparse positions: their angles only, no table up to the largest
+        if plain and hi + 1 > max(_TABLE_ROWS, 4 * pos.numel()):   # far, sparse positions: their angles only
             self._need(hi + 1); return self._angles_table(pos, dtype, fmt)
         tab = self.table(hi + 1, pos.device, dtype, fmt)
         L = pos.shape[-1]

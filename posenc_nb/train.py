@@ -99,7 +99,7 @@ def check(self: TrainConfig):
     if self.amp_cpu and self.amp != 'bf16': raise ValueError(f"amp_cpu autocasts to bf16 but amp={self.amp!r}; set amp='bf16' or amp_cpu=False")
     if self.lr_schedule not in LR_SCHEDULES: raise ValueError(f"lr_schedule={self.lr_schedule!r}: use one of {', '.join(LR_SCHEDULES)}")
     if self.max_steps is None and self.max_minutes is None: raise ValueError("set max_steps or max_minutes (or both) so training ends")
-    check_fields(self)       # lr, betas, adam_eps, weight_decay, label_smoothing, warmup, max_train_len, budget, base: in range
+    check_fields(self)       # lr, betas, adam_eps, weight_decay, label_smoothing, warmup, max_train_len, budget, base
     for k in ('max_tokens', 'log_every', 'eval_every', 'ckpt_every', 'keep_ckpts', 'n_avg', 'beam', 'vocab_size'):
         if getattr(self, k) < 1: raise ValueError(f"{k} must be >= 1, got {getattr(self, k)}")
     if self.tokenizer not in ('bpe', 'word'): raise ValueError(f"tokenizer={self.tokenizer!r}: use 'bpe' or 'word'")
@@ -429,9 +429,9 @@ def _results_config(out_dir: Path) -> Optional[TrainConfig]:
 
 # %% ../nbs/05_train.ipynb #1ad4071c
 def _prepare_run_dir(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: bool, ckpter: Checkpointer) -> Optional[dict]:
-    "With the folder's lock held: drop the run's stale temp files, check a resumed run matches `cfg`; its checkpoint, or None."
+    "With the folder's lock held: drop the run's stale temp files, check a resumed run matches `cfg`; its checkpoint."
     if is_main:
-        for tmp in own_temp_files(out_dir, _RUN_FILES + (f'{cfg.test_split}.hyp',)): tmp.unlink()    # ours; we hold the lock
+        for tmp in own_temp_files(out_dir, _RUN_FILES + (f'{cfg.test_split}.hyp',)): tmp.unlink()    # ours; locked
     if not resume: return None
     ck = ckpter.latest()
     old = TrainConfig.from_dict(ck['config']) if ck is not None else (_results_config(out_dir) if is_main else None)
@@ -446,7 +446,7 @@ def _prepare_run_dir(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: boo
 _RUN_FILES = ('metrics.jsonl', 'results.json', 'averaged.pt', STREAMS_FILE)
 
 def _clear_run(out_dir: Path, ckpter: Checkpointer, test_split: str = 'test'):
-    "A fresh start, once everything is checked: remove the earlier run's checkpoints, log, results, averaged model, hypotheses."
+    "A fresh start, once everything is checked: remove the earlier run's checkpoints, log, results, hypotheses."
     for p in ckpter.paths() + [out_dir / f for f in (*_RUN_FILES, f'{test_split}.hyp')]: p.unlink(missing_ok=True)
 
 # %% ../nbs/05_train.ipynb #2bfa0b50
@@ -510,7 +510,7 @@ def _start_note(cfg: TrainConfig, out_dir: Path, ck: Optional[dict], resume: boo
 
 # %% ../nbs/05_train.ipynb #93d58b7a
 def _check_warm_start(cfg: TrainConfig):
-    "`cfg.init_from` is a readable checkpoint whose weights fit this run's model (`warm_start`'s checks), before any write."
+    "`cfg.init_from` is a readable checkpoint whose weights fit this run's model (`warm_start`'s checks)."
     ckpt = _read_ckpt(init_checkpoint(cfg.init_from))
     src = ModelConfig(**ckpt['model_config'])
     with torch.random.fork_rng(devices=[]): model = Seq2Seq(cfg.model_config(src.src_vocab, src.tgt_vocab))
