@@ -15,17 +15,18 @@ from fastcore.script import Param
 from .core import list_posencs, import_registering
 from .data import load_parallel, cache_dir
 from .decode import translate, bleu, chrf
-from .train import TrainConfig, CONFIGS, config_from_name
+from .train import TrainConfig, CONFIGS, config_from_name, train_and_log
 from .utils import provenance, atomic_write
-from .cli import (CLIError, command, command_line, check_device, use_threads, parse_sets, record_run, load_records,
-                           summarize, format_table, main as cli_main)
+from .store import check_budget, finished_record, format_table, load_records, lock_folder, read_json
+from .store import record_run, recover, summarize
+from .cli import CLIError, command, command_line, check_device, use_threads, parse_sets, main as cli_main
 
 # %% auto #0
 __all__ = ['ENCODINGS', 'LENGTH_BINS', 'EVAL_FNS', 'EXPERIMENTS', 'EXP_COMMANDS', 'Experiment', 'length_bins', 'eval_length_bins',
-           'register_experiment', 'list_experiments', 'run_record', 'run_one', 'run_experiment', 'load_results',
-           'paired_bootstrap', 'seed_test', 'min_detectable_effect', 'seeds_needed', 'two_level_bootstrap',
-           'accuracy_stats', 'accuracy_score', 'holm', 'test_references', 'significance', 'format_significance',
-           'exp_list', 'exp_run', 'exp_summarize', 'exp_compare', 'main']
+           'register_experiment', 'list_experiments', 'run_record', 'run_config', 'run_one', 'run_experiment',
+           'load_results', 'paired_bootstrap', 'seed_test', 'min_detectable_effect', 'seeds_needed',
+           'two_level_bootstrap', 'accuracy_stats', 'accuracy_score', 'holm', 'test_references', 'significance',
+           'format_significance', 'exp_list', 'exp_run', 'exp_summarize', 'exp_compare', 'main']
 
 # %% ../nbs/20_experiments.ipynb #06ee6ad2
 ENCODINGS = ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'rope', 'floater', 'floater-input')
@@ -168,18 +169,25 @@ def run_record(seed: int, # the run's seed
     return provenance(seed=seed, device=device, command=command)
 
 # %% ../nbs/20_experiments.ipynb #908ecb99
+def _work_root(exp: Experiment, work=None) -> Path:
+    return Path(work if work is not None else cache_dir() / 'experiments') / exp.name
+
+def run_config(exp: Experiment, encoding: str, seed: int, work=None, minutes=None, steps=None,
+               overrides=None) -> TrainConfig:
+    "The `TrainConfig` of one run of `exp` as the harness trains it: budget, overrides, a warm start from `work`."
+    start = exp.starts_from.get(encoding)                     # a warm start from an earlier run of the same seed
+    extra = {**(overrides or {}), **({'init_from': str(_work_root(exp, work) / f'{start}-s{seed}')} if start else {})}
+    return exp.train_config(encoding, seed, minutes=minutes, steps=steps, **extra)
+
 def run_one(exp: Experiment, encoding: str, seed: int, out, work=None, minutes=None, steps=None, overrides=None,
             keep_checkpoints: bool = False, device=None, command: str = '', progress: bool = False) -> dict:
-    "Train one (encoding, seed) of `exp` and write its record (`record_run`); returns the metrics (skips a finished run)."
-    rdir = Path(out) / f'{encoding}-s{seed}'
-    if (rdir / 'metrics.json').exists(): return json.loads((rdir / 'metrics.json').read_text())
-    wroot = Path(work if work is not None else cache_dir() / 'experiments') / exp.name
-    start = exp.starts_from.get(encoding)                     # a warm start from an earlier run of the same seed
-    extra = {**(overrides or {}), **({'init_from': str(wroot / f'{start}-s{seed}')} if start else {})}
-    cfg = exp.train_config(encoding, seed, minutes=minutes, steps=steps, **extra)
+    "Train one (encoding, seed) of `exp` and write its record (`record_run`); returns the metrics (a finished run's too)."
+    cfg = run_config(exp, encoding, seed, work, minutes, steps, overrides)
     keep = keep_checkpoints or encoding in exp.starts_from.values()   # a run that others start from keeps its checkpoints
-    return record_run(cfg, rdir, work=wroot / f'{encoding}-s{seed}', label=encoding, command=command, device=device, evaluate=EVAL_FNS.get(exp.eval_fn),
-                      keep_checkpoints=keep, progress=progress, experiment=exp.name, description=exp.description)
+    run = f'{encoding}-s{seed}'
+    return record_run(cfg, Path(out) / run, train_and_log, work=_work_root(exp, work) / run, label=encoding,
+                      command=command, device=device, evaluate=EVAL_FNS.get(exp.eval_fn), keep_checkpoints=keep,
+                      progress=progress, experiment=exp.name, description=exp.description)
 
 # %% ../nbs/20_experiments.ipynb #72c1f951
 def _get_experiment(name) -> Experiment:
@@ -196,11 +204,17 @@ def _checked_plan(exp: Experiment, encodings, seeds) -> list:
 
 # %% ../nbs/20_experiments.ipynb #244dc27c
 def _run_logged(exp: Experiment, enc: str, seed: int, out: Path, report: dict, log: Callable, **kw):
-    "One run of a sweep: skipped when finished, else trained; a failure is recorded in `report` and the sweep goes on."
+    """One run of a sweep: skipped when its record (of the same config) is finished, else trained; a failure (a record
+    of another config, an unreadable one, a training error) is recorded in `report` and the sweep goes on."""
     run = f'{enc}-s{seed}'
-    if (out / run / 'metrics.json').exists(): report['skipped'].append(run); log(f'[skip] {run}: finished'); return
+    cfg_kw = {k: kw.get(k) for k in ('work', 'minutes', 'steps', 'overrides')}
+    try: done = finished_record(out / run, run_config(exp, enc, seed, **cfg_kw)) is not None
+    except Exception as e: done = e
+    if done is True: report['skipped'].append(run); log(f'[skip] {run}: finished'); return
     t0 = time.time(); log(f'[run ] {exp.name}/{run} ...')
-    try: m = run_one(exp, enc, seed, out, **kw)
+    try:
+        if isinstance(done, Exception): raise done
+        m = run_one(exp, enc, seed, out, **kw)
     except Exception as e:
         report['failed'].append((run, f'{type(e).__name__}: {e}')); log(f'[FAIL] {run}: {type(e).__name__}: {e}'); return
     report['done'].append(run)
@@ -212,12 +226,16 @@ def run_experiment(name, encodings=None, seeds=None, minutes=None, steps=None, o
                    keep_checkpoints: bool = False, device=None, command: str = '', log: Callable = print) -> dict:
     "Run every (encoding, seed) of experiment `name`; returns {'done': [...], 'skipped': [...], 'failed': [(run, error)]}."
     exp = _get_experiment(name)
+    check_budget(steps, minutes, 'steps', 'minutes')
     plan = _checked_plan(exp, encodings, seeds)
+    for enc, seed in plan: run_config(exp, enc, seed, work, minutes, steps, overrides)   # every config checked first
     out = Path(out if out is not None else Path('results') / exp.name)
     report = {'done': [], 'skipped': [], 'failed': []}
-    for enc, seed in plan:
-        _run_logged(exp, enc, seed, out, report, log, work=work, minutes=minutes, steps=steps, overrides=overrides,
-                    keep_checkpoints=keep_checkpoints, device=device, command=command)
+    with lock_folder(out):          # one sweep at a time in `out`, for its whole life; a second is refused at once
+        recover(out)                # a publish a kill interrupted: finished or undone
+        for enc, seed in plan:
+            _run_logged(exp, enc, seed, out, report, log, work=work, minutes=minutes, steps=steps, overrides=overrides,
+                        keep_checkpoints=keep_checkpoints, device=device, command=command)
     return report
 
 # %% ../nbs/20_experiments.ipynb #a63a328f
@@ -380,8 +398,8 @@ def significance(experiment, baseline: str = 'sinusoidal', seed: Optional[int] =
     two-level bootstrap; a single shared seed falls back to the sentence bootstrap), its `seed` then being that list."""
     rows = load_results(experiment, root)
     base = _baseline_runs(rows, experiment, baseline, seed)
-    refs = test_references(json.loads((Path(next(iter(base.values()))['dir']) / 'config.json').read_text()))
-    read = lambda r: (Path(r['dir']) / 'test.hyp').read_text().split('\n')[:len(refs)]
+    refs = test_references(read_json(Path(next(iter(base.values()))['dir']) / 'config.json'))
+    read = lambda r: (Path(r['dir']) / 'test.hyp').read_text(encoding='utf-8').split('\n')[:len(refs)]   # any locale
     by = {}                                                    # encoding -> its runs with a baseline of the same seed
     for r in rows:
         if r['encoding'] != baseline and r['seed'] in base: by.setdefault(r['encoding'], []).append(r)
@@ -426,6 +444,7 @@ def exp_list() -> int:
 def _check_run(exp: Experiment, full: bool, minutes, steps):
     if not exp.ci and not full: raise CLIError(f"{exp.name} is a full-scale experiment (never run in CI); add --full to run it: {exp.command}")
     if minutes is not None and steps is not None: raise CLIError("--minutes and --steps: give one budget, not both")
+    check_budget(steps, minutes)        # at least 1 update, a positive finite number of minutes: before any work
 
 # %% ../nbs/20_experiments.ipynb #0e9100f0
 @command(registry=EXP_COMMANDS)

@@ -16,9 +16,9 @@ from .baselines import sinusoidal_table, sinusoidal_codes
 from .model import ModelConfig, Seq2Seq, warm_start_weights
 
 # %% auto #0
-__all__ = ['SOLVERS', 'FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FLOATER_OFFICIAL', 'FloaterDynamics', 'FloaterDivergence',
-           'solve_trajectory', 'sinusoidal_dynamics', 'sinusoidal_floater_dynamics', 'FloaterPE', 'FloaterBlocksPE',
-           'FloaterInputPE', 'floater_from_sinusoidal', 'BlockBiasPE']
+__all__ = ['SOLVERS', 'MAX_POSITION', 'FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FLOATER_OFFICIAL', 'FloaterDynamics',
+           'FloaterDivergence', 'solve_trajectory', 'sinusoidal_dynamics', 'sinusoidal_floater_dynamics', 'FloaterPE',
+           'FloaterBlocksPE', 'FloaterInputPE', 'floater_from_sinusoidal', 'BlockBiasPE']
 
 # %% ../nbs/11_floater.ipynb #e12b9e3b
 from .core import positions_max
@@ -129,6 +129,7 @@ class _RK4Solve(torch.autograd.Function):
 
 # %% ../nbs/11_floater.ipynb #8fd4a902
 SOLVERS = ('rk4', 'midpoint', 'dopri5')
+MAX_POSITION = 1 << 16     # the largest position FLOATER integrates its trajectory to
 
 class FloaterDivergence(ValueError):
     "The FLOATER trajectory became non-finite (NaN or inf)."
@@ -141,7 +142,7 @@ def _check_finite(out: Tensor, start: int, delta: float, where: str = ''):
     raise FloaterDivergence(
         f"FLOATER: the position trajectory is non-finite from position {i} (t={i * delta:g}){where}; the dynamics h "
         f"diverged or its parameters hold NaN/inf: lower the learning rate or clip gradients, use a smaller delta or "
-        f"more substeps, or try solver='dopri5'")
+        f"more substeps, or try solver='dopri5'; or, with finite dynamics, keep positions below {i}")
 
 def _fixed_step(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: float, substeps: int, method: str) -> Tensor:
     "Own fixed-step loop (rk4 or midpoint) from the state `y` at position `start`: the states at `start+1 .. start+n`."
@@ -181,6 +182,10 @@ def solve_trajectory(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: f
         raise ValueError(f"unknown ODE solver {solver!r}; choose one of {SOLVERS}")
     if n <= 0:
         return y.new_zeros(0, *y.shape)
+    if start + n > MAX_POSITION:       # the cost grows with the largest position: refuse at once, not after minutes
+        raise FloaterDivergence(f"FLOATER: position {start + n} is beyond the {MAX_POSITION} positions its trajectory "
+                                f"is solved for (every position up to the largest is integrated); "
+                                f"keep positions below {MAX_POSITION}")
     if solver != 'dopri5' and not adjoint:
         out = _fixed_step(h, y, start, n, delta, substeps, solver)
         _check_finite(out, start, delta)

@@ -14,6 +14,7 @@ from .model import ModelConfig, Classifier
 from .mlm import BYTE_VOCAB, FT_SIZES, clean_text, subset_indices, _rows
 from .experiments import seed_test, two_level_bootstrap, accuracy_stats, accuracy_score
 from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
+from .store import check_output
 from .cli import command, command_line, use_threads, main as cli_main
 
 # %% auto #0
@@ -194,7 +195,8 @@ def longtext_bench(*, out: str = 'results/roformer-longtext/cost.json', # the re
 
     Examples:
       python -m posenc_nb.long_text bench"""
-    use_threads(1); out = Path(out)
+    use_threads(1)
+    out = check_output(out, flag='--out')     # a folder or an unwritable place: refused before the benchmark
     if not out.exists(): atomic_write(out, json.dumps({'experiment': 'long-text-cost', **bench_encodings(), **provenance(None, 'fp32', 'cpu', command=command_line())}, indent=1) + '\n')
     print(f'{out}: done', flush=True)
     return 0
