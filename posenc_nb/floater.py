@@ -441,6 +441,7 @@ def _extend(self: FloaterPE, n: int, key: tuple, graph: bool):
     m = self._round(n)
     self._set(torch.cat([cur, self._solve(cur[-1], cur.shape[0] - 1, m - cur.shape[0])]), key, graph, True)
 
+# %% ../nbs/11_floater.ipynb #9531db53
 @patch
 def trajectory(self: FloaterPE, n: int) -> Tensor:
     "States p(t_i) for positions i = 0..>=n-1, shape (T, N, d): cached, extended or recomputed as needed."
@@ -577,6 +578,7 @@ def embed(self: FloaterPE, x: Tensor, p: Positions) -> Tensor:
     traj = self.trajectory(self._need(p))
     return x + F.embedding(p.pos, traj[:, 0]).to(x.dtype)
 
+# %% ../nbs/11_floater.ipynb #aec7491e
 @patch
 def _slot(self: FloaterPE, site: Site) -> int:
     "Row of `p0` holding `site`'s q initial value (k and v follow it), from `_slot_of`."
