@@ -25,9 +25,11 @@ __all__ = ['ABSOLUTE', 'VARIANTS', 'LM_CONFIGS', 'LM_COMMANDS', 'split_variant',
            'byte_stream', 'LMConfig', 'LMTask', 'train_lm', 'bench_attention', 'attention_memory', 'lm_train',
            'lm_bench', 'main', 'load_lm', 'lm_curve', 'lm_table']
 
-# %% ../nbs/28_linear_lm.ipynb #03541c47
+# %% ../nbs/28_linear_lm.ipynb #03541c47i
 from .baselines import sinusoidal_table
 
+
+# %% ../nbs/28_linear_lm.ipynb #03541c47
 ABSOLUTE = ('sinusoidal', 'learned')   # the absolute encodings of the 'linear+ENC' control arms (added to the embeddings)
 VARIANTS = ('linear', 'linear-rope', 'softmax-rope') + tuple(f'linear+{e}' for e in ABSOLUTE)
 

@@ -258,10 +258,12 @@ def longtext_ngram(*, n_test: int = 5000, # test reviews scored: the fixed seede
     print(f"{out}: test accuracy {rec['test_accuracy']:.4f} on {n_test} reviews (C={best})", flush=True)
     return 0
 
-# %% ../nbs/27_long_text.ipynb #50596ce6
+# %% ../nbs/27_long_text.ipynb #50596ce6i
 import functools
 from .data import UNK
 
+
+# %% ../nbs/27_long_text.ipynb #50596ce6
 BPE_PLANS = {   # classifier size and budget of the BPE long-text runs (`train_classifier` options)
     'cpu': dict(d_model=64, n_heads=4, n_layers=2, d_ff=256, dropout=0.1, max_tokens=4096, lr=1e-3, warmup=100,
                 steps=1500, eval_every=250),
