@@ -18,7 +18,7 @@ from .model import ModelConfig, Seq2Seq, warm_start_weights
 # %% auto #0
 __all__ = ['SOLVERS', 'MAX_POSITION', 'FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FLOATER_OFFICIAL', 'FloaterDynamics',
            'FloaterDivergence', 'solve_trajectory', 'sinusoidal_dynamics', 'sinusoidal_floater_dynamics', 'FloaterPE',
-           'FloaterBlocksPE', 'FloaterInputPE', 'floater_from_sinusoidal', 'BlockBiasPE']
+           'FloaterBlocksPE', 'FloaterInputPE', 'fused_qkv_bias', 'floater_from_sinusoidal', 'BlockBiasPE']
 
 # %% ../nbs/11_floater.ipynb #e12b9e3b
 from .core import positions_max
@@ -250,14 +250,16 @@ FLOATER_INITS = ('default', 'xavier')       # 'default': Linear's init for h, N(
 FLOATER_REFRESH_MODES = ('shift', 'detach') # between refreshes: the cache moved by p(0)'s change; the official constant
 
 # %% ../nbs/11_floater.ipynb #a22d11ba
-def _check_floater_options(n_layers, delta, solver: str, inject: str, prior, substeps, refresh_every, chunk,
-                           rtol: float, atol: float, init: str, refresh_mode: str):
-    "Refuse a bad FLOATER option in one line naming the fix."
+def _check_floater_options(n_layers, delta, solver: str, adjoint: bool, inject: str, prior, substeps, refresh_every,
+                           chunk, rtol: float, atol: float, init: str, refresh_mode: str):
+    "Refuse a bad FLOATER option in one line naming the fix (and a missing solver package: the extra to install)."
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not math.isfinite(delta) or delta <= 0:
         raise ValueError(f"FLOATER delta (time between consecutive positions) must be a positive finite number, "
                          f"got {delta!r}; the default is 0.01")
     if solver not in SOLVERS:
         raise ValueError(f"unknown FLOATER ODE solver {solver!r}; choose one of {SOLVERS}")
+    if solver == 'dopri5' or adjoint:
+        require('torchdiffeq', f"FLOATER with solver={solver!r}, adjoint={adjoint}")
     if inject not in ('blocks', 'input'):
         raise ValueError(f"FLOATER inject must be 'blocks' or 'input', got {inject!r}")
     if prior not in (None, 'sinusoidal'):
@@ -309,9 +311,8 @@ class FloaterPE(PosEnc):
                  prior: Optional[str] = None, base: float = 10000., init_std: float = 0.02, chunk: int = 16,
                  init: str = 'default', cross_kv_flow: bool = False, refresh_mode: str = 'shift'):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
-        _check_floater_options(n_layers, delta, solver, inject, prior, substeps, refresh_every, chunk, rtol, atol,
-                               init, refresh_mode)
-        if solver == 'dopri5' or adjoint: require('torchdiffeq', f"FLOATER with solver={solver!r}, adjoint={adjoint}")
+        _check_floater_options(n_layers, delta, solver, adjoint, inject, prior, substeps, refresh_every, chunk, rtol,
+                               atol, init, refresh_mode)
         self.inject, self.delta, self.solver, self.substeps = inject, float(delta), solver, substeps
         self.adjoint, self.rtol, self.atol, self.refresh_every = bool(adjoint), rtol, atol, refresh_every
         self.prior, self.base, self.chunk = prior, base, chunk
@@ -448,6 +449,7 @@ def _extend(self: FloaterPE, n: int, key: tuple, graph: bool):
     m = self._round(n)
     self._set(torch.cat([cur, self._solve(cur[-1], cur.shape[0] - 1, m - cur.shape[0])]), key, graph, True)
 
+# %% ../nbs/11_floater.ipynb #9531db53
 @patch
 def trajectory(self: FloaterPE, n: int) -> Tensor:
     "States p(t_i) for positions i = 0..>=n-1, shape (T, N, d): cached, extended or recomputed as needed."
@@ -584,6 +586,7 @@ def embed(self: FloaterPE, x: Tensor, p: Positions) -> Tensor:
     traj = self.trajectory(self._need(p))
     return x + F.embedding(p.pos, traj[:, 0]).to(x.dtype)
 
+# %% ../nbs/11_floater.ipynb #aec7491e
 @patch
 def _slot(self: FloaterPE, site: Site) -> int:
     "Row of `p0` holding `site`'s q initial value (k and v follow it), from `_slot_of`."
@@ -799,25 +802,27 @@ def _slot_rows(self: FloaterPE, traj: Tensor, i: int) -> Tensor:
     return self._split[1][i // 3]
 
 # %% ../nbs/11_floater.ipynb #ff907e0e
-@patch
-def fused_qkv_bias(self: FloaterPE,
+def fused_qkv_bias(pe: PosEnc, # an encoding with per-block q/k/v input biases (hook 2): 'floater', 'block-bias'
                    pos: Tensor, # integer position ids (L,) or (B,L) of the projection's input tokens
                    weight: Tensor, # the fused projection's weight (3D, D): rows q, k, v (`nn.Linear(D, 3D).weight`)
                    layer: int = 0, # the block
-                   kind: Optional[str] = None # the block's attention kind, one of `kinds` (default: the first)
+                   kind: Optional[str] = None # the block's attention kind, one of `pe.sites` (default: the first)
                   ) -> Tensor: # (B or 1, L, 3D), in the weight's dtype
     "The block's q/k/v input biases moved to a fused projection's output: `proj(x) + b` equals three split projections."
-    if self.inject == 'input':
-        raise ValueError("'floater-input' adds its positions to the token embeddings (embed), not to q/k/v; "
-                         "use 'floater' for per-block biases")
-    D = self.d_model
+    name = getattr(pe, 'registry_name', type(pe).__name__)
+    if type(pe).qkv_bias is PosEnc.qkv_bias or not pe.sites:
+        raise ValueError(f"{name!r} adds no per-block q/k/v input bias (it acts through its other hooks); "
+                         f"use 'floater' or 'block-bias' here")
+    D = pe.d_model
     if weight.dim() != 2 or tuple(weight.shape) != (3 * D, D):
         raise ValueError(f"weight must be a fused qkv projection's ({3 * D}, {D}) weight, got {tuple(weight.shape)}; "
                          f"pass nn.Linear({D}, {3 * D}).weight")
     p = Positions(pos[None] if pos.dim() == 1 else pos)
-    biases = self.qkv_bias(p, p, Site(kind or self.kinds[0], layer, self.n_heads, D // self.n_heads))
+    biases = pe.qkv_bias(p, p, Site(kind or pe.sites[0], layer, pe.n_heads, D // pe.n_heads))
     if biases is None:                                       # exactly zero (an untouched warm start)
         return weight.new_zeros(1, p.pos.shape[1], 3 * D)
+    if any(b.dim() != 3 for b in biases):
+        raise ValueError(f"{name!r} gives per-head q/k/v inputs (B,H,L,D), which a fused projection cannot take")
     return torch.cat([F.linear(b.to(weight.dtype), w) for b, w in zip(biases, weight.chunk(3))], -1)
 
 # %% ../nbs/11_floater.ipynb #95e880af
