@@ -15,9 +15,11 @@ from .utils import atomic_write, format_table
 # %% auto #0
 __all__ = ['PAPERS', 'VERDICTS', 'LEDGER_KEYS', 'BLEU_FLOOR', 'LM_CHANCE', 'SST2_MAJ', 'MCC_FLOOR', 'RF_MT', 'RF_ALT', 'RF_LONG',
            'RF_MLM', 'RF_LIN', 'RF_GLUE', 'RF_EXT', 'FL_MT', 'FL_REC', 'FL_EXT', 'XL_MT', 'M30K', 'SYN', 'ENJA',
-           'LT_SMALL', 'EXT', 'CLAIMS', 'LEDGER', 'Regime', 'Claim', 'metric_value', 'read_arm', 'regime_of',
-           'imdb_majority', 'run_arm', 'longtext_arm', 'mt_claim', 'mlm_claim', 'linear_claim', 'longtext_claim',
-           'glue_claim', 'decide', 'evaluate', 'build_ledger', 'check_rules', 'ledger_text', 'main', 'claims_table']
+           'LT_SMALL', 'EXT', 'CLAIMS', 'NGRAM_REF', 'RF_LONG_BPE', 'LIN_SCALES', 'MLM_SCALES', 'BPE_SCALE',
+           'ENJA_2400', 'LIN_LOSS', 'MLM_LOSS', 'REGIMES_CLAIMS', 'LEDGER', 'Regime', 'Claim', 'metric_value',
+           'read_arm', 'regime_of', 'imdb_majority', 'run_arm', 'longtext_arm', 'mt_claim', 'mlm_claim', 'linear_claim',
+           'longtext_claim', 'glue_claim', 'decide', 'evaluate', 'build_ledger', 'check_rules', 'ledger_text', 'main',
+           'claims_table']
 
 # %% ../nbs/29_claims.ipynb #9910fcab
 PAPERS = {
@@ -162,10 +164,11 @@ def longtext_arm(size: str, L: int, pre: bool, enc: str) -> tuple:
     return (f"{enc}{' pre-trained' if pre else ''} at {L}", f'roformer-longtext/imdb{L}_{size}_{enc}_{init}_seed*.json',
             'test_accuracy')
 
-def mt_claim(id, paper, claim, exp, scale, a, b, where, key='bleu', metric='test BLEU (sacreBLEU)', **kw) -> Claim:
-    "A translation claim: arm b above arm a in test BLEU, family = the experiment, regime = the BLEU floor."
-    return Claim(id, paper, claim, exp, scale, metric, run_arm(exp, a, key), run_arm(exp, b, key), +1, exp, BLEU_FLOOR,
-                 where=where, **kw)
+def mt_claim(id, paper, claim, exp, scale, a, b, where, key='bleu', metric='test BLEU (sacreBLEU)', family=None,
+             **kw) -> Claim:
+    "A translation claim: arm b above arm a in test BLEU; family: the experiment unless given; the BLEU floor."
+    return Claim(id, paper, claim, exp, scale, metric, run_arm(exp, a, key), run_arm(exp, b, key), +1, family or exp,
+                 BLEU_FLOOR, where=where, **kw)
 
 def mlm_claim(size: str, scale: str, enc: str) -> Claim:
     "RoPE's final validation MLM loss below `enc`'s (notebook 26)."
@@ -261,12 +264,64 @@ CLAIMS = [
              '25_xl_translation, index'),
 ]
 
+# %% ../nbs/29_claims.ipynb #3228f25d
+NGRAM_REF = Regime('the bag-of-n-grams logistic regression on the same 5,000 test reviews, less 10 accuracy points',
+                   value_of=('roformer-longtext/imdb_ngram-logreg.json', 'test_accuracy'), margin=-0.10)
+RF_LONG_BPE = RF_ALT + '; tested with BPE tokens at 128 and 256 tokens, from scratch'
+LIN_SCALES = (('cpu-small', 'causal ELU+1 linear attention, width 64, 600 updates of 16 windows of 512 bytes'),
+              ('cpu-tiny', 'causal ELU+1 linear attention, width 32, 150 updates of 8 windows of 256 bytes'))
+MLM_SCALES = (('cpu-small', '2 layers width 32, 600 updates of 16,384 bytes'),
+              ('cpu-tiny', '2 layers width 32, 150 updates of 4,096 bytes'))
+BPE_SCALE = ('IMDb with a BPE of 8,000 ids, 2 layers width 64, 1,500 updates of 4,096 tokens from scratch; '
+             '5,000 fixed test reviews')
+ENJA_2400 = ENJA + ', 2,400 updates; input fusion'
+LIN_LOSS, MLM_LOSS = 'final validation loss (nats per byte)', 'final validation MLM loss (nats per masked byte)'
+
+def _lin(size, v): return (v, f'roformer-linear/{size}_{v}_seed*.json', 'valid_curve.-1.valid_loss')
+def _mlm(size, e): return (e, f'roformer-mlm/{size}_{e}_seed*.json', 'final_valid_loss')
+def _bpe(L, e): return (f'{e} at {L} tokens', f'roformer-longtext-bpe/imdb{L}_bpe-cpu_{e}_seed*.json', 'test_accuracy')
+
+REGIMES_CLAIMS = [
+    *[Claim(f'roformer-linear-control-{size}-vs-{v}', 'RoFormer', RF_LIN, 'roformer-linear', scale, LIN_LOSS,
+            _lin(size, v), _lin(size, 'linear-rope'), -1, f'roformer-linear-control-{size}', LM_CHANCE,
+            where='28_linear_lm')
+      for size, scale in LIN_SCALES for v in ('linear+sinusoidal', 'linear+learned')],
+    *[Claim(f'roformer-mlm-control-{size}-vs-{e}', 'RoFormer', RF_MLM, 'roformer-mlm', scale, MLM_LOSS,
+            _mlm(size, e), _mlm(size, 'rope'), -1, f'roformer-mlm-control-{size}', LM_CHANCE, where='26_mlm')
+      for size, scale in MLM_SCALES for e in ('none', 'learned-bert')],
+    *[Claim(f'roformer-longtext-bpe-{L}-vs-{e}', 'RoFormer', RF_LONG_BPE, 'roformer-longtext-bpe', BPE_SCALE,
+            'test accuracy', _bpe(L, e), _bpe(L, 'rope'), +1, 'roformer-longtext-bpe', NGRAM_REF, where='27_long_text')
+      for L in (128, 256) for e in ('sinusoidal', 'learned', 'alibi', 't5', 'none')],
+    Claim('roformer-longtext-bpe-protocol', 'RoFormer', RF_LONG, 'roformer-longtext-bpe',
+          BPE_SCALE + '; RoPE at 256 against learned at 128, both from scratch', 'test accuracy',
+          _bpe(128, 'learned'), _bpe(256, 'rope'), +1, 'roformer-longtext-bpe', NGRAM_REF, paper_effect=0.0202,
+          where='27_long_text'),
+    *[Claim(f'roformer-longtext-bpe-length-{e}', 'RoFormer',
+            RF_LONG + ' (the length control: the same encoding at both limits)', 'roformer-longtext-bpe', BPE_SCALE,
+            'test accuracy', _bpe(128, e), _bpe(256, e), +1, 'roformer-longtext-bpe-length', NGRAM_REF,
+            where='27_long_text')
+      for e in ('rope', 'sinusoidal', 'learned', 'alibi', 't5', 'none')],
+    *[mt_claim(f'{exp}-vs-block-bias', 'FLOATER',
+               FL_REC + '; against per-block learned biases at the same sites (block-bias: the ODE isolated)', exp,
+               scale, 'block-bias-migrated', 'floater-migrated', '11_floater, 21_multi30k', family=f'{exp}-ablation')
+      for exp, scale in (('floater-recipe', M30K + ': 400-update sinusoidal base, then 200 updates per arm, 1 CPU thread'),
+                         ('floater-recipe-1h', M30K + ': 3,000-update sinusoidal base, then 1,000 updates per arm'))],
+    mt_claim('xl-input-enja-2400-oracle', 'XL-PE',
+             XL_MT + '; here the aligner\'s oracle orders of the test sentences (the bound of a perfect reorderer)',
+             'xl-enja-2400', ENJA_2400, 'xl-input@monotone', 'xl-input@oracle-aligner', '25_xl_translation',
+             family='xl-enja-2400-orders'),
+    mt_claim('xl-input-enja-2400-vs-random', 'XL-PE',
+             XL_MT + '; the reorderer\'s orders against random orders (no information)', 'xl-enja-2400', ENJA_2400,
+             'xl-input@random', 'xl-input@predicted', '25_xl_translation', family='xl-enja-2400-orders'),
+]
+CLAIMS.extend(REGIMES_CLAIMS)
+
 # %% ../nbs/29_claims.ipynb #04b77992
 def _r(x, nd=6): return None if x is None else round(float(x), nd)
 
 def decide(learns: bool, n_seeds: Sequence[int], p_adjusted: Optional[float], effect: float, direction: int) -> str:
     "The verdict rules (see the top of this notebook)."
-    if not any(n_seeds): return 'untested'
+    if not all(n_seeds): return 'untested'              # an arm without records: nothing to compare yet
     if not learns: return 'no verdict'
     if min(n_seeds) < 3 or p_adjusted is None or p_adjusted >= 0.05: return 'inconclusive'
     return 'reproduces' if effect * direction > 0 else 'contradicts'

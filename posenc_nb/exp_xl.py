@@ -38,12 +38,14 @@ register_experiment(Experiment('xl-enja', 'enja-base', steps=600, encodings=XL_V
     command='python -m posenc_nb.experiments run xl-enja --threads 1'))
 
 # %% ../nbs/25_xl_translation.ipynb #00394268
-register_experiment(Experiment('xl-enja-2400', 'enja-base', steps=2400, encodings=('xl-input@predicted', 'xl-input@monotone', 'sinusoidal'),
+register_experiment(Experiment('xl-enja-2400', 'enja-base', steps=2400,
+    encodings=('xl-input@predicted', 'xl-input@monotone', 'sinusoidal', 'xl-input@oracle-aligner', 'xl-input@random'),
     variants=xl_variants(), seeds=(0, 1, 2), ci=False,
     overrides=dict(dec_pe='sinusoidal', d_model=128, n_enc=2, n_dec=2, d_ff=512, max_tokens=1500, lr=2e-3, warmup=200,
                    log_every=20, eval_every=400, ckpt_every=400, keep_ckpts=1, n_avg=1, eval_bleu_sents=0, beam=4),
     description='Japanese->English small_parallel_enja as xl-enja, with 2400 updates per run (4x the pilot): the reorderer\'s orders '
-                'against the monotone control and sinusoidal; 1 CPU thread',
+                'against the monotone control and sinusoidal, and the controls that bound it: the aligner\'s oracle orders of the test '
+                'sentences (what a perfect reorderer of this aligner would give) and random orders; 1 CPU thread',
     command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run xl-enja-2400 --full --threads 1'))
 
 # %% ../nbs/25_xl_translation.ipynb #08153bdc

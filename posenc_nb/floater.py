@@ -9,16 +9,16 @@ from dataclasses import replace
 from typing import Optional, Sequence
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
-from torchdiffeq import odeint, odeint_adjoint
 from fastcore.basics import patch
 from .core import Positions, Site, PosEnc, register_posenc, make_posenc, Attention
+from .utils import require
 from .baselines import sinusoidal_table, sinusoidal_codes
 from .model import ModelConfig, Seq2Seq, warm_start_weights
 
 # %% auto #0
 __all__ = ['SOLVERS', 'FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FLOATER_OFFICIAL', 'FloaterDynamics', 'FloaterDivergence',
            'solve_trajectory', 'sinusoidal_dynamics', 'sinusoidal_floater_dynamics', 'FloaterPE', 'FloaterBlocksPE',
-           'FloaterInputPE', 'floater_from_sinusoidal']
+           'FloaterInputPE', 'floater_from_sinusoidal', 'BlockBiasPE']
 
 # %% ../nbs/11_floater.ipynb #e12b9e3b
 from .core import positions_max
@@ -193,10 +193,11 @@ def solve_trajectory(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: f
         kw = dict(method=solver, rtol=rtol, atol=atol,
                   options=dict(grid_constructor=_substep_grid(substeps)) if solver != 'dopri5' else None)
         try:
+            tde = require('torchdiffeq', f"FLOATER's solver={solver!r}, adjoint={adjoint}")
             if adjoint:
-                o = odeint_adjoint(h, y, t, adjoint_params=tuple(h.parameters()), **kw)[1:]
+                o = tde.odeint_adjoint(h, y, t, adjoint_params=tuple(h.parameters()), **kw)[1:]
             else:
-                o = odeint(h, y, t, **kw)[1:]
+                o = tde.odeint(h, y, t, **kw)[1:]
         except AssertionError as e:                      # dopri5 reports a NaN step size as 'underflow in dt nan'
             raise FloaterDivergence(f"FLOATER: the solver failed between positions {i} and {j} ({e}); the dynamics h "
                                     f"diverged or holds NaN/inf: lower the learning rate or clip gradients, "
@@ -305,6 +306,7 @@ class FloaterPE(PosEnc):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         _check_floater_options(n_layers, delta, solver, inject, prior, substeps, refresh_every, chunk, rtol, atol,
                                init, refresh_mode)
+        if solver == 'dopri5' or adjoint: require('torchdiffeq', f"FLOATER with solver={solver!r}, adjoint={adjoint}")
         self.inject, self.delta, self.solver, self.substeps = inject, float(delta), solver, substeps
         self.adjoint, self.rtol, self.atol, self.refresh_every = bool(adjoint), rtol, atol, refresh_every
         self.prior, self.base, self.chunk = prior, base, chunk
@@ -849,3 +851,61 @@ FLOATER_OFFICIAL = dict(
     refresh_mode='detach',   # ... and in between use the cached trajectory as a constant (zero gradient to h and p(0))
     substeps=5,              # rk4 with step delta/5 (delta = 0.01 is the default already) ...
     adjoint=True)            # ... through torchdiffeq's adjoint
+
+# %% ../nbs/11_floater.ipynb #cd35b8ff
+@register_posenc('block-bias')
+class BlockBiasPE(PosEnc):
+    "FLOATER without an ODE: a learned q/k/v bias row per position in every block, zero at first, at FLOATER's sites."
+    bounded = True
+    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+                 kinds: Optional[Sequence[str]] = None, # attention kinds with biases (default: FLOATER's)
+                 prior: Optional[str] = None, # 'sinusoidal': keep the sinusoidal input encoding (a migrated model)
+                 base: float = 10000.): # the prior's frequency base
+        if not max_len: raise ValueError("'block-bias' needs max_len (rows of each bias table); pass max_len=...")
+        if prior not in (None, 'sinusoidal'):
+            raise ValueError(f"block-bias prior must be None or 'sinusoidal', got {prior!r}")
+        super().__init__(d_model, n_heads, n_layers, max_len, causal)
+        self.kinds = tuple(kinds) if kinds is not None else (('dec', 'cross') if causal else ('enc',))
+        bad = [k for k in self.kinds if k not in ('enc', 'dec', 'cross')]
+        if bad or not self.kinds:
+            raise ValueError(f"block-bias kinds must be a non-empty subset of ('enc','dec','cross'), got {kinds!r}")
+        self.sites = self.kinds
+        self.prior = prior
+        self.base = base
+        self._prior_table = None
+        n_slots = 3 * n_layers * len(self.kinds)
+        self.table = nn.Parameter(torch.zeros(max_len, n_slots, d_model))   # (position, slot, d)
+        self._slot_of = {(k, l): 3 * (j * n_layers + l) for j, k in enumerate(self.kinds) for l in range(n_layers)}
+
+    def embed(self, x: Tensor, p: Positions) -> Tensor:
+        if self.prior is None: return x
+        codes, table = sinusoidal_codes(p.pos, self._prior_table, self.d_model, self.base, self.max_len)
+        if table is not self._prior_table: self._prior_table = table
+        return x + codes.to(x.dtype)
+
+    def qkv_bias(self, q_p: Positions, kv_p: Positions, site: Site):
+        i = self._slot_of.get((site.kind, site.layer))
+        if i is None:
+            raise ValueError(f"block-bias holds tables for {self.kinds} layers 0..{self.n_layers - 1}; "
+                             f"site {site.kind!r} layer {site.layer} asked; build it with those kinds and n_layers")
+        self.check_positions(q_p)
+        self.check_positions(kv_p)
+        rows = self.table[:, i:i + 3]
+        bq = F.embedding(q_p.pos, rows[:, 0])
+        bk, bv = F.embedding(kv_p.pos, rows[:, 1:].flatten(1)).chunk(2, -1)
+        return bq, bk, bv
+
+    def extra_repr(self): return super().extra_repr() + f", kinds={self.kinds}, prior={self.prior}"
+
+@patch
+def start_from(self: BlockBiasPE, name: str, options: dict) -> BlockBiasPE:
+    "Migrate from trained sinusoidal positions as FLOATER does: the sinusoid kept as the input, every block bias zero."
+    if name != 'sinusoidal':
+        raise ValueError(f"block-bias can start only from a model trained with 'sinusoidal' positions, not {name!r}; "
+                         "train a sinusoidal model first")
+    if self.prior != 'sinusoidal' or self.base != options.get('base', 10000.):
+        raise ValueError("a block-bias warm start keeps the trained sinusoidal input: build it with prior='sinusoidal' "
+                         f"and base={options.get('base', 10000.)}, got prior={self.prior!r}, base={self.base}")
+    with torch.no_grad(): self.table.zero_()
+    return self
+

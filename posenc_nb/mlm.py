@@ -23,11 +23,11 @@ from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table,
 from .cli import command, command_line, use_threads, main as cli_main
 
 # %% auto #0
-__all__ = ['BYTE_OFFSET', 'MASK_ID', 'BYTE_VOCAB', 'MLM_CONFIGS', 'FT_SIZES', 'RESULTS', 'MLM_COMMANDS', 'clean_text', 'byte_ids',
-           'subset_indices', 'byte_split', 'mask_tokens', 'encoder_states', 'MLM', 'MLMConfig', 'MLMTask',
-           'pretrain_mlm', 'load_encoder', 'FinetuneConfig', 'finetune', 'runs_dir', 'pretrain_dir', 'mlm_pretrain',
-           'mlm_finetune', 'main', 'load_mlm', 'seed_curve', 'mlm_curve', 'mlm_table', 'load_finetune',
-           'finetune_table']
+__all__ = ['BYTE_OFFSET', 'MASK_ID', 'BYTE_VOCAB', 'MLM_ARMS', 'MLM_CONFIGS', 'FT_SIZES', 'RESULTS', 'MLM_COMMANDS', 'clean_text',
+           'byte_ids', 'subset_indices', 'byte_split', 'mask_tokens', 'encoder_states', 'MLM', 'arm_encoding',
+           'init_positions', 'MLMConfig', 'MLMTask', 'pretrain_mlm', 'load_encoder', 'FinetuneConfig', 'finetune',
+           'runs_dir', 'pretrain_dir', 'mlm_pretrain', 'mlm_finetune', 'main', 'load_mlm', 'seed_curve', 'mlm_curve',
+           'mlm_table', 'load_finetune', 'finetune_table']
 
 # %% ../nbs/26_mlm.ipynb #c5330522
 BYTE_OFFSET = 4                    # ids 0-3 are the specials <pad> <s> </s> <unk> of `posenc_nb.data`; byte b is id b + 4
@@ -108,6 +108,24 @@ class MLM(nn.Module):
         "(B,L,V) logits over the vocabulary at every position."
         return F.linear(encoder_states(self.enc, x, p), self.enc.emb.weight, self.bias)
 
+# %% ../nbs/26_mlm.ipynb #106cf727
+MLM_ARMS = {'learned-bert': 'learned'}   # pre-training arms that are not registered encodings -> the encoding they build
+
+def arm_encoding(arm: str, # a registered encoding or a key of MLM_ARMS
+                ) -> str:
+    "The registered encoding a pre-training arm builds."
+    if arm in MLM_ARMS: return MLM_ARMS[arm]
+    if arm not in list_posencs(): raise ValueError(f"unknown encoding {arm!r}; choose one of {list_posencs() + list(MLM_ARMS)}")
+    return arm
+
+def init_positions(model: MLM, # a freshly built MLM
+                   arm: str, # its arm: a '-bert' arm gets position rows at the scaled tokens' size
+                  ) -> MLM:
+    "The model with the position rows of a '-bert' arm redrawn N(0, 1) (in place; other arms untouched, no random numbers drawn)."
+    if arm.endswith('-bert'):
+        with torch.no_grad(): model.enc.enc_pe.emb.weight.normal_(0., 1.)
+    return model
+
 # %% ../nbs/26_mlm.ipynb #82c9df0a
 @dataclass
 class MLMConfig:
@@ -123,7 +141,7 @@ class MLMConfig:
     amp: Optional[str] = 'bf16'     # autocast on CUDA; on a CPU without native bf16 the run is fp32 (recorded)
     def model_config(self) -> ModelConfig:
         return ModelConfig(src_vocab=BYTE_VOCAB, tgt_vocab=BYTE_VOCAB, d_model=self.d_model, n_heads=self.n_heads, n_enc=self.n_layers, n_dec=0,
-                           d_ff=self.d_ff, dropout=self.dropout, enc_pe=self.encoding, max_len=self.pe_len, activation='gelu')
+                           d_ff=self.d_ff, dropout=self.dropout, enc_pe=arm_encoding(self.encoding), max_len=self.pe_len, activation='gelu')
 
 # %% ../nbs/26_mlm.ipynb #e18cea82
 MLM_CONFIGS = {
@@ -192,7 +210,7 @@ def _mlm_learner(cfg: MLMConfig, run_dir: Path, device, stop_after: Optional[int
     "Model, optimizer, schedule, task and callbacks of a pre-training run, restored from the run folder's newest checkpoint."
     train = [x for x, _ in byte_split('imdb', 'train', cfg.max_len, cfg.n_train)]
     task = MLMTask(train, [x for x, _ in byte_split('imdb', 'validation', cfg.max_len, cfg.n_valid)], cfg, device, lambda: autocast_for(device, cfg.amp))
-    model = MLM(cfg.model_config()).to(device)
+    model = init_positions(MLM(cfg.model_config()), cfg.encoding).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01, fused=fused_adam(device))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier('linear', s + 1, cfg.warmup, (s + 1) / cfg.steps))
     ckpter = Checkpointer(run_dir, cfg.ckpt_every, keep=1, extra=lambda: {'mlm_config': asdict(cfg)}, device=device)
@@ -210,7 +228,7 @@ def pretrain_mlm(cfg: MLMConfig, # the run
                  stop_after: Optional[int] = None, # end this process after this many updates (an interruption; the schedule follows cfg.steps)
                 ) -> dict:
     "Pre-train (or resume) `cfg` with masked language modelling; the record: curves, final validation loss, provenance."
-    if cfg.encoding not in list_posencs(): raise ValueError(f"unknown encoding {cfg.encoding!r}; choose one of {list_posencs()}")
+    arm_encoding(cfg.encoding)   # an unknown arm is refused before any work
     device, run_dir, t0 = pick_device(device, 1), Path(run_dir), time.time(); run_dir.mkdir(parents=True, exist_ok=True)
     seed_all(cfg.seed); L = _mlm_learner(cfg, run_dir, device, stop_after); fit(L)
     rec = _mlm_record(cfg, L, run_dir, device, command, time.time() - t0)
