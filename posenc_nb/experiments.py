@@ -281,7 +281,7 @@ def seed_test(a: Sequence[float], # per-seed scores of the reference arm
               paired: bool = True, # the arms share seeds (same data order, same start): test the per-seed differences
               alpha: float = 0.05, # the interval is the 1 - alpha t interval of the difference
              ) -> dict:
-    "Seed-level test of b - a, one trained model per seed as the unit: paired t-test (`ttest_rel`) or Welch's (`ttest_ind`)."
+    "Seed-level test of b - a, one trained model per seed the unit: paired t-test (`ttest_rel`) or Welch (`ttest_ind`)."
     from scipy import stats
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if paired and a.shape != b.shape:
@@ -304,7 +304,7 @@ def min_detectable_effect(sd: float, # seed-level sd: of the per-seed difference
                           power: float = 0.8, # probability of detecting the effect
                           paired: bool = True, # paired differences (df n-1) or two independent arms (df 2n-2)
                          ) -> float:
-    "Smallest true difference a two-sided t-test over `n` seeds detects with probability `power`: (t(1-alpha/2) + t(power)) * se."
+    "Smallest true difference a two-sided t-test over `n` seeds detects with probability `power`: (t + t_power) * se."
     from scipy import stats
     if n < 2: return math.inf
     df, se = (n - 1, sd / math.sqrt(n)) if paired else (2 * n - 2, sd * math.sqrt(2 / n))
@@ -315,18 +315,20 @@ def seeds_needed(effect: float, # the difference to detect (e.g. the paper's), i
                  alpha: float = 0.05, power: float = 0.8, paired: bool = True,
                  max_seeds: int = 1000, # give up (None) beyond this many
                 ) -> Optional[int]:
-    "Fewest seeds per arm whose `min_detectable_effect` is at most |effect|; None when more than `max_seeds` would be needed."
+    "Fewest seeds per arm whose `min_detectable_effect` is at most |effect|; None beyond `max_seeds`."
     if sd == 0: return 2
-    return next((n for n in range(2, max_seeds + 1) if min_detectable_effect(sd, n, alpha, power, paired) <= abs(effect)), None)
+    enough = lambda n: min_detectable_effect(sd, n, alpha, power, paired) <= abs(effect)
+    return next((n for n in range(2, max_seeds + 1) if enough(n)), None)
 
 # %% ../nbs/20_experiments.ipynb #de87dc82
-def two_level_bootstrap(stats_a: Sequence, # per seed: an (items, k) array of each test item's sufficient statistics, reference arm
-                        stats_b: Sequence, # the same for the compared arm; seed s paired with seed s of `stats_a`, same items
+def two_level_bootstrap(stats_a: Sequence, # per seed: an (items, k) array of each test item's statistics, arm a
+                        stats_b: Sequence, # the same for arm b; seed s paired with seed s of `stats_a`, same items
                         score: Callable, # summed statistics (k,) -> the metric, e.g. corpus BLEU or accuracy
                         n_samples: int = 1000, seed: int = 12345) -> dict:
-    "Mean over seeds of score(b) - score(a), resampling seeds, then test items within each drawn seed (same draws for both arms)."
+    "Mean over seeds of score(b) - score(a), resampling seeds, then items within each drawn seed (same draws for both)."
     A, B = [np.asarray(x, dtype=float) for x in stats_a], [np.asarray(x, dtype=float) for x in stats_b]
-    if not A or len(A) != len(B): raise ValueError(f"two_level_bootstrap needs the same seeds in both arms; got {len(A)} and {len(B)}")
+    if not A or len(A) != len(B):
+        raise ValueError(f"two_level_bootstrap needs the same seeds in both arms; got {len(A)} and {len(B)}")
     if any(x.shape != y.shape for x, y in zip(A, B)):
         raise ValueError("two_level_bootstrap needs both arms scored on the same test items in every seed")
     per_seed = np.array([score(y.sum(0)) - score(x.sum(0)) for x, y in zip(A, B)])
@@ -337,8 +339,9 @@ def two_level_bootstrap(stats_a: Sequence, # per seed: an (items, k) array of ea
             idx = rng.integers(0, len(A[s]), len(A[s]))
             total += score(B[s][idx].sum(0)) - score(A[s][idx].sum(0))
         d[i] = total / len(A)
-    return dict(delta=delta, seed_deltas=per_seed.tolist(), ci=(float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5))),
-                p_value=_p_value(delta, d, n_samples), win_rate=float((d > 0).mean()), n_samples=n_samples, seeds=len(A))
+    ci = (float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5)))
+    return dict(delta=delta, seed_deltas=per_seed.tolist(), ci=ci, p_value=_p_value(delta, d, n_samples),
+                win_rate=float((d > 0).mean()), n_samples=n_samples, seeds=len(A))
 
 def accuracy_stats(correct: Sequence, # 0/1 correctness of each test item
                   ) -> np.ndarray:
@@ -379,23 +382,25 @@ def _baseline_runs(rows: list, experiment, baseline: str, seed) -> dict:
 # %% ../nbs/20_experiments.ipynb #1e0c667e
 def _item_test(hyps_a, hyps_b, refs, n_samples) -> dict:
     "One model per arm: Koehn's paired bootstrap over the test sentences, labelled as such."
-    return dict(**paired_bootstrap(hyps_a, hyps_b, refs, n_samples=n_samples), test='paired bootstrap over sentences (one model per arm)')
+    res = paired_bootstrap(hyps_a, hyps_b, refs, n_samples=n_samples)
+    return dict(**res, test='paired bootstrap over sentences (one model per arm)')
 
 def _seed_level(hyps_a: list, hyps_b: list, refs, n_samples) -> dict:
-    "Per-seed hypotheses of two arms (seed s with seed s): seed-level t-test on corpus BLEU, and the two-level bootstrap."
+    "Per-seed hypotheses of two arms (seed s with seed s): t-test over seeds on corpus BLEU, two-level bootstrap."
     m, _ = _bleu_stats(refs[:1], refs[:1])
     sa, sb = [_bleu_stats(h, refs)[1] for h in hyps_a], [_bleu_stats(h, refs)[1] for h in hyps_b]
     score = lambda st: m._compute_score_from_stats(list(st)).score
     ba, bb = [score(x.sum(0)) for x in sa], [score(x.sum(0)) for x in sb]
     st, tl = seed_test(ba, bb), two_level_bootstrap(sa, sb, score, n_samples=n_samples)
-    return dict(bleu_a=float(np.mean(ba)), bleu_b=float(np.mean(bb)), delta=st['effect'], p_value=st['p'], ci=st['ci'], test=st['test'],
-                win_rate=tl['win_rate'], p_two_level=tl['p_value'], ci_two_level=tl['ci'], seed_deltas=tl['seed_deltas'],
-                n_samples=n_samples, n_sents=len(refs))
+    return dict(bleu_a=float(np.mean(ba)), bleu_b=float(np.mean(bb)), delta=st['effect'], p_value=st['p'],
+                ci=st['ci'], test=st['test'], win_rate=tl['win_rate'], p_two_level=tl['p_value'],
+                ci_two_level=tl['ci'], seed_deltas=tl['seed_deltas'], n_samples=n_samples, n_sents=len(refs))
 
-def significance(experiment, baseline: str = 'sinusoidal', seed: Optional[int] = 0, root='results', n_samples: int = 1000) -> list:
-    """Every other encoding's test BLEU against `baseline`'s on the same test set: the runs of `seed` (paired bootstrap over
-    sentences, one model per arm), or (`seed=None`) the seeds each encoding shares with the baseline (seed-level t-test and
-    two-level bootstrap; a single shared seed falls back to the sentence bootstrap), its `seed` then being that list."""
+def significance(experiment, baseline: str = 'sinusoidal', seed: Optional[int] = 0, root='results',
+                 n_samples: int = 1000) -> list:
+    """Every other encoding's test BLEU against `baseline`'s on the same test set: the runs of `seed` (paired bootstrap
+    over sentences, one model per arm), or (`seed=None`) the seeds each encoding shares with the baseline (t-test over
+    seeds and the two-level bootstrap; a single shared seed falls back to the sentence bootstrap), `seed` that list."""
     rows = load_results(experiment, root)
     base = _baseline_runs(rows, experiment, baseline, seed)
     refs = test_references(read_json(Path(next(iter(base.values()))['dir']) / 'config.json'))
@@ -412,19 +417,24 @@ def significance(experiment, baseline: str = 'sinusoidal', seed: Optional[int] =
     return out
 
 # %% ../nbs/20_experiments.ipynb #bd40d3d7
+def _test_detail(s: dict) -> str:
+    "The resampling detail of one comparison: the two-level bootstrap of a seed-level test, else the sentence count."
+    if 'p_two_level' not in s: return f" ({s['n_samples']} resamples of {s['n_sents']} sentences)"
+    per_seed = ' / '.join(f'{x:+.2f}' for x in s['seed_deltas'])
+    return f"; two-level bootstrap over seeds and sentences: p = {s['p_two_level']:.4f}, per seed {per_seed}"
+
 def format_significance(sig: list, alpha: float = 0.05) -> str:
-    "One sentence per comparison, naming the test (how the seeds enter) and, for seed-level tests, the two-level bootstrap."
+    "One sentence per comparison, naming the test (how seeds enter) and, for seed-level tests, the two-level bootstrap."
     out = []
     for s in sig:
-        verdict = 'significantly ' + ('better' if s['delta'] > 0 else 'worse') if (s['p_value'] or 1) < alpha else 'not significantly different'
+        significant = s['p_value'] is not None and s['p_value'] < alpha
+        verdict = 'not significantly different'
+        if significant: verdict = 'significantly ' + ('better' if s['delta'] > 0 else 'worse')
         sd = f"seeds {', '.join(map(str, s['seed']))}" if isinstance(s['seed'], list) else f"seed {s['seed']}"
         ci = '' if s['ci'] is None else f" (95% CI {s['ci'][0]:+.2f} .. {s['ci'][1]:+.2f})"
         p = 'n/a' if s['p_value'] is None else f"{s['p_value']:.4f}"
-        more = (f"; two-level bootstrap over seeds and sentences: p = {s['p_two_level']:.4f}, per seed "
-                f"{' / '.join(f'{x:+.2f}' for x in s['seed_deltas'])}") if 'p_two_level' in s else \
-               f" ({s['n_samples']} resamples of {s['n_sents']} sentences)"
-        out.append(f"{s['system']} vs {s['baseline']} ({sd}): {s['bleu_b']:.2f} vs {s['bleu_a']:.2f} BLEU, delta {s['delta']:+.2f}{ci}, "
-                   f"{s['test']}: p = {p}{more}: {verdict} at alpha = {alpha}")
+        out.append(f"{s['system']} vs {s['baseline']} ({sd}): {s['bleu_b']:.2f} vs {s['bleu_a']:.2f} BLEU, "
+                   f"delta {s['delta']:+.2f}{ci}, {s['test']}: p = {p}{_test_detail(s)}: {verdict} at alpha = {alpha}")
     return '\n'.join(out)
 
 # %% ../nbs/20_experiments.ipynb #87368976
