@@ -12,11 +12,13 @@ from torch import Tensor
 from .core import Positions, Site, PosEnc, register_posenc, make_posenc, list_posencs, Attention
 
 # %% auto #0
-__all__ = ['NoPosEnc', 'sinusoidal_table', 'sinusoidal_codes', 'SinusoidalPosEnc', 'LearnedPosEnc', 'relative_offsets',
-           'ShawPosEnc', 't5_bucket', 'T5PosEnc', 'alibi_slopes', 'ALiBiPosEnc']
+__all__ = ['NoPosEnc', 'sinusoidal_table', 'sinusoidal_codes', 'SinusoidalPosEnc', 'LearnedPosEnc', 'relative_offsets', 'pos_at',
+           'shaw_score_mod', 'ShawPosEnc', 't5_bucket', 't5_score_mod', 'T5PosEnc', 'alibi_slopes', 'alibi_score_mod',
+           'ALiBiPosEnc']
 
 # %% ../nbs/01_baselines.ipynb #c6ab0a28
-from .core import known_range
+from typing import Callable
+from .core import known_range, BiasRows, shared_rows, column_offsets, flex_available
 
 # %% ../nbs/01_baselines.ipynb #4f929d67
 @register_posenc('none')
@@ -63,7 +65,8 @@ def sinusoidal_codes(pos: Tensor, # integer positions, any shape
 @register_posenc('sinusoidal')
 class SinusoidalPosEnc(PosEnc):
     "Fixed sinusoidal codes (Vaswani et al. 2017) added to the input embeddings at the explicit positions."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
+                 causal: bool = False,
                  base: float = 10000.): # frequency base (see `sinusoidal_table`)
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         self.base, self._table = base, None
@@ -82,7 +85,8 @@ class SinusoidalPosEnc(PosEnc):
 class LearnedPosEnc(PosEnc):
     "A trainable embedding row per absolute position `0..max_len-1`, added to the input embeddings."
     bounded = True      # one row per position: max_len is a hard limit
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False):
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
+                 causal: bool = False):
         if not max_len: raise ValueError("'learned' positions need max_len (the number of rows of the table); pass max_len=...")
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         self.emb = nn.Embedding(max_len, d_model)
@@ -99,11 +103,33 @@ def relative_offsets(q_pos: Tensor, # query head positions (B,h,Lq)
     "Offsets `k_pos - q_pos` of every query/key pair: (B,h,Lq) and (B,h',Lk) -> (B,max(h,h'),Lq,Lk)."
     return k_pos[..., None, :] - q_pos[..., :, None]
 
+# %% ../nbs/01_baselines.ipynb #a8673a9e
+def pos_at(pos: Tensor # head positions (B|1,1|H,L)
+          ) -> Callable:
+    "`at(b, h, i) = pos[b, h, i]` for FlexAttention's index tensors, a batch or head dimension of size 1 broadcast."
+    one_b, one_h = pos.shape[0] == 1, pos.shape[1] == 1
+    def at(b, h, i): return pos[0 if one_b else b, 0 if one_h else h, i]
+    return at
+
+# %% ../nbs/01_baselines.ipynb #3ca4753d
+def shaw_score_mod(scores: Tensor, # q·w^K_r/sqrt(dh) of every query and clipped offset r = -clip..clip (B,H,Lq,2clip+1)
+                   q_pos: Tensor, # query head positions (B|1,1|H,Lq)
+                   k_pos: Tensor, # key head positions (B|1,1|H,Lk)
+                   clip: int # offsets beyond +-clip share the last vector
+                  ) -> Callable:
+    "FlexAttention score_mod adding Shaw's bias: `scores` at each query/key pair's clipped offset (differentiable)."
+    qa, ka = pos_at(q_pos), pos_at(k_pos)
+    def score_mod(score, b, h, q_idx, kv_idx):
+        r = (ka(b, h, kv_idx) - qa(b, h, q_idx)).clamp(-clip, clip) + clip
+        return score + scores[b, h, q_idx, r].to(score.dtype)
+    return score_mod
+
 # %% ../nbs/01_baselines.ipynb #05b6f577
 @register_posenc('shaw')
 class ShawPosEnc(PosEnc):
     "Relative key embeddings w^K_{clip(j-i,k)} (Shaw et al. 2018) as a logit bias q·w/sqrt(dh); one table per layer."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
+                 causal: bool = False,
                  clip: int = 16): # offsets beyond +-clip share the last vector
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         if d_model % n_heads: raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pick n_heads that divides d_model")
@@ -111,12 +137,32 @@ class ShawPosEnc(PosEnc):
         self.clip, self.head_dim = clip, d_model // n_heads
         self.rel_k = nn.Parameter(torch.randn(n_layers, 2 * clip + 1, self.head_dim) * self.head_dim ** -0.5)
 
+    def table(self, site: Site) -> Tensor:
+        "The vectors w^K of `site`'s layer, (2k+1, dh)."
+        if site.layer < self.n_layers: return self.rel_k[site.layer]
+        raise ValueError(f"'shaw' was built with n_layers={self.n_layers} but layer {site.layer} asked; pass n_layers")
+
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
-        if site.layer >= self.n_layers: raise ValueError(f"'shaw' was built with n_layers={self.n_layers} but layer {site.layer} asked; pass n_layers")
-        s = torch.matmul(q, self.rel_k[site.layer].to(q.dtype).T)                      # (B,H,Lq,2k+1)
+        s = torch.matmul(q, self.table(site).to(q.dtype).T)                             # (B,H,Lq,2k+1)
         idx = relative_offsets(q_pos, k_pos).clamp(-self.clip, self.clip) + self.clip   # (B,1|H,Lq,Lk)
         idx = idx.expand(q.shape[0], q.shape[1], q.shape[2], idx.shape[-1])
         return torch.gather(s, -1, idx) * q.shape[-1] ** -0.5
+
+    def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[BiasRows]:
+        "`logit_bias` by blocks (gradient to q and `rel_k`); dense only within `clip` of the diagonal (column_offsets)."
+        qp, kp = shared_rows(q_pos, k_pos)
+        w, c = self.table(site), self.clip
+        def rows(qr, s, e, k0=0, k1=None):
+            idx = relative_offsets(qp[..., s:e], kp[..., k0:k1]).clamp(-c, c) + c        # (B|1,1|H,rows,keys)
+            sc = torch.matmul(qr, w.to(qr.dtype).T)                                       # (B,H,rows,2k+1)
+            return torch.gather(sc, -1, idx.expand(*qr.shape[:3], idx.shape[-1])) * qr.shape[-1] ** -0.5
+        def far(qr, s, e):                                                              # offsets < -clip, > clip
+            return tuple(torch.matmul(qr, w[i].to(qr.dtype)) * qr.shape[-1] ** -0.5 for i in (0, -1))
+        mod = None
+        if flex_available(q.device):
+            mod = shaw_score_mod(torch.matmul(q, w.to(q.dtype).T) * q.shape[-1] ** -0.5, q_pos, k_pos, c)
+        if not column_offsets(q_pos, k_pos): return BiasRows(rows, (self.rel_k,), uses_q=True, score_mod=mod)
+        return BiasRows(rows, (self.rel_k,), uses_q=True, score_mod=mod, reach=c, far=far)
 
 # %% ../nbs/01_baselines.ipynb #c031b551
 @lru_cache(maxsize=32)
@@ -150,11 +196,26 @@ def t5_bucket(rel: Tensor, # relative offsets j - i (key minus query position)
     if lut is None: lut = _t5_signed_lut(num_buckets, max_distance, bidirectional).to(rel.device)
     return lut[rel.clamp(-max_distance, max_distance).add_(max_distance)]     # exact: every |offset| >= max_distance shares its direction's last bucket
 
+# %% ../nbs/01_baselines.ipynb #222ddc05
+def t5_score_mod(weight: Tensor, # the bucket table (num_buckets, H): `T5PosEnc.bias.weight`
+                 lut: Tensor, # `_t5_signed_lut` on the device: bucket of each offset -max_distance..max_distance
+                 q_pos: Tensor, # query head positions (B|1,1|H,Lq)
+                 k_pos: Tensor, # key head positions (B|1,1|H,Lk)
+                 max_distance: int # offsets beyond it share the last bucket
+                ) -> Callable:
+    "FlexAttention score_mod adding T5's bias `weight[bucket(j - i), h]` (its gradient reaches `weight`)."
+    qa, ka = pos_at(q_pos), pos_at(k_pos)
+    def score_mod(score, b, h, q_idx, kv_idx):
+        r = (ka(b, h, kv_idx) - qa(b, h, q_idx)).clamp(-max_distance, max_distance) + max_distance
+        return score + weight[lut[r], h].to(score.dtype)
+    return score_mod
+
 # %% ../nbs/01_baselines.ipynb #5328444b
 @register_posenc('t5')
 class T5PosEnc(PosEnc):
     "T5 relative attention bias: a learned scalar per head and log-spaced offset bucket, shared across layers."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
+                 causal: bool = False,
                  num_buckets: int = 32, # buckets of offsets (see `t5_bucket`)
                  max_distance: int = 128): # offsets beyond it share the last bucket
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
@@ -172,6 +233,20 @@ class T5PosEnc(PosEnc):
         heads = torch.arange(self.n_heads, device=b.device)[:, None, None]
         return self.bias.weight.T[heads, b]                                                                  # (B,H,Lq,Lk)
 
+    def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[BiasRows]:
+        """`logit_bias` by blocks, (1,H,rows,keys) when the batch shares positions; dense only within `max_distance` of
+        the diagonal where positions are columns (`column_offsets`)."""
+        qp, kp = shared_rows(q_pos, k_pos)
+        lut, w, md = (self.lut_causal if site.causal else self.lut_bi), self.bias.weight, self.max_distance
+        heads = torch.arange(self.n_heads, device=w.device)[:, None, None]
+        def rows(qr, s, e, k0=0, k1=None):
+            b = t5_bucket(relative_offsets(qp[..., s:e], kp[..., k0:k1]), not site.causal, self.num_buckets, md, lut)
+            return w.T[heads, b]
+        def far(qr, s, e): return w[lut[0]][None, :, None], w[lut[-1]][None, :, None]    # beyond -+max_distance
+        mod = t5_score_mod(w, lut, q_pos, k_pos, md) if flex_available(w.device) else None
+        if not column_offsets(q_pos, k_pos): return BiasRows(rows, (w,), score_mod=mod)
+        return BiasRows(rows, (w,), score_mod=mod, reach=md, far=far)
+
 # %% ../nbs/01_baselines.ipynb #32c17a36
 def alibi_slopes(n_heads: int # attention heads H
                 ) -> Tensor: # (H,) slopes m_h
@@ -182,11 +257,25 @@ def alibi_slopes(n_heads: int # attention heads H
     extra = [2.0 ** (-8.0 * (2 * h - 1) / (2 * P)) for h in range(1, n_heads - P + 1)]
     return torch.tensor(base + extra, dtype=torch.float32)
 
+# %% ../nbs/01_baselines.ipynb #d24a2959
+def alibi_score_mod(slopes: Tensor, # (H,) head slopes m_h (`alibi_slopes`)
+                    q_pos: Tensor, # query head positions (B|1,1|H,Lq)
+                    k_pos: Tensor, # key head positions (B|1,1|H,Lk)
+                    causal: bool = False # decoder: -m_h (i - j); encoder: -m_h |i - j|
+                   ) -> Callable:
+    "FlexAttention score_mod adding ALiBi's bias: no bias tensor at all, as flash-attn's `alibi_slopes`."
+    qa, ka = pos_at(q_pos), pos_at(k_pos)
+    def score_mod(score, b, h, q_idx, kv_idx):
+        rel = ka(b, h, kv_idx) - qa(b, h, q_idx)
+        return score - slopes[h].to(score.dtype) * (-rel if causal else rel.abs()).to(score.dtype)
+    return score_mod
+
 # %% ../nbs/01_baselines.ipynb #1e665355
 @register_posenc('alibi')
 class ALiBiPosEnc(PosEnc):
     "ALiBi: fixed per-head linear penalty -m_h|i-j| (encoder) or -m_h(i-j) (decoder) on the attention logits."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False):
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
+                 causal: bool = False):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         self.register_buffer('slopes', alibi_slopes(n_heads), persistent=False)
 
@@ -194,3 +283,13 @@ class ALiBiPosEnc(PosEnc):
         rel = relative_offsets(q_pos, k_pos)                                   # j - i
         dist = (-rel) if site.causal else rel.abs()                             # i - j for the decoder (j <= i after masking)
         return dist.to(self.slopes.dtype) * -self.slopes[:, None, None]         # (B,H,Lq,Lk)
+
+    def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[BiasRows]:
+        "`logit_bias` a block of query rows at a time, (1,H,rows,Lk) when the batch's rows share positions."
+        qp, kp = (t.to(self.slopes.dtype) for t in shared_rows(q_pos, k_pos))   # integers < 2^24 subtract exactly
+        m = -self.slopes[:, None, None]
+        def rows(qr, s, e, k0=0, k1=None):
+            rel = kp[..., None, k0:k1] - qp[..., s:e, None]                       # j - i
+            return torch.mul(rel.neg_() if site.causal else rel.abs_(), m)
+        mod = alibi_score_mod(self.slopes, q_pos, k_pos, site.causal) if flex_available(q.device) else None
+        return BiasRows(rows, score_mod=mod)

@@ -17,9 +17,9 @@ from .utils import atomic_save, atomic_write, WriteFailed, _write_failed
 # %% auto #0
 __all__ = ['LR_SCHEDULES', 'CKPT_FORMAT', 'LOCK_FILE', 'pick_device', 'seed_all', 'inverse_sqrt', 'lr_multiplier',
            'budget_progress', 'RunState', 'Clock', 'Budget', 'Task', 'Callback', 'Learner', 'train_step', 'fit',
-           'BatchStream', 'TrainLog', 'ProgressBar', 'Evaluator', 'KeepBest', 'Checkpointer', 'restore',
-           'cpu_bf16_supported', 'autocast_for', 'precision_name', 'fused_adam', 'jsonl_logger', 'read_metrics',
-           'RunLocked', 'RunLock', 'OnStep', 'NonFiniteLoss', 'StopOnNonFinite']
+           'BatchStream', 'TrainLog', 'ProgressBar', 'Evaluator', 'KeepBest', 'Checkpointer', 'latest_checkpoint',
+           'restore', 'cpu_bf16_supported', 'autocast_for', 'precision_name', 'fused_adam', 'jsonl_logger',
+           'read_metrics', 'RunLocked', 'RunLock', 'OnStep', 'NonFiniteLoss', 'StopOnNonFinite']
 
 # %% ../nbs/05_engine.ipynb #a58fffb3
 def _dist_setup(device):
@@ -379,12 +379,14 @@ def save(self: Checkpointer, learn: Learner):
     for old in self.paths()[:-self.keep]: old.unlink()
 
 # %% ../nbs/05_engine.ipynb #bf7480ab
-@patch
-def latest(self: Checkpointer) -> Optional[dict]:
-    "The newest readable checkpoint in `folder`, or None."
-    for p in reversed(self.paths()):
+def latest_checkpoint(folder) -> Optional[dict]:
+    "The newest readable checkpoint `ckpt_*.pt` in `folder`, or None."
+    for p in reversed(_ckpt_paths(folder)):
         try: return _read_ckpt(p)
         except ValueError as e: warnings.warn(f"skipping unreadable checkpoint: {e}")
+
+@patch
+def latest(self: Checkpointer) -> Optional[dict]: return latest_checkpoint(self.folder)
 
 def restore(learn: Learner, ckpt: dict, rank: int = 0):
     "Continue `learn` from `ckpt`: weights, optimizer, schedule, scaler, counters, data position, this rank's RNG."

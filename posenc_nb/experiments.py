@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 from fastcore.script import Param
-from .core import list_posencs, provider_modules, import_registering
+from .core import list_posencs, import_registering
 from .data import load_parallel, cache_dir
 from .decode import translate, bleu, chrf
 from .train import TrainConfig, CONFIGS, config_from_name
@@ -154,7 +154,7 @@ def register_experiment(exp: Experiment # the declaration; its name must be new 
 
 def list_experiments() -> list:
     "Every experiment, those registered by other modules of the package included (imported once, found by a source scan)."
-    import_registering(r'^register_experiment\(')
+    import_registering('register_experiment')
     canon = importlib.import_module('posenc_nb.experiments')        # under `python -m`, this module runs as __main__
     for k, v in canon.EXPERIMENTS.items(): EXPERIMENTS.setdefault(k, v)
     return list(EXPERIMENTS.values())

@@ -9,9 +9,9 @@ from dataclasses import replace
 from typing import Optional, Sequence
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
-from torchdiffeq import odeint, odeint_adjoint
 from fastcore.basics import patch
 from .core import Positions, Site, PosEnc, register_posenc, make_posenc, Attention
+from .utils import require
 from .baselines import sinusoidal_table, sinusoidal_codes
 from .model import ModelConfig, Seq2Seq, warm_start_weights
 
@@ -193,10 +193,11 @@ def solve_trajectory(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: f
         kw = dict(method=solver, rtol=rtol, atol=atol,
                   options=dict(grid_constructor=_substep_grid(substeps)) if solver != 'dopri5' else None)
         try:
+            tde = require('torchdiffeq', f"FLOATER's solver={solver!r}, adjoint={adjoint}")
             if adjoint:
-                o = odeint_adjoint(h, y, t, adjoint_params=tuple(h.parameters()), **kw)[1:]
+                o = tde.odeint_adjoint(h, y, t, adjoint_params=tuple(h.parameters()), **kw)[1:]
             else:
-                o = odeint(h, y, t, **kw)[1:]
+                o = tde.odeint(h, y, t, **kw)[1:]
         except AssertionError as e:                      # dopri5 reports a NaN step size as 'underflow in dt nan'
             raise FloaterDivergence(f"FLOATER: the solver failed between positions {i} and {j} ({e}); the dynamics h "
                                     f"diverged or holds NaN/inf: lower the learning rate or clip gradients, "
@@ -305,6 +306,7 @@ class FloaterPE(PosEnc):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         _check_floater_options(n_layers, delta, solver, inject, prior, substeps, refresh_every, chunk, rtol, atol,
                                init, refresh_mode)
+        if solver == 'dopri5' or adjoint: require('torchdiffeq', f"FLOATER with solver={solver!r}, adjoint={adjoint}")
         self.inject, self.delta, self.solver, self.substeps = inject, float(delta), solver, substeps
         self.adjoint, self.rtol, self.atol, self.refresh_every = bool(adjoint), rtol, atol, refresh_every
         self.prior, self.base, self.chunk = prior, base, chunk

@@ -16,6 +16,8 @@
 #   mlm      per (seed, encoding): MLM pre-training, the pre-trained long-text arms, the GLUE arms (notebooks 26, 27)
 #   long     per encoding: the long-text arms from scratch at 512 and 1,024 bytes (notebook 27)
 #   lm       per variant: the byte-level LM with linear or softmax attention (notebook 28)
+#   biascost issue 37's table on CUDA, results/gpu/biascost-cuda.json (benchmarks/biascost.py, about a minute): run
+#            it alone, LANES=biascost LANES_AFTER=mlm, so that no other lane shares the GPU while it times
 #   floater-bb  per seed 0-4: floater-recipe-1h's block-bias-migrated arm (the ODE ablation; a committed base is trained again
 #            into /tmp/rebase for its checkpoint), and seeds 3-4 of floater-migrated and sinusoidal-continued (issue #35)
 #   bpe      per encoding: BPE long text (notebook 27's BPE_PLANS['gpu']) at 256 and 128 tokens, 3 seeds, from scratch
@@ -61,6 +63,8 @@ lanes() {   # $1, $2: extra arguments of every FLOATER / RoFormer run (smoke: a 
   done; done
   [[ " $LANES " == *" long "* ]] && for e in rope sinusoidal learned alibi t5 none; do $RR longtext --encodings $e $rx > /tmp/logs/long-$e.log 2>&1 & done
   [[ " $LANES " == *" lm "* ]] && for v in linear linear-rope softmax-rope; do $RR linear --encodings $v $rx > /tmp/logs/lm-$v.log 2>&1 & done
+  [[ " $LANES " == *" biascost "* ]] && python3 benchmarks/biascost.py --device cuda ${3:---reps 5} \
+    --out results/gpu/biascost-cuda.json > /tmp/logs/biascost.log 2>&1 &    # alone on the GPU, or timings mean nothing
   return 0
 }
 
@@ -75,7 +79,7 @@ wait_until() {   # wait for every lane, or kill them all at $1 seconds after the
 if [ "$MODE" = smoke ]; then
   # 1. every chain end to end with a few updates, records into a scratch copy of results/ (thrown away)
   cp -r results /tmp/results_real
-  lanes "--steps 4 --set test_max_sents=16 ckpt_every=2 eval_every=2 --out /tmp/smoke/floater --work /tmp/smokework" "--steps 4"
+  lanes "--steps 4 --set test_max_sents=16 ckpt_every=2 eval_every=2 --out /tmp/smoke/floater --work /tmp/smokework" "--steps 4" "--quick"
   wait_until $(( DEADLINE_S - RATE_S ))
   find results -newer /tmp/start_marker -type f | sort > "$OUT/smoke_records.txt"
   rm -rf results .cache/roformer-runs runs; mv /tmp/results_real results
