@@ -22,7 +22,8 @@ setuptools.setup(
     author=cfg['author'], author_email=cfg['author_email'], keywords=cfg['keywords'].split(),
     url=cfg['git_url'], packages=setuptools.find_packages(include=[cfg['lib_path'], cfg['lib_path'] + '.*']),
     include_package_data=True, install_requires=requirements,
-    extras_require={'dev': dev_requirements, 'test': test_requirements},
+    extras_require={'dev': dev_requirements, 'test': test_requirements,
+                    'notebooks': cfg.get('notebooks_requirements', '').split()},   # what a reader needs to Run All
     python_requires='>=' + cfg['min_python'], zip_safe=False,
     entry_points={'console_scripts': scripts, 'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"]},
     classifiers=['Development Status :: ' + statuses[int(cfg['status'])], 'Intended Audience :: ' + cfg['audience'].title(),

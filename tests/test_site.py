@@ -33,8 +33,10 @@ def test_directives_split_from_source():
 
 def test_discovery_reads_nbs_in_reading_order():
     stems = [p.stem for p in bs.discover_notebooks()]
-    assert stems[0] == 'index' and stems[1:] == sorted(stems[1:]) and '10_rope' in stems
-    assert bs.group_of('10_rope') == 'Methods' and bs.group_of('07_synthetic') == 'Library' and bs.group_of('index') == 'Notebooks'
+    numbered = [s for s in stems if s[:1].isdigit()]
+    assert stems[0] == 'index' and stems[-len(numbered):] == numbered == sorted(numbered) and '10_rope' in stems
+    assert 'course' in stems[1:-len(numbered)]                                # the reading path comes right after the index
+    assert bs.group_of('10_rope') == 'Methods' and bs.group_of('07_synthetic') == 'Library' and bs.group_of('course') == 'Start here'
 
 
 def test_nbdev_semantics(tmp_path, syms):

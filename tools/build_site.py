@@ -44,14 +44,14 @@ lib = 'posenc_nb'
 # --- discovery -------------------------------------------------------------------------------------------------
 
 def discover_notebooks(nbs=root/'nbs'):
-    "Every page notebook in `nbs/`, in reading order: `index` first, then by file name (the numbers)."
+    "Every page notebook in `nbs/`, in reading order: `index`, the unnumbered pages (the course), then by number."
     nbs_ = sorted(p for p in nbs.glob('*.ipynb') if not p.name.startswith(('_', '.')))
-    return sorted(nbs_, key=lambda p: (p.stem != 'index', p.name))
+    return sorted(nbs_, key=lambda p: (p.stem != 'index', p.stem[:1].isdigit(), p.name))
 
 def group_of(stem):
     "Sidebar caption for a notebook: the tens digit of its number says what kind of notebook it is."
     m = re.match(r'(\d)\d_', stem)
-    if not m: return 'Notebooks'
+    if not m: return 'Start here'
     return {'0': 'Library', '1': 'Methods', '2': 'Experiments'}.get(m.group(1), 'Notebooks')
 
 _re_dir = re.compile(r'^\s*#\s*\|\s*(.*?)\s*$')
