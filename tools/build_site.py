@@ -278,6 +278,8 @@ def execute_here(src, dest):
         sys.stderr.write(shell.prettytb(fname=src) + '\n')
         return 1
     write_nb(nb, dest)
+    t = os.times()
+    print(f'cpu {t.user + t.system + t.children_user + t.children_system:.1f}')   # for the build's summary
     return 0
 
 def execute_all(nbs, cache, workers=2):
@@ -298,11 +300,14 @@ def execute_all(nbs, cache, workers=2):
             for old in cache.glob(f'{p.stem}-*.ipynb'): old.unlink()
             tmp.replace(done[p])
         return p, r, time.time() - t
+    def cpu(r): return float(m.group(1)) if (m := re.search(r'^cpu ([\d.]+)$', r.stdout, re.M)) else 0.
     t0 = time.time()
     with ThreadPoolExecutor(max(1, int(workers))) as ex: runs = list(ex.map(run, todo))
     failed = [(p, r) for p, r, _ in runs if r.returncode]
-    for p, r, dt in sorted(runs, key=lambda x: -x[2]): print(f'  executed {p.name}: {dt:.0f} s' + (' FAILED' if r.returncode else ''))
-    print(f'execute: {len(todo)} notebooks run ({len(nbs) - len(todo)} cached) in {time.time() - t0:.0f} s, {workers} at a time')
+    for p, r, dt in sorted(runs, key=lambda x: -x[2]):
+        print(f'  executed {p.name}: {dt:.0f} s wall, {cpu(r):.0f} s CPU' + (' FAILED' if r.returncode else ''))
+    print(f'execute: {len(todo)} notebooks run ({len(nbs) - len(todo)} cached) in {time.time() - t0:.0f} s wall '
+          f'({sum(cpu(r) for _, r, _ in runs):.0f} s CPU), {workers} at a time')
     if failed: raise SystemExit('\n\n'.join(f'{p.name} failed while executing for the site:\n{r.stderr[-4000:]}' for p, r in failed))
     return done
 
