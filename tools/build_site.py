@@ -28,7 +28,10 @@ entry and backticked notebook names link to the notebook's page.
 Exercise solutions: a code cell starting with `#| exercise-solution` runs (so the tests and this build check it) but
 is not shown on the site; the page says where the solution is (the notebook itself).
 
-Usage: python tools/build_site.py [--check] [--workers N] [--only 10_rope ...] [--no-execute]
+The execution is the notebook test: `--execute-only` runs it alone (it fails as `nbdev_test` does, with the
+traceback), and a later build finds every notebook in the cache, so CI can run the notebooks once for both.
+
+Usage: python tools/build_site.py [--check] [--workers N] [--only 10_rope ...] [--no-execute] [--execute-only]
 (--check then runs tools/check_site.py in headless Chromium; --only renders a subset of pages, for development)
 """
 import argparse, ast, hashlib, importlib, inspect, json, os, re, shutil, subprocess, sys, time
@@ -583,9 +586,15 @@ def main(argv=None):
     ap.add_argument('--cache', default=str(cache_root), help='folder of executed notebooks (default: _site/cache)')
     ap.add_argument('--no-execute', action='store_true', help='render the committed outputs only, execute nothing')
     ap.add_argument('--only', nargs='+', help='build only these pages (notebook stems) and the index, for development')
+    ap.add_argument('--execute-only', action='store_true',
+                    help='execute (or find cached) every notebook and stop: the notebook tests, leaving the cache for the site')
     ap.add_argument('--execute-one', nargs=2, metavar=('NOTEBOOK', 'OUT'), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.execute_one: return execute_here(*a.execute_one)
+    if a.execute_only:
+        nbs = [p for p in discover_notebooks() if not a.only or p.stem == 'index' or p.stem in a.only]
+        execute_all(nbs, Path(a.cache), a.workers)
+        return 0
     build(a.jobs, not a.no_execute, a.workers, a.cache, a.only)
     if a.check: return subprocess.run([sys.executable, str(root/'tools'/'check_site.py')], cwd=root).returncode
     return 0
