@@ -63,7 +63,8 @@ def sinusoidal_codes(pos: Tensor, # integer positions, any shape
 @register_posenc('sinusoidal')
 class SinusoidalPosEnc(PosEnc):
     "Fixed sinusoidal codes (Vaswani et al. 2017) added to the input embeddings at the explicit positions."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
+                 causal: bool = False,
                  base: float = 10000.): # frequency base (see `sinusoidal_table`)
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         self.base, self._table = base, None
@@ -82,7 +83,8 @@ class SinusoidalPosEnc(PosEnc):
 class LearnedPosEnc(PosEnc):
     "A trainable embedding row per absolute position `0..max_len-1`, added to the input embeddings."
     bounded = True      # one row per position: max_len is a hard limit
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False):
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
+                 causal: bool = False):
         if not max_len: raise ValueError("'learned' positions need max_len (the number of rows of the table); pass max_len=...")
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         self.emb = nn.Embedding(max_len, d_model)
@@ -103,7 +105,8 @@ def relative_offsets(q_pos: Tensor, # query head positions (B,h,Lq)
 @register_posenc('shaw')
 class ShawPosEnc(PosEnc):
     "Relative key embeddings w^K_{clip(j-i,k)} (Shaw et al. 2018) as a logit bias q·w/sqrt(dh); one table per layer."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
+                 causal: bool = False,
                  clip: int = 16): # offsets beyond +-clip share the last vector
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         if d_model % n_heads: raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pick n_heads that divides d_model")
@@ -154,7 +157,8 @@ def t5_bucket(rel: Tensor, # relative offsets j - i (key minus query position)
 @register_posenc('t5')
 class T5PosEnc(PosEnc):
     "T5 relative attention bias: a learned scalar per head and log-spaced offset bucket, shared across layers."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
+                 causal: bool = False,
                  num_buckets: int = 32, # buckets of offsets (see `t5_bucket`)
                  max_distance: int = 128): # offsets beyond it share the last bucket
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
@@ -186,7 +190,8 @@ def alibi_slopes(n_heads: int # attention heads H
 @register_posenc('alibi')
 class ALiBiPosEnc(PosEnc):
     "ALiBi: fixed per-head linear penalty -m_h|i-j| (encoder) or -m_h(i-j) (decoder) on the attention logits."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False):
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
+                 causal: bool = False):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         self.register_buffer('slopes', alibi_slopes(n_heads), persistent=False)
 

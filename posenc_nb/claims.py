@@ -248,7 +248,7 @@ def check_rules(ledger: list, # entries as `build_ledger` returns them (or as re
         if e['verdict'] in ('reproduces', 'contradicts'):
             c = spec.get(e['id'])
             if min(len(a['scores']) for a in e['arms'].values()) < 3: bad.append(f"{where}: {e['verdict']} with fewer than 3 seeds in an arm")
-            if 'seeds' not in e['test']: bad.append(f"{where}: {e['verdict']} without a seed-level test ({e['test']})")
+            if not e['test'].startswith(('paired t-test over', 'Welch t-test over')): bad.append(f"{where}: {e['verdict']} without a seed-level test ({e['test']})")
             if e['p_adjusted'] is None or e['p_adjusted'] >= 0.05: bad.append(f"{where}: {e['verdict']} with p_adjusted {e['p_adjusted']}")
             if not e['regime']['learns']: bad.append(f"{where}: {e['verdict']} from models that do not learn")
             if c is not None and (e['effect'] * c.direction > 0) != (e['verdict'] == 'reproduces'): bad.append(f"{where}: {e['verdict']} with an effect of the other sign")

@@ -14,7 +14,7 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from .core import Positions, list_posencs, encoding_streams
 from .model import ModelConfig, Classifier
 from .data import load_glue, get_tokenizer, pad_batch, TokenBatchSampler, GLUE_TASKS, UNK
-from .train import inverse_sqrt, autocast_for, fused_adam
+from .engine import inverse_sqrt, autocast_for, fused_adam
 from .utils import atomic_write, provenance, mean_sd, read_records
 
 # %% auto #0
@@ -117,14 +117,14 @@ def write_result(record: dict, path) -> Path:
     return path
 
 # %% ../nbs/23_glue.ipynb #17a061f7
-from .train import BatchStream, Budget, Evaluator, KeepBest, Learner, Task, fit
+from .engine import BatchStream, Budget, Evaluator, KeepBest, Learner, Task, fit
 
 # %% ../nbs/23_glue.ipynb #98ab110c
 class ClassifyTask(Task):
     "Classification of (ids, label) pairs: length-bucketed batches over epochs, cross-entropy, the task metric on validation."
     def __init__(self, data: dict, cfg: ClassifyConfig, metric: str, pad_id: int, device):
         self.data, self.cfg, self.metric, self.pad_id, self.device, self.seen = data, cfg, metric, pad_id, device, 0
-        self.stream = BatchStream([len(x) for x, _ in data['train']], cfg.max_tokens, seed=cfg.seed)
+        self.stream = BatchStream(TokenBatchSampler([len(x) for x, _ in data['train']], cfg.max_tokens, seed=cfg.seed))
         self.batches = map(self._tensors, self.stream)
     def _tensors(self, idx):
         self.seen += len(idx); return _tensors(self.data['train'], idx, self.pad_id, self.device)

@@ -13,14 +13,16 @@ from fastcore.script import Param
 from . import __version__
 from .core import list_posencs, encoding_streams
 from .utils import atomic_write, mean_sd, fmt_mean_sd, provenance, format_table as text_table
+from .utils import MissingExtra, extra_for, install_hint, missing_modules
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
-from .train import RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_stream_provider, read_metrics, train
+from .engine import read_metrics
+from .train import RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_stream_provider, train
 
 # %% auto #0
-__all__ = ['COMMANDS', 'INPUT_ERRORS', 'RECORD_KEYS', 'SUMMARY_KEYS', 'COLUMNS', 'COMPARE_KEYS', 'CLIError', 'add_params',
-           'add_command', 'command', 'build_parser', 'parse_sets', 'make_config', 'check_device', 'use_threads',
-           'exit_status', 'command_line', 'main', 'run_cli', 'cmd_list', 'default_run_dir', 'cmd_train',
+__all__ = ['COMMANDS', 'INPUT_ERRORS', 'COMMAND_EXTRAS', 'RECORD_KEYS', 'SUMMARY_KEYS', 'COLUMNS', 'COMPARE_KEYS', 'CLIError',
+           'add_params', 'add_command', 'command', 'build_parser', 'parse_sets', 'make_config', 'check_device',
+           'use_threads', 'exit_status', 'command_line', 'main', 'run_cli', 'cmd_list', 'default_run_dir', 'cmd_train',
            'find_checkpoint', 'cmd_translate', 'cmd_evaluate', 'finished_record', 'write_record', 'record_run',
            'load_records', 'summarize', 'format_table', 'compare_runs', 'plot_compare', 'cmd_compare']
 
@@ -263,7 +265,9 @@ def exit_status(e: BaseException, # what a command raised
     if os.environ.get('POSENC_DEBUG') == '1': raise e
     if isinstance(e, KeyboardInterrupt):
         _err("interrupted; files written so far are intact (all writes are atomic); rerun the same command to resume", prog); return 130
-    if isinstance(e, INPUT_ERRORS): _err(e, prog); return 2
+    if isinstance(e, (MissingExtra, *INPUT_ERRORS)): _err(e, prog); return 2
+    if isinstance(e, ModuleNotFoundError) and e.name and extra_for(e.name):        # an optional package
+        _err(f"{e.name.split('.')[0]} is not installed; {install_hint(e.name)}", prog); return 2
     _err(f"internal error ({type(e).__name__}: {e}); rerun with POSENC_DEBUG=1 for the traceback and please report it", prog); return 1
 
 # %% ../nbs/06_cli.ipynb #60ca18e9
@@ -275,10 +279,18 @@ def command_line() -> str:
     return ' '.join([prog, *map(shlex.quote, argv)])
 
 # %% ../nbs/06_cli.ipynb #c6557458
+# the extra each command needs, checked before it runs
+COMMAND_EXTRAS = {'train': 'experiments', 'compare': 'experiments', 'evaluate': 'experiments'}
+
 def _dispatch(parser: argparse.ArgumentParser, argv: list) -> int:
     args = vars(parser.parse_args(argv))
-    func = args.pop('_func', None); args.pop('cmd', None)
+    func = args.pop('_func', None); cmd = args.pop('cmd', None)
     if func is None: parser.print_help(sys.stderr); return 2
+    extra = COMMAND_EXTRAS.get(cmd)
+    missing = missing_modules(extra) if extra else []
+    if missing:                 # say so before any work, not after a training run that cannot score
+        raise MissingExtra(f"`{parser.prog} {cmd}` needs the {extra} extra ({', '.join(missing)} not installed); "
+                           f"pip install 'posenc_nb[{extra}]'")
     return int(func(**args) or 0)
 
 # %% ../nbs/06_cli.ipynb #01314aeb

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 from fastcore.script import Param
-from .core import list_posencs, provider_modules, import_registering
+from .core import list_posencs, import_registering
 from .data import load_parallel, cache_dir
 from .decode import translate, bleu, chrf
 from .train import TrainConfig, CONFIGS, config_from_name
@@ -154,7 +154,7 @@ def register_experiment(exp: Experiment # the declaration; its name must be new 
 
 def list_experiments() -> list:
     "Every experiment, those registered by other modules of the package included (imported once, found by a source scan)."
-    import_registering(r'^register_experiment\(')
+    import_registering('register_experiment')
     canon = importlib.import_module('posenc_nb.experiments')        # under `python -m`, this module runs as __main__
     for k, v in canon.EXPERIMENTS.items(): EXPERIMENTS.setdefault(k, v)
     return list(EXPERIMENTS.values())
@@ -272,7 +272,7 @@ def seed_test(a: Sequence[float], # per-seed scores of the reference arm
     effect = float(b.mean() - a.mean()) if a.size and b.size else math.nan
     name = f'paired t-test over {a.size} seeds' if paired else f'Welch t-test over {a.size} + {b.size} seeds'
     out = dict(test=name, n=(int(a.size), int(b.size)), effect=effect, sd=None, ci=None, p=None)
-    if min(a.size, b.size) < 2: return out
+    if min(a.size, b.size) < 2: return {**out, 'test': f'no test over seeds ({a.size} and {b.size} seeds)'}
     sd = float((b - a).std(ddof=1)) if paired else float(math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2))
     if sd == 0: return {**out, 'sd': 0.0, 'ci': (effect, effect), 'p': 1.0 if effect == 0 else 0.0}
     r = stats.ttest_rel(b, a) if paired else stats.ttest_ind(b, a, equal_var=False)

@@ -9,9 +9,9 @@ from dataclasses import replace
 from typing import Optional, Sequence
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
-from torchdiffeq import odeint, odeint_adjoint
 from fastcore.basics import patch
 from .core import Positions, Site, PosEnc, register_posenc, make_posenc, Attention
+from .utils import require
 from .baselines import sinusoidal_table, sinusoidal_codes
 from .model import ModelConfig, Seq2Seq, warm_start_weights
 
@@ -27,7 +27,7 @@ from .rope import _span
 
 # %% ../nbs/11_floater.ipynb #ed28f059
 class FloaterDynamics(nn.Module):
-    "Time-conditioned MLP h(t, p): two affine layers of width `hidden`, time appended to the input of both, ReLU between, no residual."
+    "Time-conditioned MLP h(t, p): two affine layers of width `hidden`, time appended to both inputs, no residual."
     def __init__(self, d: int, hidden: Optional[int] = None):
         super().__init__()
         hidden = hidden or d
@@ -47,12 +47,13 @@ class FloaterDynamics(nn.Module):
     @torch.no_grad()
     def zero_(self) -> 'FloaterDynamics':
         "Make h identically zero (output layer zero) while keeping it trainable."
-        self.l2.weight.zero_(); self.l2.bias.zero_()
+        self.l2.weight.zero_()
+        self.l2.bias.zero_()
         return self
 
 # %% ../nbs/11_floater.ipynb #55073907
 def _rk4_bases(W1, B1, B2, dt, S):
-    "Per-step biases of the folded rk4 (see `_rk4_loop`): stage pre-activation biases Z (4, S, h) and the update's bias BY (S, d)."
+    "Per-step biases of the folded rk4 (`_rk4_loop`): stage pre-activation biases Z (4, S, h), update bias BY (S, d)."
     C2 = B2 @ W1                                                         # (K, h): b2(t) W1 for every half-step time
     e, m, l = slice(0, 2 * S, 2), slice(1, 2 * S, 2), slice(2, 2 * S + 1, 2)   # times k, k+1, k+2 of step s (k = 2s)
     Z = torch.stack([B1[e], B1[m] + (dt / 2) * C2[e], B1[m] + (dt / 2) * C2[m], B1[l] + dt * C2[m]])
@@ -60,28 +61,32 @@ def _rk4_bases(W1, B1, B2, dt, S):
     return Z, BY
 
 def _rk4_loop(y, W1, W2, M, Z, BY, dt, substeps, n, store):
-    "Classical rk4 on h(x) = relu(x W1 + b1(t)) W2 + b2(t), stages folded through M = W2 W1 (five products a step, not eight), without autograd: the outputs (n, N, d), the states Y (S+1, N, d) from `y` on, activations A (4, S, N, h) and their weighted sums Sa (S, N, h) (one step's with `store` False)."
+    """Classical rk4 on h(x) = relu(x W1 + b1(t)) W2 + b2(t), stages folded through M = W2 W1 (five products a step, not
+    eight), without autograd: the outputs (n, N, d), the states Y (S+1, N, d) from `y` on, activations A (4, S, N, h)
+    and their weighted sums Sa (S, N, h) (one step's with `store` False)."""
     S, N, h = substeps * n, y.shape[0], W1.shape[1]
     T = S if store else 1
     A, Y, Sa = y.new_empty((4, T, N, h)), y.new_empty((S + 1, *y.shape)), y.new_empty((T, N, h))
     c, w4 = (dt / 2, dt / 2, dt), y.new_tensor([1., 2., 2., 1.])
     W1, W2, M = W1.contiguous(), W2.contiguous(), M.contiguous()
-    Zs, BYs, Ys, As, Sas = Z[:, :, None].unbind(1), BY.unbind(0), Y.unbind(0), A.unbind(1), Sa.unbind(0)   # per-step views, made once
+    Zs, BYs, Ys = Z[:, :, None].unbind(1), BY.unbind(0), Y.unbind(0)    # per-step views, made once
+    As, Sas = A.unbind(1), Sa.unbind(0)
     Al = [a.unbind(0) for a in As]
     y = Ys[0].copy_(y)
-    for s in range(S):                                                   # every step writes into its own views: no copies, no temporaries
+    for s in range(S):                                   # each step writes into its own views: no copies or temporaries
         j = s if store else 0
         a = Al[j]
-        torch.add(Zs[s], torch.mm(y, W1), out=As[j])                     # the four stages' pre-activations share u = y W1
+        torch.add(Zs[s], torch.mm(y, W1), out=As[j])                     # the four stages' pre-activations share y W1
         a[0].relu_()
-        for st in range(3): a[st + 1].addmm_(a[st], M, alpha=c[st]).relu_()   # z_{st+1} += c_st a_st M, in place
+        for st in range(3):
+            a[st + 1].addmm_(a[st], M, alpha=c[st]).relu_()           # z_{st+1} += c_st a_st M, in place
         torch.mv(As[j].reshape(4, -1).t(), w4, out=Sas[j].view(-1))      # a_1 + 2 a_2 + 2 a_3 + a_4 in one pass
         y = torch.add(y, BYs[s], out=Ys[s + 1]).addmm_(Sas[j], W2, alpha=dt / 6)
     return Y[substeps::substeps], Y, A, Sa
 
 # %% ../nbs/11_floater.ipynb #8bdc13a7
 class _RK4Solve(torch.autograd.Function):
-    "The folded rk4 loop as one autograd node: a hand-written backward replaces hundreds of tiny autograd nodes per solve."
+    "The folded rk4 loop as one autograd node: a hand-written backward, not hundreds of tiny autograd nodes per solve."
     @staticmethod
     def forward(ctx, y, W1, W2, M, Z, BY, dt, substeps, n):
         out, Y, A, Sa = _rk4_loop(y, W1, W2, M, Z, BY, dt, substeps, n, store=True)
@@ -100,22 +105,26 @@ class _RK4Solve(torch.autograd.Function):
         thr = torch.ops.aten.threshold_backward.grad_input
         Al, GZl = [a.unbind(0) for a in A.unbind(1)], [z.unbind(0) for z in GZ.unbind(1)]
         GYs, GUs, GZs = GY.unbind(0), GU.unbind(0), GZ.unbind(1)
-        g = GYs[S - 1].copy_(g_out[-1])                                  # GY[s]: the gradient of step s's output, written in place
+        g = GYs[S - 1].copy_(g_out[-1])                                  # GY[s]: step s's output's gradient, in place
         for s in reversed(range(S)):
             a, gz = Al[s], GZl[s]
             gS = torch.mm(g, W2t)                                        # dt/6 g W2^T
             thr(gS, a[3], 0, grad_input=gz[3])
             for st in (2, 1, 0):                                         # beta: the update's weights 2, 2, 1
-                thr(torch.addmm(gS, gz[st + 1], Mt, beta=1 if st == 0 else 2, alpha=c[st], out=gz[st]), a[st], 0, grad_input=gz[st])
+                pre = torch.addmm(gS, gz[st + 1], Mt, beta=1 if st == 0 else 2, alpha=c[st], out=gz[st])
+                thr(pre, a[st], 0, grad_input=gz[st])
             gu = torch.sum(GZs[s], 0, out=GUs[s])
-            if not s: g = torch.addmm(g, gu, W1t); break
+            if not s:
+                g = torch.addmm(g, gu, W1t)
+                break
             g = torch.addmm(g, gu, W1t, out=GYs[s - 1])
-            if s % sub == 0: g.add_(g_out[s // sub - 1])
+            if s % sub == 0:
+                g.add_(g_out[s // sub - 1])
         flat = lambda t: t.flatten(0, -2)
         gW1 = flat(Y[:-1]).t() @ flat(GU)
         gW2 = (dt / 6) * (flat(Sa).t() @ flat(GY))
         gZ = GZ.sum(2)
-        GZ[3].mul_(2)                                                    # c = dt/2 (1, 1, 2): one product for the three stages
+        GZ[3].mul_(2)                                                # c = dt/2 (1, 1, 2): one product for three stages
         gM = torch.mm(flat(A[:3]).t(), flat(GZ[1:])).mul_(dt / 2)
         return g, gW1, gW2, gM, gZ, GY.sum(1), None, None, None
 
@@ -126,7 +135,8 @@ class FloaterDivergence(ValueError):
     "The FLOATER trajectory became non-finite (NaN or inf)."
 
 def _check_finite(out: Tensor, start: int, delta: float, where: str = ''):
-    if torch.isfinite(out).all(): return
+    if torch.isfinite(out).all():
+        return
     bad = (~torch.isfinite(out)).flatten(1).any(1).nonzero()[0, 0].item()
     i = start + 1 + bad
     raise FloaterDivergence(
@@ -152,24 +162,30 @@ def _fixed_step(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: float,
     for s in range(substeps * n):                                        # explicit midpoint, under autograd
         k = 2 * s
         y = torch.add(y, f(k + 1, torch.add(y, f(k, y), alpha=dt / 2)), alpha=dt)
-        if (s + 1) % substeps == 0: out.append(y)
+        if (s + 1) % substeps == 0:
+            out.append(y)
     return torch.stack(out)
 
 def _substep_grid(substeps):
     "torchdiffeq grid constructor: `substeps` equal steps between consecutive output times (exactly hitting them)."
     def grid(func, y0, t):
-        g = (t[:-1, None] + (t[1:] - t[:-1])[:, None] * (torch.arange(substeps, device=t.device, dtype=t.dtype) / substeps)).reshape(-1)
+        frac = torch.arange(substeps, device=t.device, dtype=t.dtype) / substeps
+        g = (t[:-1, None] + (t[1:] - t[:-1])[:, None] * frac).reshape(-1)
         return torch.cat([g, t[-1:]])
     return grid
 
 def solve_trajectory(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: float = 0.01, solver: str = 'rk4',
-                     substeps: int = 5, adjoint: bool = False, rtol: float = 1e-5, atol: float = 1e-6, chunk: int = 16) -> Tensor:
-    "States at positions `start+1 .. start+n` (n, *y.shape) of dp/dt = h(t, p), given `y` = p at position `start` (t = start*delta)."
-    if solver not in SOLVERS: raise ValueError(f"unknown ODE solver {solver!r}; choose one of {SOLVERS}")
-    if n <= 0: return y.new_zeros(0, *y.shape)
+                     substeps: int = 5, adjoint: bool = False, rtol: float = 1e-5, atol: float = 1e-6,
+                     chunk: int = 16) -> Tensor:
+    "States at positions `start+1 .. start+n` (n, *y.shape) of dp/dt = h(t, p), `y` being p at `start`."
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown ODE solver {solver!r}; choose one of {SOLVERS}")
+    if n <= 0:
+        return y.new_zeros(0, *y.shape)
     if solver != 'dopri5' and not adjoint:
         out = _fixed_step(h, y, start, n, delta, substeps, solver)
-        _check_finite(out, start, delta); return out
+        _check_finite(out, start, delta)
+        return out
     outs, i = [], start
     while i < start + n:                                # chunks from fixed multiples of `chunk`: extension-consistent
         j = min((i // chunk + 1) * chunk, start + n)
@@ -178,21 +194,26 @@ def solve_trajectory(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: f
         kw = dict(method=solver, rtol=rtol, atol=atol,
                   options=dict(grid_constructor=_substep_grid(substeps)) if solver != 'dopri5' else None)
         try:
-            if adjoint: o = odeint_adjoint(h, y, t, adjoint_params=tuple(h.parameters()), **kw)[1:]
-            else: o = odeint(h, y, t, **kw)[1:]
+            tde = require('torchdiffeq', f"FLOATER's solver={solver!r}, adjoint={adjoint}")
+            if adjoint:
+                o = tde.odeint_adjoint(h, y, t, adjoint_params=tuple(h.parameters()), **kw)[1:]
+            else:
+                o = tde.odeint(h, y, t, **kw)[1:]
         except AssertionError as e:                      # dopri5 reports a NaN step size as 'underflow in dt nan'
             raise FloaterDivergence(f"FLOATER: the solver failed between positions {i} and {j} ({e}); the dynamics h "
                                     f"diverged or holds NaN/inf: lower the learning rate or clip gradients, "
                                     f"use a smaller delta, or loosen rtol/atol") from None
         _check_finite(o, i, delta)
-        outs.append(o); y = o[-1]; i = j
+        outs.append(o)
+        y, i = o[-1], j
     return torch.cat(outs)
 
 # %% ../nbs/11_floater.ipynb #b4573aee
 def sinusoidal_dynamics(t: Tensor, # time (position t/delta), any shape
                         d_model: int, delta: float = 0.01, base: float = 10000.) -> Tensor:
-    "Time derivative dS/dt of the sinusoidal table S at time t: a reference for the table, not a `FloaterDynamics` (it is time-only)."
-    inv = torch.pow(torch.tensor(float(base), dtype=torch.float64), -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    "Time derivative dS/dt of the sinusoidal table S at time t: a reference, not a `FloaterDynamics` (it is time only)."
+    exponents = -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+    inv = torch.pow(torch.tensor(float(base), dtype=torch.float64), exponents)
     inv = inv.to(t.dtype if t.is_floating_point() else torch.float64)
     ang = (t / delta) * inv
     return (torch.stack((ang.cos(), -ang.sin()), -1) * (inv / delta)[:, None]).flatten(-2)[..., :d_model]
@@ -203,71 +224,114 @@ def sinusoidal_floater_dynamics(d_model: int,           # even width of the enco
                                 base: float = 10000.,   # the sinusoidal table's base
                                 shift: float = 2.,      # c: h(t, p) = Omega p wherever every coordinate of p exceeds -c
                                 ) -> FloaterDynamics:
-    "A float64 `FloaterDynamics` (hidden = d) equal to dp/dt = Omega p, whose solution from S(0) is the sinusoidal table."
-    if d_model % 2: raise ValueError(f"sinusoidal_floater_dynamics needs an even d_model (sin/cos pairs), got {d_model}")
-    w = torch.pow(torch.tensor(float(base), dtype=torch.float64), -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model) / delta
+    "A float64 `FloaterDynamics` (hidden = d) equal to dp/dt = Omega p, solved from S(0) into the sinusoidal table."
+    if d_model % 2:
+        raise ValueError(f"sinusoidal_floater_dynamics needs an even d_model (sin/cos pairs), got {d_model}")
+    exponents = -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+    w = torch.pow(torch.tensor(float(base), dtype=torch.float64), exponents) / delta
     omega = torch.zeros(d_model, d_model, dtype=torch.float64)
     omega[0::2, 1::2], omega[1::2, 0::2] = torch.diag(w), -torch.diag(w)   # d/dt (sin, cos) = w (cos, -sin)
     h = FloaterDynamics(d_model).double()
     with torch.no_grad():
-        h.l1.weight.zero_(); h.l1.weight[:, :d_model] = torch.eye(d_model, dtype=torch.float64); h.l1.bias.fill_(shift)
-        h.l2.weight.zero_(); h.l2.weight[:, :d_model] = omega; h.l2.bias.copy_(-shift * omega.sum(1))
+        h.l1.weight.zero_()
+        h.l1.weight[:, :d_model] = torch.eye(d_model, dtype=torch.float64)
+        h.l1.bias.fill_(shift)
+        h.l2.weight.zero_()
+        h.l2.weight[:, :d_model] = omega
+        h.l2.bias.copy_(-shift * omega.sum(1))
     return h
 
 # %% ../nbs/11_floater.ipynb #0c716204
-FLOATER_INITS = ('default', 'xavier')       # 'default': PyTorch's Linear init for h, N(0, init_std^2) for p(0); 'xavier': the official code's
-FLOATER_REFRESH_MODES = ('shift', 'detach') # between refreshes: the cache shifted by the change of p(0), or the official constant cache
+FLOATER_INITS = ('default', 'xavier')       # 'default': Linear's init for h, N(0, init_std^2) for p(0); or the official
+FLOATER_REFRESH_MODES = ('shift', 'detach') # between refreshes: the cache moved by p(0)'s change; the official constant
 
-# %% ../nbs/11_floater.ipynb #32018b7b
+# %% ../nbs/11_floater.ipynb #a22d11ba
+def _check_floater_options(n_layers, delta, solver: str, inject: str, prior, substeps, refresh_every, chunk,
+                           rtol: float, atol: float, init: str, refresh_mode: str):
+    "Refuse a bad FLOATER option in one line naming the fix."
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not math.isfinite(delta) or delta <= 0:
+        raise ValueError(f"FLOATER delta (time between consecutive positions) must be a positive finite number, "
+                         f"got {delta!r}; the default is 0.01")
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown FLOATER ODE solver {solver!r}; choose one of {SOLVERS}")
+    if inject not in ('blocks', 'input'):
+        raise ValueError(f"FLOATER inject must be 'blocks' or 'input', got {inject!r}")
+    if prior not in (None, 'sinusoidal'):
+        raise ValueError(f"FLOATER prior must be None or 'sinusoidal', got {prior!r}")
+    for name, v in (('substeps', substeps), ('refresh_every', refresh_every), ('chunk', chunk), ('n_layers', n_layers)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"FLOATER {name} must be a positive integer, got {v!r}")
+    if not (rtol > 0 and atol > 0):
+        raise ValueError(f"FLOATER rtol and atol must be positive, got rtol={rtol}, atol={atol}")
+    if init not in FLOATER_INITS:
+        raise ValueError(f"FLOATER init must be one of {FLOATER_INITS}, got {init!r}")
+    if refresh_mode not in FLOATER_REFRESH_MODES:
+        raise ValueError(f"FLOATER refresh_mode must be one of {FLOATER_REFRESH_MODES}, got {refresh_mode!r}")
+
+def _floater_kinds(kinds: Optional[Sequence[str]], causal: bool) -> tuple:
+    "The attention kinds that hold initial values: `kinds`, else ('dec', 'cross') for a decoder and ('enc',) otherwise."
+    out = tuple(kinds) if kinds is not None else (('dec', 'cross') if causal else ('enc',))
+    bad = [k for k in out if k not in ('enc', 'dec', 'cross')]
+    if bad or not out:
+        raise ValueError(f"FLOATER kinds must be a non-empty subset of ('enc','dec','cross'), got {kinds!r}")
+    return out
+
+def _transient() -> dict:
+    "FLOATER's state that is kept between calls but never saved or copied: the live trajectory and the inference memos."
+    return dict(_traj=None, _live_key=None, _has_graph=False, _exact=False, _consumed=False, _ref=None,
+                _kv_memo={}, _tables={}, _mem_rows={},   # inference, per slot: k/v biases, projected tables, memory
+                _q_memo=None, _fwd=None, _split=None,    # inference: biases per positions tensor; training: slot rows
+                _spans=(),                               # `_span` of the last two positions tensors (see `_span_of`)
+                _plan=None,                              # inference: the current forward's bias rows by site
+                _plans={}, _step_of=None)                # a decode's later steps: plans by span; the flagged positions
+
+def _after_load_hook(module: nn.Module, incompatible_keys):
+    "`load_state_dict`'s post hook: the module's own `_after_load` (see the checkpoint part below)."
+    module._after_load(incompatible_keys)
+
+def _set_plain(m: nn.Module, name: str, value):
+    "`m.name = value` for a plain value (no Parameter, buffer or module) without `nn.Module.__setattr__`'s checks."
+    m.__dict__[name] = value
+
+# %% ../nbs/11_floater.ipynb #035f367c
 class FloaterPE(PosEnc):
-    "FLOATER (Liu et al. 2020): positions are samples p(i*delta) of a learned ODE trajectory, added to q/k/v inputs of every block (or to the input)."
-    derived_buffers = ('traj_cache',)   # the solved trajectory: its length varies, and a mean of trajectories is not a trajectory
-    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None, causal: bool = False,
-                 inject: str = 'blocks', kinds: Optional[Sequence[str]] = None, delta: float = 0.01, solver: str = 'rk4',
-                 substeps: int = 1, adjoint: bool = False, rtol: float = 1e-5, atol: float = 1e-6, hidden: Optional[int] = None,
-                 refresh_every: int = 1, prior: Optional[str] = None, base: float = 10000., init_std: float = 0.02, chunk: int = 16,
+    """FLOATER (Liu et al. 2020): positions are samples p(i*delta) of a learned ODE trajectory, added to the q/k/v
+    inputs of every block (or to the input)."""
+    derived_buffers = ('traj_cache',)   # the solved trajectory: its length varies; a mean of trajectories is not one
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
+                 causal: bool = False, inject: str = 'blocks', kinds: Optional[Sequence[str]] = None,
+                 delta: float = 0.01, solver: str = 'rk4', substeps: int = 1, adjoint: bool = False,
+                 rtol: float = 1e-5, atol: float = 1e-6, hidden: Optional[int] = None, refresh_every: int = 1,
+                 prior: Optional[str] = None, base: float = 10000., init_std: float = 0.02, chunk: int = 16,
                  init: str = 'default', cross_kv_flow: bool = False, refresh_mode: str = 'shift'):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
-        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not math.isfinite(delta) or delta <= 0:
-            raise ValueError(f"FLOATER delta (time between consecutive positions) must be a positive finite number, got {delta!r}; the default is 0.01")
-        if solver not in SOLVERS: raise ValueError(f"unknown FLOATER ODE solver {solver!r}; choose one of {SOLVERS}")
-        if inject not in ('blocks', 'input'): raise ValueError(f"FLOATER inject must be 'blocks' or 'input', got {inject!r}")
-        if prior not in (None, 'sinusoidal'): raise ValueError(f"FLOATER prior must be None or 'sinusoidal', got {prior!r}")
-        for name, v in (('substeps', substeps), ('refresh_every', refresh_every), ('chunk', chunk), ('n_layers', n_layers)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"FLOATER {name} must be a positive integer, got {v!r}")
-        if not (rtol > 0 and atol > 0): raise ValueError(f"FLOATER rtol and atol must be positive, got rtol={rtol}, atol={atol}")
-        if init not in FLOATER_INITS: raise ValueError(f"FLOATER init must be one of {FLOATER_INITS}, got {init!r}")
-        if refresh_mode not in FLOATER_REFRESH_MODES:
-            raise ValueError(f"FLOATER refresh_mode must be one of {FLOATER_REFRESH_MODES}, got {refresh_mode!r}")
-        self.inject, self.delta, self.solver, self.substeps, self.adjoint = inject, float(delta), solver, substeps, bool(adjoint)
-        self.rtol, self.atol, self.refresh_every, self.prior, self.base, self.chunk = rtol, atol, refresh_every, prior, base, chunk
-        if inject == 'input': self.kinds, n_init = (), 1
-        else:
-            self.kinds = tuple(kinds) if kinds is not None else (('dec', 'cross') if causal else ('enc',))
-            bad = [k for k in self.kinds if k not in ('enc', 'dec', 'cross')]
-            if bad or not self.kinds: raise ValueError(f"FLOATER kinds must be a non-empty subset of ('enc','dec','cross'), got {kinds!r}")
-            n_init = 3 * n_layers * len(self.kinds)
-        self.sites = self.kinds                                              # the attention sites where hooks 2-5 act
-        self.p0 = nn.Parameter(torch.randn(n_init, d_model) * init_std)     # one initial value per (kind, layer, q/k/v)
+        _check_floater_options(n_layers, delta, solver, inject, prior, substeps, refresh_every, chunk, rtol, atol,
+                               init, refresh_mode)
+        if solver == 'dopri5' or adjoint: require('torchdiffeq', f"FLOATER with solver={solver!r}, adjoint={adjoint}")
+        self.inject, self.delta, self.solver, self.substeps = inject, float(delta), solver, substeps
+        self.adjoint, self.rtol, self.atol, self.refresh_every = bool(adjoint), rtol, atol, refresh_every
+        self.prior, self.base, self.chunk = prior, base, chunk
+        self.kinds = () if inject == 'input' else _floater_kinds(kinds, causal)
+        n_init = 1 if inject == 'input' else 3 * n_layers * len(self.kinds)
+        self.sites = self.kinds                                              # where hooks 2-5 act
+        self.p0 = nn.Parameter(torch.randn(n_init, d_model) * init_std)     # one per (kind, layer, q/k/v)
         self.dynamics = FloaterDynamics(d_model, hidden)
         self.init, self.refresh_mode, self.cross_kv_flow = init, refresh_mode, bool(cross_kv_flow)
-        self.dynamics_kv, self._groups = self._kv_flow(d_model, hidden) if cross_kv_flow and 'cross' in self.kinds else (None, None)
-        if init == 'xavier': self._xavier_init_()
+        self.dynamics_kv, self._groups = None, None
+        if cross_kv_flow and 'cross' in self.kinds:
+            self.dynamics_kv, self._groups = self._kv_flow(d_model, hidden)
+        if init == 'xavier':
+            self._xavier_init_()
         self.register_buffer('traj_cache', torch.zeros(0, n_init, d_model), persistent=True)
-        self._traj, self._live_key, self._has_graph, self._exact, self._consumed = None, None, False, False, False
-        self._steps, self._refreshed_at, self._ref, self._loaded = 0, 0, None, False
-        self._zero_key, self.n_solves = None, 0                         # n_solves: trajectory computations (tests, benchmarks)
-        self._kv_memo, self._tables, self._mem_rows = {}, {}, {}          # inference, per slot: k/v biases, projected tables, memory rows
-        self._q_memo, self._fwd, self._split = None, None, None       # inference: biases gathered per positions tensor; training: slot rows
-        self._spans = ()                                                  # `_span` of the last two positions tensors (see `_span_of`)
-        self._plan = None                                                 # inference: the current forward's bias rows by site (`_build_plan`)
-        self._plans, self._step_of = {}, None                             # a decode's later steps: plans by span; the positions `decoding_step` flagged
+        self.__dict__.update(_transient())
+        self._steps, self._refreshed_at, self._loaded = 0, 0, False       # training steps; the last refresh's step
+        self._zero_key, self.n_solves = None, 0                 # n_solves: trajectory computations (tests, benchmarks)
         self._prior_table = None                                          # the sinusoidal prior's table (`_prior`)
         self._slot_of = {(k, l): 3 * (j * n_layers + l) for j, k in enumerate(self.kinds) for l in range(n_layers)}
-        self.register_load_state_dict_post_hook(FloaterPE._after_load)
+        self.register_load_state_dict_post_hook(_after_load_hook)
 
-    def _kv_flow(self, d_model, hidden):
-        "The official decoder's second flow, for cross-attention keys/values: its dynamics and the row split (main, kv, inverse)."
+    def _kv_flow(self, d_model: int, hidden: Optional[int]):
+        "The official decoder's second flow, for cross-attention keys/values: its dynamics and the row split."
         c = self.kinds.index('cross')
         kv = [3 * (c * self.n_layers + l) + j for l in range(self.n_layers) for j in (1, 2)]
         main = [r for r in range(self.p0.shape[0]) if r not in kv]
@@ -276,337 +340,492 @@ class FloaterPE(PosEnc):
 
     @torch.no_grad()
     def _xavier_init_(self):
-        "The official initialisation: Xavier-normal dynamics weights, zero dynamics biases, Xavier-uniform initial values."
+        "The official initialisation: Xavier-normal weights and zero biases in h, Xavier-uniform initial values."
         for h in (self.dynamics, self.dynamics_kv):
-            if h is None: continue
-            for lin in (h.l1, h.l2): nn.init.xavier_normal_(lin.weight); nn.init.zeros_(lin.bias)
+            if h is None:
+                continue
+            for lin in (h.l1, h.l2):
+                nn.init.xavier_normal_(lin.weight)
+                nn.init.zeros_(lin.bias)
         rows = [list(range(self.p0.shape[0]))] if self._groups is None else list(self._groups[:2])
-        for r in rows:    # per flow, as the official (rows, layers, d) tensors: bound sqrt(6 / ((rows/layers + layers) d))
-            L = 1 if self.inject == 'input' else self.n_layers
-            bound = math.sqrt(6 / ((len(r) // L + L) * self.d_model))
+        for r in rows:    # per flow, as the official (rows, layers, d): bound sqrt(6 / ((rows/layers + layers) d))
+            layers = 1 if self.inject == 'input' else self.n_layers
+            bound = math.sqrt(6 / ((len(r) // layers + layers) * self.d_model))
             self.p0[r] = torch.empty(len(r), self.d_model).uniform_(-bound, bound).to(self.p0)
 
-    # ---- trajectory and cache
-    def _params(self):
-        "The parameters, read from the modules' own dicts: cheaper than attribute access or `parameters()`, and a replaced Parameter is seen."
-        ps = [self._parameters['p0']]
-        for h in (self._modules['dynamics'], self._modules.get('dynamics_kv')):
-            if h is not None: ps += [l._parameters[n] for l in (h._modules['l1'], h._modules['l2']) for n in ('weight', 'bias')]
-        return ps
-
-    def _param_key(self):
-        return tuple([(p.data_ptr(), p._version) for p in self._params()])
-
-    def _solve(self, y, start, n):
-        self.n_solves += 1
-        with torch.autocast(y.device.type, enabled=False):          # the ODE is solved in the parameters' precision
-            if self.dynamics_kv is None: return self._solve_flow(self.dynamics, y, start, n)
-            main, kv, inv = self._groups                              # two flows: solve each, put the rows back in order
-            return torch.cat([self._solve_flow(self.dynamics, y[main], start, n),
-                              self._solve_flow(self.dynamics_kv, y[kv], start, n)], 1)[:, inv]
-
-    def _solve_flow(self, h, y, start, n):
-        return solve_trajectory(h, y, start, n, self.delta, self.solver, self.substeps, self.adjoint, self.rtol, self.atol, self.chunk)
-
-    def _round(self, n): return -(-max(n - 1, 1) // self.chunk) * self.chunk + 1   # lengths are k*chunk + 1
-
-    def _mark_consumed(self, grad): self._consumed = True
-
-    def _set(self, traj, key, graph, exact):
-        self._traj, self._live_key, self._has_graph, self._exact, self._consumed = traj, key, graph, exact, False
-        self._kv_memo, self._tables, self._mem_rows, self._plans = {}, {}, {}, {}
-        if graph: traj.register_hook(self._mark_consumed)
-        if exact: self.traj_cache = traj.detach()
-
-    def _fresh(self, n, key, graph):
-        "Solve from p(0) for k*chunk+1 >= n positions; a training solve of a fixed-step solver (re-solved every step) for exactly n."
-        m = n if graph and self.refresh_every == 1 and self.solver != 'dopri5' and not self.adjoint else self._round(n)
-        y = self.p0 if graph else self.p0.detach()
-        self._set(torch.cat([y[None], self._solve(y, 0, m - 1)]), key, graph, True)
-
-    def _extend(self, n, key, graph):
-        "Integrate further from the last cached state (extrapolation); earlier entries are unchanged."
-        cur, m = self._traj if graph else self._traj.detach(), self._round(n)
-        self._set(torch.cat([cur, self._solve(cur[-1], cur.shape[0] - 1, m - cur.shape[0])]), key, graph, True)
-
-    def trajectory(self, n: int) -> Tensor:
-        "States p(t_i) for positions i = 0..>=n-1, shape (T, N, d): cached, extended or recomputed as needed."
-        key = self._param_key()
-        graph = self.training and torch.is_grad_enabled() and self.p0.requires_grad
-        cur = self._traj
-        if graph:
-            live = cur is not None and self._has_graph and not self._consumed and self._live_key == key
-            if live and cur.shape[0] >= n: return cur                       # same forward pass: shared by all blocks
-            if live and self._exact: self._extend(n, key, True); return self._traj
-            if not live: self._steps += 1                                  # a new training step (after backward / update)
-            if not live and self.refresh_every > 1 and self._ref is not None and self._steps - self._refreshed_at < self.refresh_every:
-                cached = self._between_refreshes(n)
-                if cached is not None: self._set(cached, key, True, False); return self._traj
-            self._refreshed_at = self._steps
-            self._fresh(n, key, True)
-            if self.refresh_every > 1: self._ref = (self._traj.detach(), self.p0.detach().clone())
-            return self._traj
-        with torch.no_grad():
-            if cur is None or not self._exact or self._live_key != key:     # parameters changed: solve again
-                self._fresh(max(n, 0 if cur is None else cur.shape[0]), key, False)
-            elif cur.shape[0] < n: self._extend(n, key, False)
-        return self._traj.detach() if self._has_graph else self._traj
-
-    def _between_refreshes(self, n):
-        "The training trajectory between two refreshes, or None when a refresh is needed now."
-        traj_ref, p0_ref = self._ref
-        if self.refresh_mode == 'shift':                               # first-order in p(0): p(0) trains every step
-            return traj_ref + (self.p0 - p0_ref)[None] if traj_ref.shape[0] >= n else None
-        if traj_ref.shape[0] < n:                                      # 'detach': extend the constant cache, no gradient
-            with torch.no_grad(): traj_ref = torch.cat([traj_ref, self._solve(traj_ref[-1], traj_ref.shape[0] - 1, self._round(n) - traj_ref.shape[0])])
-            self._ref = (traj_ref, p0_ref)
-        zero = sum(h(torch.zeros((), dtype=self.p0.dtype, device=self.p0.device), self.p0) for h in (self.dynamics, self.dynamics_kv) if h is not None)
-        return traj_ref + 0.0 * zero[None]                             # as the official code: zero (not None) gradients
-
-    def _save_to_state_dict(self, destination, prefix, keep_vars):
-        if self._traj is not None and not (self._exact and self._live_key == self._param_key()):
-            with torch.no_grad(): self._fresh(self._traj.shape[0], self._param_key(), False)   # never save a stale trajectory
-        super()._save_to_state_dict(destination, prefix, keep_vars)
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
-        k = prefix + 'traj_cache'
-        self._loaded = k in state_dict and state_dict[k].dim() == 3 and state_dict[k].shape[1:] == self.traj_cache.shape[1:]
-        if self._loaded: self.traj_cache = torch.empty_like(state_dict[k], device=self.traj_cache.device)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-
-    def __getstate__(self):
-        "Pickling / deepcopy: drop the live trajectory (it may carry an autograd graph); the buffer keeps the values."
-        state = self.__dict__.copy()
-        state.update(_traj=None, _live_key=None, _has_graph=False, _exact=False, _consumed=False, _ref=None, _kv_memo={},
-                     _tables={}, _mem_rows={}, _q_memo=None, _fwd=None, _split=None, _spans=(), _plan=None, _plans={}, _step_of=None)
-        return state
-
-    @staticmethod
-    def _after_load(module, incompatible_keys):
-        if module._loaded and module.traj_cache.shape[0] > 0:     # the saved trajectory belongs to the saved parameters
-            module._set(module.traj_cache, module._param_key(), False, True)
-        else: module._traj, module._live_key = None, None
-        module._loaded = False
-
-    @torch.no_grad()
-    def zero_dynamics_(self) -> 'FloaterPE':
-        "h = 0 and all initial values 0: every block bias (and the residual on a prior) is exactly zero."
-        self.dynamics.zero_(); self.p0.zero_()
-        if self.dynamics_kv is not None: self.dynamics_kv.zero_()
-        self._zero_key = self._param_key()
-        return self
-
-    def _is_zero(self) -> bool:
-        "Parameters untouched since `zero_dynamics_` and no gradient wanted: the biases are known to be exactly zero."
-        return self._zero_key is not None and not (self.training and torch.is_grad_enabled()) and self._zero_key == self._param_key()
-
-    # ---- hooks
-    def _prior(self, pos: Tensor) -> Tensor:
-        "The sinusoidal encoding's codes of `pos` (`sinusoidal_codes`), from a table kept here."
-        c, t = sinusoidal_codes(pos, self._prior_table, self.d_model, self.base, self.max_len or 1024)
-        if t is not self._prior_table: self._prior_table = t
-        return c
-
-    def decoding_step(self, p: Positions, first: bool):
-        "A later step of a decode (not `first`): its forward, the one `embed` gets `p` in, keeps the parameter key of the step before."
-        _set_plain(self, '_step_of', None if first else p.pos)
-
-    def embed(self, x: Tensor, p: Positions) -> Tensor:
-        later, f = self._step_of is p.pos, self._fwd                # flagged by `decoding_step` for this forward (and only for it)
-        if self._step_of is not None: _set_plain(self, '_step_of', None)
-        if not (self.training and torch.is_grad_enabled()):     # inference: check the parameters once per forward pass, or per decode
-            _set_plain(self, '_fwd', (p.pos, f[1] if later and f is not None else self._param_key(), later))
-        if self.prior == 'sinusoidal': x = x + self._prior(p.pos).to(x.dtype)   # as the sinusoidal encoding does it
-        if self.inject != 'input': return x
-        traj = self.trajectory(self._need(p))
-        return x + F.embedding(p.pos, traj[:, 0]).to(x.dtype)
-
-    def _slot(self, site: Site) -> int:
-        "Row of `p0` holding `site`'s q initial value (k and v follow it), from `_slot_of`."
-        i = self._slot_of.get((site.kind, site.layer))
-        if i is not None: return i
-        if site.kind not in self.kinds:
-            raise ValueError(f"this FLOATER encoding holds initial values for {self.kinds} attention but a {site.kind!r} site "
-                             f"asked; build it with kinds including {site.kind!r} (causal=True gives ('dec','cross'))")
-        raise ValueError(f"FLOATER was built with n_layers={self.n_layers} but layer {site.layer} asked; pass n_layers")
-
-    def _need(self, p: Positions) -> int:
-        "Trajectory length covering `p` (its largest position + 1): read once per positions tensor, none where the caller noted it."
-        return positions_max(p) + 1
-
-    def qkv_bias(self, q_p: Positions, kv_p: Positions, site: Site):
-        if self.inject == 'input': return None
-        i = self._slot(site)
-        if not (self.training and torch.is_grad_enabled()): return self._infer_bias(q_p, kv_p, site, i)
-        traj = self.trajectory(max(self._need(q_p), self._need(kv_p)))
-        T = traj.shape[0]
-        if site.is_self and q_p is kv_p:                           # one gather for q, k and v
-            b = F.embedding(q_p.pos, traj[:, i:i + 3].reshape(T, 3 * self.d_model))
-            return b.chunk(3, -1)
-        bq = F.embedding(q_p.pos, traj[:, i])
-        bk, bv = F.embedding(kv_p.pos, traj[:, i + 1:i + 3].reshape(T, 2 * self.d_model)).chunk(2, -1)
-        return bq, bk, bv
-
-    def _infer_bias(self, q_p: Positions, kv_p: Positions, site: Site, i: int):
-        "Inference: one gather of every slot at the query positions per positions tensor, shared by all blocks of a forward."
-        f, m, d = self._fwd, self._q_memo, self.d_model
-        key = f[1] if f is not None and f[0] is q_p.pos else self._param_key()   # the key `embed` took, within its forward
-        if m is None or m[0] != key or m[1] is not q_p.pos or m[2] != q_p.pos._version:
-            if self._is_zero(): g = None                           # exactly zero: skip the adds (keeps fused projections)
-            else:
-                traj = self.trajectory(self._need(q_p))
-                g = F.embedding(q_p.pos, traj.reshape(traj.shape[0], -1))
-            self._q_memo = m = (key, q_p.pos, q_p.pos._version, g)
-        g = m[3]
-        if g is None: return None
-        if site.is_self and q_p is kv_p: return g[..., i * d:(i + 1) * d], g[..., (i + 1) * d:(i + 2) * d], g[..., (i + 2) * d:(i + 3) * d]
-        bq = g[..., i * d:(i + 1) * d]
-        memo = self._kv_memo.get(i)                               # decoding: the same source at every step
-        if memo is not None and memo[0] is kv_p.pos and memo[1] == kv_p.pos._version and memo[2] == key:
-            return bq, memo[3], memo[4]
-        traj = self.trajectory(self._need(kv_p))
-        bk, bv = F.embedding(kv_p.pos, traj[:, i + 1:i + 3].reshape(traj.shape[0], 2 * d)).chunk(2, -1)
-        self._kv_memo[i] = (kv_p.pos, kv_p.pos._version, key, bk, bv)   # holds pos: no id reuse
-        return bq, bk, bv
-
-    def qkv_out_bias(self, q_p: Positions, kv_p: Positions, site: Site, proj: nn.Linear):
-        "Hook 2, projected: slot rows of the trajectory times `proj`'s q/k/v weights plus its bias, once per solve (T rows, not B*L), then sliced or gathered."
-        if self.inject == 'input': return None
-        f = self._fwd
-        if f is not None and f[0] is q_p.pos and not torch.is_grad_enabled():   # inference inside a forward `embed` started: its plan
-            plan = self._plan                                       # (`_build_plan`, made at the forward's first hook call)
-            if plan is None or plan[0] is not f: _set_plain(self, '_plan', plan := (f, self._build_plan(q_p.pos, f[1], f[2])))
-            e = plan[1].get(id(site))                              # (slot, table, rows: all 3D columns at a self site, the q block at a cross one)
-            if e is not None:                                      # (written out here: this runs six times per decoding step)
-                if site.kind != 'cross':
-                    if q_p is kv_p: return e[2]
-                elif f[2]: return e[2], None                        # a decode's later step: the memory's keys and values are cached
-                else:
-                    kv = self._memory_rows(e[0], e[1], kv_p)
-                    if kv is not None: return e[2], kv
-        i, D, same = self._slot(site), self.d_model, site.is_self and q_p is kv_p
-        qs = self._span_of(q_p.pos); ks = qs if same else self._span_of(kv_p.pos)   # one read per positions tensor (CPU), the range included
-        n = 1 + max(s[1] if s is not None else positions_max(p) for s, p in ((qs, q_p), (ks, kv_p)))
-        P = self._site_table(i, proj, site, q_p, n)
-        if P is None: return None                                   # exactly zero (untouched warm start): nothing to add
-        if torch.is_grad_enabled(): return _rows(P, q_p.pos, qs) if same else (_rows(P[:, :D], q_p.pos, qs), _rows(P[:, D:], kv_p.pos, ks))
-        bq = self._kept_rows(i, P, q_p.pos, qs, None if same else D)
-        return bq if same else (bq, self._memory_rows(i, P, kv_p, ks, build=True))
-
-    def _span_of(self, pos: Tensor) -> Optional[tuple]:
-        "`_span(pos)` kept for the last two positions tensors (a forward's own and its memory's): every block after the first finds it by identity."
-        for e in self._spans:
-            if e[0] is pos and e[1] == pos._version: return e[2]
-        s = _span(pos)
-        if not pos.is_inference(): _set_plain(self, '_spans', (*self._spans[-1:], (pos, pos._version, s)))   # inference tensors have no version
-        return s
-
-    def _site_table(self, i: int, proj: nn.Linear, site: Site, q_p: Positions, n: int) -> Optional[Tensor]:
-        """(T >= n, 3D) projected table of slot `i` through `proj` (its weight, its bias added), or None when exactly zero; without grad
-        kept per parameter key and `proj`'s weight and bias versions, with the site that asked."""
-        if torch.is_grad_enabled(): return None if self._is_zero() else _project(self._slot_rows(self.trajectory(n), i), proj.weight, proj.bias)
-        f = self._fwd
-        key = (f[1] if f is not None and f[0] is q_p.pos else self._param_key(), _proj_key(proj))
-        m = self._tables.get(i)
-        if m is None or m[0] != key or (m[1] is not None and m[1].shape[0] < n):     # kept with the rows it gave, its projection and site
-            P = None if self._is_zero() else _project(self.trajectory(n)[:, i:i + 3], proj.weight, proj.bias)
-            self._tables[i] = m = (key, P, {}, proj, site); self._plans.clear()
-        elif m[4] is not site: self._tables[i] = m = (*m[:4], site); self._plans.clear()   # the plan finds a slot by the site object that asks
-        return m[1]
-
-    def _build_plan(self, pos: Tensor, pkey: tuple, later: bool = False) -> dict:
-        """{id(site): (slot, table, rows)}: the rows `_kept_rows` kept at `pos`'s plain span (all columns at a self site, the q block
-        at a cross one), for every slot with such rows whose projected table was built with the parameters `pkey` and with its projection's
-        weight and bias as they are now (`_proj_key`): checked once per forward, not per call. Keyed by the site object that last
-        asked for the table (held by it, so its id is not reused), as `Attention` passes its own. At a decode's `later` step the tables
-        are those its first step checked: nothing is checked, and a plan that covers every table is kept for the span (`_plans`)."""
-        qs = self._span_of(pos)
-        if qs is None or not qs[2]: return {}
-        if later and (plan := self._plans.get(qs[:2])) is not None: return plan
-        plan, lo, hi, D = {}, qs[0], qs[1], self.d_model
-        for i, (key, P, kept, proj, site) in self._tables.items():
-            if P is None: continue
-            if not later and key != (pkey, _proj_key(proj)): continue
-            r = kept.get((lo, hi, None if site.kind != 'cross' else D))
-            if r is not None: plan[id(site)] = (i, P, r)
-        if later and len(plan) == len(self._tables): self._plans[lo, hi] = plan
-        return plan
-
-    def _memory_rows(self, i: int, P: Tensor, kv_p: Positions, ks: Optional[tuple] = None, build: bool = False) -> Optional[Tensor]:
-        """Slot `i`'s k/v rows of its table `P` at the memory's positions, kept per positions tensor: decoding reads the same source
-        at every step. Where none are kept for `kv_p` and `P`: made from the span `ks` (`_span_of`) with `build`, else None."""
-        m = self._mem_rows.get(i)
-        if m is None or m[0] is not kv_p.pos or m[1] != kv_p.pos._version or m[2] is not P:
-            if not build: return None
-            self._mem_rows[i] = m = (kv_p.pos, kv_p.pos._version, P, _rows(P[:, self.d_model:], kv_p.pos, ks))
-        return m[3]
-
-    def _kept_rows(self, i: int, P: Tensor, pos: Tensor, s: Optional[tuple], cols: Optional[int]) -> Tensor:
-        """Without grad: `_rows` of slot `i`'s table `P` (its first `cols` columns, or all), kept per plain span alongside the
-        table (and dropped with it), so a decoding step at a position seen before looks its rows up instead of slicing again."""
-        if s is None or not s[2]: return _rows(P if cols is None else P[:, :cols], pos, s)
-        kept = self._tables[i][2]
-        r = kept.get((s[0], s[1], cols))
-        if r is None: r = kept[s[0], s[1], cols] = _rows(P if cols is None else P[:, :cols], pos, s)
-        return r
-
-    def _slot_rows(self, traj: Tensor, i: int) -> Tensor:
-        "Rows i..i+2 of the trajectory (T, 3, d); under autograd from one split per trajectory (one backward node, not a zero-filled trajectory per site)."
-        if not (torch.is_grad_enabled() and traj.requires_grad): return traj[:, i:i + 3]
-        if self._split is None or self._split[0] is not traj: self._split = (traj, traj.split(3, 1))
-        return self._split[1][i // 3]
-
     def extra_repr(self):
-        return (super().extra_repr() + f", inject={self.inject}, kinds={self.kinds}, delta={self.delta}, solver={self.solver}, "
-                f"substeps={self.substeps}, adjoint={self.adjoint}, prior={self.prior}, init={self.init}, "
-                f"cross_kv_flow={self.cross_kv_flow}, refresh_every={self.refresh_every}, refresh_mode={self.refresh_mode}")
+        return (super().extra_repr() + f", inject={self.inject}, kinds={self.kinds}, delta={self.delta}, "
+                f"solver={self.solver}, substeps={self.substeps}, adjoint={self.adjoint}, prior={self.prior}, "
+                f"init={self.init}, cross_kv_flow={self.cross_kv_flow}, refresh_every={self.refresh_every}, "
+                f"refresh_mode={self.refresh_mode}")
 
-def _project(slot: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
-    "A slot's trajectory rows (T, 3, d), the q, k, v initial values' states, through the q, k, v blocks of `weight` (3D, d), plus `bias`: (T, 3D), what `F.linear` gives per block."
-    D = weight.shape[0] // 3
-    P = torch.bmm(weight.view(3, D, -1), slot.permute(1, 2, 0))           # W_k p^T: the weight's gradient lands in its own layout, no copy
-    P = P.permute(2, 0, 1).reshape(slot.shape[0], 3 * D)                  # rows by position (a strided view)
-    return (P if bias is None else P + bias).contiguous()
-
-def _proj_key(proj: nn.Linear) -> tuple:
-    "Pointer and version of `proj`'s weight and bias as they are now (a replaced Parameter is caught too), from its own dict where it holds them."
-    d = proj._parameters
-    w = d['weight'] if 'weight' in d else proj.weight                     # a computed (parametrized) weight is a new tensor every time
-    b = d['bias'] if 'bias' in d else proj.bias
-    return w.data_ptr(), w._version, None if b is None else (b.data_ptr(), b._version)
-
-def _set_plain(m: nn.Module, name: str, value):
-    "`m.name = value` for a plain value (no Parameter, buffer or module) without `nn.Module.__setattr__`'s checks: state written every forward."
-    m.__dict__[name] = value
-
-def _rows(P: Tensor, pos: Tensor, s: Optional[tuple]) -> Tensor:
-    """Rows of P (T, C) at integer positions (B, L): a broadcast slice (1, L, C) when every row is one plain range (`s`, from `_span`),
-    one row (C,) when that range is one position (a decoding step: the projection's bias vector as it is), else a gather (B, L, C)."""
-    if s is None or not s[2]: return F.embedding(pos, P)
-    return P[s[0]] if s[0] == s[1] else P[s[0]:s[1] + 1][None]
-
+# %% ../nbs/11_floater.ipynb #f80fbe9f
 @register_posenc('floater')
 class FloaterBlocksPE(FloaterPE):
     "FLOATER in every attention block: per-block q/k/v position biases from one shared dynamics."
     def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False, **options):
-        if 'inject' in options: raise ValueError("'floater' injects into every block; use 'floater-input' for the input-only variant")
+        if 'inject' in options:
+            raise ValueError("'floater' injects into every block; use 'floater-input' for the input-only variant")
         super().__init__(d_model, n_heads, n_layers, max_len, causal, inject='blocks', **options)
 
 @register_posenc('floater-input')
 class FloaterInputPE(FloaterPE):
     "FLOATER input-only ablation: one trajectory added to the token embeddings."
     def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False, **options):
-        if 'inject' in options: raise ValueError("'floater-input' injects at the input; use 'floater' for every block")
+        if 'inject' in options:
+            raise ValueError("'floater-input' injects at the input; use 'floater' for every block")
         super().__init__(d_model, n_heads, n_layers, max_len, causal, inject='input', **options)
+
+# %% ../nbs/11_floater.ipynb #1b70fc9d
+@patch
+def _params(self: FloaterPE) -> list:
+    "The parameters, read from the modules' own dicts: cheaper than `parameters()`, and a replaced Parameter is seen."
+    params = [self._parameters['p0']]
+    for h in (self._modules['dynamics'], self._modules.get('dynamics_kv')):
+        if h is not None:
+            params += [lin._parameters[n] for lin in (h._modules['l1'], h._modules['l2']) for n in ('weight', 'bias')]
+    return params
+
+@patch
+def _param_key(self: FloaterPE) -> tuple:
+    "Pointer and version of every parameter: what the trajectory and the tables made from it are kept under."
+    return tuple([(p.data_ptr(), p._version) for p in self._params()])
+
+@patch
+def _solve(self: FloaterPE, y: Tensor, start: int, n: int) -> Tensor:
+    "States at positions `start+1 .. start+n` of the initial values' states `y` (N, d) at `start`: (n, N, d)."
+    self.n_solves += 1
+    with torch.autocast(y.device.type, enabled=False):          # the ODE is solved in the parameters' precision
+        if self.dynamics_kv is None:
+            return self._solve_flow(self.dynamics, y, start, n)
+        main, kv, inv = self._groups                              # two flows: solve each, put the rows back in order
+        first = self._solve_flow(self.dynamics, y[main], start, n)
+        return torch.cat([first, self._solve_flow(self.dynamics_kv, y[kv], start, n)], 1)[:, inv]
+
+@patch
+def _solve_flow(self: FloaterPE, h: FloaterDynamics, y: Tensor, start: int, n: int) -> Tensor:
+    "`solve_trajectory` of the flow `h` with this encoding's solver options."
+    return solve_trajectory(h, y, start, n, self.delta, self.solver, self.substeps, self.adjoint, self.rtol, self.atol,
+                            self.chunk)
+
+@patch
+def _round(self: FloaterPE, n: int) -> int:
+    "The cached length for `n` positions: the next k*chunk + 1."
+    return -(-max(n - 1, 1) // self.chunk) * self.chunk + 1
+
+# %% ../nbs/11_floater.ipynb #4ef38018
+@patch
+def _mark_consumed(self: FloaterPE, grad):
+    "Gradient hook of a training trajectory: backward has used its graph, so the next forward solves again."
+    self._consumed = True
+
+@patch
+def _set(self: FloaterPE, traj: Tensor, key: tuple, graph: bool, exact: bool):
+    "Make `traj` the live trajectory of the parameters `key`, dropping every memo made from the one before."
+    self._traj, self._live_key, self._has_graph, self._exact, self._consumed = traj, key, graph, exact, False
+    self._kv_memo, self._tables, self._mem_rows, self._plans = {}, {}, {}, {}
+    if graph:
+        traj.register_hook(self._mark_consumed)
+    if exact:
+        self.traj_cache = traj.detach()
+
+@patch
+def _fresh(self: FloaterPE, n: int, key: tuple, graph: bool):
+    "Solve from p(0) for k*chunk+1 >= n positions; a training solve of a fixed-step solver (every step) for exactly n."
+    exact_length = graph and self.refresh_every == 1 and self.solver != 'dopri5' and not self.adjoint
+    m = n if exact_length else self._round(n)
+    y = self.p0 if graph else self.p0.detach()
+    self._set(torch.cat([y[None], self._solve(y, 0, m - 1)]), key, graph, True)
+
+@patch
+def _extend(self: FloaterPE, n: int, key: tuple, graph: bool):
+    "Integrate further from the last cached state (extrapolation); earlier entries are unchanged."
+    cur = self._traj if graph else self._traj.detach()
+    m = self._round(n)
+    self._set(torch.cat([cur, self._solve(cur[-1], cur.shape[0] - 1, m - cur.shape[0])]), key, graph, True)
+
+@patch
+def trajectory(self: FloaterPE, n: int) -> Tensor:
+    "States p(t_i) for positions i = 0..>=n-1, shape (T, N, d): cached, extended or recomputed as needed."
+    key = self._param_key()
+    if self.training and torch.is_grad_enabled() and self.p0.requires_grad:
+        return self._training_trajectory(n, key)
+    cur = self._traj
+    with torch.no_grad():
+        if cur is None or not self._exact or self._live_key != key:     # parameters changed: solve again
+            self._fresh(max(n, 0 if cur is None else cur.shape[0]), key, False)
+        elif cur.shape[0] < n:
+            self._extend(n, key, False)
+    return self._traj.detach() if self._has_graph else self._traj
+
+@patch
+def _training_trajectory(self: FloaterPE, n: int, key: tuple) -> Tensor:
+    "With gradients: one solve per forward pass, shared by its blocks; between refreshes the cache stands in for it."
+    cur = self._traj
+    live = cur is not None and self._has_graph and not self._consumed and self._live_key == key
+    if live and cur.shape[0] >= n:                                  # same forward pass: shared by all blocks
+        return cur
+    if live and self._exact:
+        self._extend(n, key, True)
+        return self._traj
+    if not live:
+        self._steps += 1                                            # a new training step (after backward / update)
+    since = self._steps - self._refreshed_at
+    if not live and self.refresh_every > 1 and self._ref is not None and since < self.refresh_every:
+        cached = self._between_refreshes(n)
+        if cached is not None:
+            self._set(cached, key, True, False)
+            return self._traj
+    self._refreshed_at = self._steps
+    self._fresh(n, key, True)
+    if self.refresh_every > 1:
+        self._ref = (self._traj.detach(), self.p0.detach().clone())
+    return self._traj
+
+@patch
+def _between_refreshes(self: FloaterPE, n: int) -> Optional[Tensor]:
+    "The training trajectory between two refreshes, or None when a refresh is needed now."
+    traj_ref, p0_ref = self._ref
+    if self.refresh_mode == 'shift':                               # first-order in p(0): p(0) trains every step
+        return traj_ref + (self.p0 - p0_ref)[None] if traj_ref.shape[0] >= n else None
+    if traj_ref.shape[0] < n:                                      # 'detach': extend the constant cache, no gradient
+        with torch.no_grad():
+            more = self._solve(traj_ref[-1], traj_ref.shape[0] - 1, self._round(n) - traj_ref.shape[0])
+            traj_ref = torch.cat([traj_ref, more])
+        self._ref = (traj_ref, p0_ref)
+    t0 = torch.zeros((), dtype=self.p0.dtype, device=self.p0.device)
+    zero = sum(h(t0, self.p0) for h in (self.dynamics, self.dynamics_kv) if h is not None)
+    return traj_ref + 0.0 * zero[None]                             # as the official code: zero (not None) gradients
+
+# %% ../nbs/11_floater.ipynb #75eeaf58
+@patch
+def _save_to_state_dict(self: FloaterPE, destination, prefix, keep_vars):
+    "Save the parameters and a trajectory solved for them (a stale one is solved again first)."
+    if self._traj is not None and not (self._exact and self._live_key == self._param_key()):
+        with torch.no_grad():
+            self._fresh(self._traj.shape[0], self._param_key(), False)   # never save a stale trajectory
+    super(FloaterPE, self)._save_to_state_dict(destination, prefix, keep_vars)
+
+@patch
+def _load_from_state_dict(self: FloaterPE, state_dict, prefix, local_metadata, strict, missing_keys,
+                          unexpected_keys, error_msgs):
+    "Load the parameters and a saved trajectory of any length (the buffer takes its shape)."
+    k = prefix + 'traj_cache'
+    self._loaded = k in state_dict and state_dict[k].dim() == 3 and state_dict[k].shape[1:] == self.traj_cache.shape[1:]
+    if self._loaded:
+        self.traj_cache = torch.empty_like(state_dict[k], device=self.traj_cache.device)
+    super(FloaterPE, self)._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                                 unexpected_keys, error_msgs)
+
+@patch
+def __getstate__(self: FloaterPE) -> dict:
+    "Pickling / deepcopy: drop the live trajectory (it may carry an autograd graph); the buffer keeps the values."
+    state = self.__dict__.copy()
+    state.update(_transient())
+    return state
+
+@patch
+def _after_load(self: FloaterPE, incompatible_keys):
+    "After `load_state_dict`: a loaded trajectory belongs to the loaded parameters, so it becomes the live one."
+    if self._loaded and self.traj_cache.shape[0] > 0:
+        self._set(self.traj_cache, self._param_key(), False, True)
+    else:
+        self._traj, self._live_key = None, None
+    self._loaded = False
+
+@patch
+def zero_dynamics_(self: FloaterPE) -> FloaterPE:
+    "h = 0 and all initial values 0: every block bias (and the residual on a prior) is exactly zero."
+    with torch.no_grad():
+        self.dynamics.zero_()
+        self.p0.zero_()
+        if self.dynamics_kv is not None:
+            self.dynamics_kv.zero_()
+    self._zero_key = self._param_key()
+    return self
+
+@patch
+def _is_zero(self: FloaterPE) -> bool:
+    "Parameters untouched since `zero_dynamics_` and no gradient wanted: the biases are known to be exactly zero."
+    if self._zero_key is None or (self.training and torch.is_grad_enabled()):
+        return False
+    return self._zero_key == self._param_key()
+
+# %% ../nbs/11_floater.ipynb #b07895f6
+@patch
+def _prior(self: FloaterPE, pos: Tensor) -> Tensor:
+    "The sinusoidal encoding's codes of `pos` (`sinusoidal_codes`), from a table kept here."
+    codes, table = sinusoidal_codes(pos, self._prior_table, self.d_model, self.base, self.max_len or 1024)
+    if table is not self._prior_table:
+        self._prior_table = table
+    return codes
+
+@patch
+def decoding_step(self: FloaterPE, p: Positions, first: bool):
+    "A later step of a decode (not `first`): its forward, the one `embed` gets `p` in, keeps the step before's key."
+    _set_plain(self, '_step_of', None if first else p.pos)
+
+@patch
+def embed(self: FloaterPE, x: Tensor, p: Positions) -> Tensor:
+    "Hook 1: the sinusoidal prior where there is one; the input-only variant adds the trajectory at `p`."
+    later, f = self._step_of is p.pos, self._fwd             # flagged by `decoding_step` for this forward (and only it)
+    if self._step_of is not None:
+        _set_plain(self, '_step_of', None)
+    if not (self.training and torch.is_grad_enabled()):     # inference: check the parameters once per forward or decode
+        _set_plain(self, '_fwd', (p.pos, f[1] if later and f is not None else self._param_key(), later))
+    if self.prior == 'sinusoidal':
+        x = x + self._prior(p.pos).to(x.dtype)               # as the sinusoidal encoding does it
+    if self.inject != 'input':
+        return x
+    traj = self.trajectory(self._need(p))
+    return x + F.embedding(p.pos, traj[:, 0]).to(x.dtype)
+
+@patch
+def _slot(self: FloaterPE, site: Site) -> int:
+    "Row of `p0` holding `site`'s q initial value (k and v follow it), from `_slot_of`."
+    i = self._slot_of.get((site.kind, site.layer))
+    if i is not None:
+        return i
+    if site.kind not in self.kinds:
+        raise ValueError(f"this FLOATER encoding holds initial values for {self.kinds} attention but a {site.kind!r} "
+                         f"site asked; build it with kinds including {site.kind!r} (causal=True gives ('dec','cross'))")
+    raise ValueError(f"FLOATER was built with n_layers={self.n_layers} but layer {site.layer} asked; pass n_layers")
+
+@patch
+def _need(self: FloaterPE, p: Positions) -> int:
+    "Trajectory length covering `p` (its largest position + 1): read once per positions tensor, or as noted."
+    return positions_max(p) + 1
+
+@patch
+def qkv_bias(self: FloaterPE, q_p: Positions, kv_p: Positions, site: Site):
+    "Hook 2: the block's q/k/v input biases at the queries' and the keys' positions, each (B,L,D); None at the input."
+    if self.inject == 'input':
+        return None
+    i = self._slot(site)
+    if not (self.training and torch.is_grad_enabled()):
+        return self._infer_bias(q_p, kv_p, site, i)
+    traj = self.trajectory(max(self._need(q_p), self._need(kv_p)))
+    T = traj.shape[0]
+    if site.is_self and q_p is kv_p:                           # one gather for q, k and v
+        return F.embedding(q_p.pos, traj[:, i:i + 3].reshape(T, 3 * self.d_model)).chunk(3, -1)
+    bq = F.embedding(q_p.pos, traj[:, i])
+    bk, bv = F.embedding(kv_p.pos, traj[:, i + 1:i + 3].reshape(T, 2 * self.d_model)).chunk(2, -1)
+    return bq, bk, bv
+
+@patch
+def _infer_bias(self: FloaterPE, q_p: Positions, kv_p: Positions, site: Site, i: int):
+    "Inference: one gather of every slot at the query positions per positions tensor, shared by a forward's blocks."
+    f, m, d = self._fwd, self._q_memo, self.d_model
+    key = f[1] if f is not None and f[0] is q_p.pos else self._param_key()   # the key `embed` took, in its forward
+    if m is None or m[0] != key or m[1] is not q_p.pos or m[2] != q_p.pos._version:
+        g = None                                                 # exactly zero: skip the adds (keeps fused projections)
+        if not self._is_zero():
+            traj = self.trajectory(self._need(q_p))
+            g = F.embedding(q_p.pos, traj.reshape(traj.shape[0], -1))
+        self._q_memo = m = (key, q_p.pos, q_p.pos._version, g)
+    g = m[3]
+    if g is None:
+        return None
+    bq = g[..., i * d:(i + 1) * d]
+    if site.is_self and q_p is kv_p:
+        return bq, g[..., (i + 1) * d:(i + 2) * d], g[..., (i + 2) * d:(i + 3) * d]
+    memo = self._kv_memo.get(i)                               # decoding: the same source at every step
+    if memo is not None and memo[0] is kv_p.pos and memo[1] == kv_p.pos._version and memo[2] == key:
+        return bq, memo[3], memo[4]
+    traj = self.trajectory(self._need(kv_p))
+    bk, bv = F.embedding(kv_p.pos, traj[:, i + 1:i + 3].reshape(traj.shape[0], 2 * d)).chunk(2, -1)
+    self._kv_memo[i] = (kv_p.pos, kv_p.pos._version, key, bk, bv)   # holds pos: no id reuse
+    return bq, bk, bv
+
+# %% ../nbs/11_floater.ipynb #536c4744
+def _project(slot: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+    """A slot's trajectory rows (T, 3, d), the q, k, v initial values' states, through the q, k, v blocks of `weight`
+    (3D, d), plus `bias`: (T, 3D), what `F.linear` gives per block."""
+    D = weight.shape[0] // 3
+    table = torch.bmm(weight.view(3, D, -1), slot.permute(1, 2, 0))     # W_k p^T: its gradient in the weight's layout
+    table = table.permute(2, 0, 1).reshape(slot.shape[0], 3 * D)        # rows by position (a strided view)
+    return (table if bias is None else table + bias).contiguous()
+
+def _proj_key(proj: nn.Linear) -> tuple:
+    "Pointer and version of `proj`'s weight and bias as they are now (a replaced Parameter is caught too)."
+    d = proj._parameters
+    w = d['weight'] if 'weight' in d else proj.weight           # a computed (parametrized) weight is new every time
+    b = d['bias'] if 'bias' in d else proj.bias
+    return w.data_ptr(), w._version, None if b is None else (b.data_ptr(), b._version)
+
+def _rows(table: Tensor, pos: Tensor, s: Optional[tuple]) -> Tensor:
+    """Rows of `table` (T, C) at integer positions (B, L): a broadcast slice (1, L, C) when every row is one plain range
+    (`s`, from `_span`), one row (C,) when that range is one position (a decoding step: the projection's bias vector as
+    it is), else a gather (B, L, C)."""
+    if s is None or not s[2]:
+        return F.embedding(pos, table)
+    return table[s[0]] if s[0] == s[1] else table[s[0]:s[1] + 1][None]
+
+# %% ../nbs/11_floater.ipynb #5f45203c
+@patch
+def qkv_out_bias(self: FloaterPE, q_p: Positions, kv_p: Positions, site: Site, proj: nn.Linear):
+    """Hook 2, projected: slot rows of the trajectory times `proj`'s q/k/v weights plus its bias, once per solve
+    (T rows, not B*L), then sliced or gathered."""
+    if self.inject == 'input':
+        return None
+    planned = self._planned_rows(q_p, kv_p, site)
+    if planned is not None:
+        return planned
+    i, D, same = self._slot(site), self.d_model, site.is_self and q_p is kv_p
+    qs = self._span_of(q_p.pos)                              # one read per positions tensor (CPU), the range included
+    ks = qs if same else self._span_of(kv_p.pos)
+    n = 1 + max(s[1] if s is not None else positions_max(p) for s, p in ((qs, q_p), (ks, kv_p)))
+    table = self._site_table(i, proj, site, q_p, n)
+    if table is None:                                        # exactly zero (untouched warm start): nothing to add
+        return None
+    if torch.is_grad_enabled():
+        if same:
+            return _rows(table, q_p.pos, qs)
+        return _rows(table[:, :D], q_p.pos, qs), _rows(table[:, D:], kv_p.pos, ks)
+    bq = self._kept_rows(i, table, q_p.pos, qs, None if same else D)
+    return bq if same else (bq, self._memory_rows(i, table, kv_p, ks, build=True))
+
+@patch
+def _planned_rows(self: FloaterPE, q_p: Positions, kv_p: Positions, site: Site):
+    "Inference inside a forward that `embed` started: the rows its plan holds for `site`, or None (then they are made)."
+    f = self._fwd
+    if f is None or f[0] is not q_p.pos or torch.is_grad_enabled():
+        return None
+    plan = self._plan                                       # (`_build_plan`, made at the forward's first hook call)
+    if plan is None or plan[0] is not f:
+        plan = (f, self._build_plan(q_p.pos, f[1], f[2]))
+        _set_plain(self, '_plan', plan)
+    e = plan[1].get(id(site))                 # (slot, table, rows: every column at a self site, the q block at a cross)
+    if e is None:
+        return None
+    if site.kind != 'cross':
+        return e[2] if q_p is kv_p else None
+    if f[2]:                                                # a decode's later step: the memory's k and v are cached
+        return e[2], None
+    kv = self._memory_rows(e[0], e[1], kv_p)
+    return None if kv is None else (e[2], kv)
+
+@patch
+def _span_of(self: FloaterPE, pos: Tensor) -> Optional[tuple]:
+    "`_span(pos)` kept for the last two positions tensors (a forward's own and its memory's), found by identity."
+    for e in self._spans:
+        if e[0] is pos and e[1] == pos._version:
+            return e[2]
+    s = _span(pos)
+    if not pos.is_inference():                             # inference tensors have no version
+        _set_plain(self, '_spans', (*self._spans[-1:], (pos, pos._version, s)))
+    return s
+
+@patch
+def _site_table(self: FloaterPE, i: int, proj: nn.Linear, site: Site, q_p: Positions, n: int) -> Optional[Tensor]:
+    """(T >= n, 3D) projected table of slot `i` through `proj` (its weight, its bias added), or None when exactly zero;
+    without grad kept per parameter key and `proj`'s weight and bias versions, with the site that asked."""
+    if torch.is_grad_enabled():
+        return None if self._is_zero() else _project(self._slot_rows(self.trajectory(n), i), proj.weight, proj.bias)
+    f = self._fwd
+    key = (f[1] if f is not None and f[0] is q_p.pos else self._param_key(), _proj_key(proj))
+    m = self._tables.get(i)
+    if m is None or m[0] != key or (m[1] is not None and m[1].shape[0] < n):   # kept with its rows, projection, site
+        table = None if self._is_zero() else _project(self.trajectory(n)[:, i:i + 3], proj.weight, proj.bias)
+        self._tables[i] = m = (key, table, {}, proj, site)
+        self._plans.clear()
+    elif m[4] is not site:                                 # the plan finds a slot by the site object that asks
+        self._tables[i] = m = (*m[:4], site)
+        self._plans.clear()
+    return m[1]
+
+# %% ../nbs/11_floater.ipynb #798fd5a2
+@patch
+def _build_plan(self: FloaterPE, pos: Tensor, pkey: tuple, later: bool = False) -> dict:
+    """{id(site): (slot, table, rows)}: the rows `_kept_rows` kept at `pos`'s plain span (all columns at a self site,
+    the q block at a cross one), for every slot with such rows whose projected table was built with the parameters
+    `pkey` and with its projection's weight and bias as they are now (`_proj_key`): checked once per forward, not per
+    call. Keyed by the site object that last asked for the table (held by it, so its id is not reused), as `Attention`
+    passes its own. At a decode's `later` step the tables are those its first step checked: nothing is checked, and a
+    plan that covers every table is kept for the span (`_plans`)."""
+    qs = self._span_of(pos)
+    if qs is None or not qs[2]:
+        return {}
+    if later and (plan := self._plans.get(qs[:2])) is not None:
+        return plan
+    plan, lo, hi, D = {}, qs[0], qs[1], self.d_model
+    for i, (key, table, kept, proj, site) in self._tables.items():
+        if table is None or (not later and key != (pkey, _proj_key(proj))):
+            continue
+        rows = kept.get((lo, hi, None if site.kind != 'cross' else D))
+        if rows is not None:
+            plan[id(site)] = (i, table, rows)
+    if later and len(plan) == len(self._tables):
+        self._plans[lo, hi] = plan
+    return plan
+
+@patch
+def _memory_rows(self: FloaterPE, i: int, table: Tensor, kv_p: Positions, ks: Optional[tuple] = None,
+                 build: bool = False) -> Optional[Tensor]:
+    """Slot `i`'s k/v rows of its table at the memory's positions, kept per positions tensor: decoding reads the
+    same source at every step. Where none are kept for `kv_p` and `table`: made from the span `ks` with `build`,
+    else None."""
+    m = self._mem_rows.get(i)
+    if m is None or m[0] is not kv_p.pos or m[1] != kv_p.pos._version or m[2] is not table:
+        if not build:
+            return None
+        self._mem_rows[i] = m = (kv_p.pos, kv_p.pos._version, table, _rows(table[:, self.d_model:], kv_p.pos, ks))
+    return m[3]
+
+@patch
+def _kept_rows(self: FloaterPE, i: int, table: Tensor, pos: Tensor, s: Optional[tuple], cols: Optional[int]) -> Tensor:
+    """Without grad: `_rows` of slot `i`'s table (its first `cols` columns, or all), kept per plain span alongside the
+    table (and dropped with it), so a decoding step at a position seen before looks its rows up."""
+    part = table if cols is None else table[:, :cols]
+    if s is None or not s[2]:
+        return _rows(part, pos, s)
+    kept = self._tables[i][2]
+    rows = kept.get((s[0], s[1], cols))
+    if rows is None:
+        rows = kept[s[0], s[1], cols] = _rows(part, pos, s)
+    return rows
+
+@patch
+def _slot_rows(self: FloaterPE, traj: Tensor, i: int) -> Tensor:
+    "Rows i..i+2 of the trajectory (T, 3, d); under autograd from one split per trajectory (one backward node)."
+    if not (torch.is_grad_enabled() and traj.requires_grad):
+        return traj[:, i:i + 3]
+    if self._split is None or self._split[0] is not traj:
+        self._split = (traj, traj.split(3, 1))
+    return self._split[1][i // 3]
+
+# %% ../nbs/11_floater.ipynb #ff907e0e
+@patch
+def fused_qkv_bias(self: FloaterPE,
+                   pos: Tensor, # integer position ids (L,) or (B,L) of the projection's input tokens
+                   weight: Tensor, # the fused projection's weight (3D, D): rows q, k, v (`nn.Linear(D, 3D).weight`)
+                   layer: int = 0, # the block
+                   kind: Optional[str] = None # the block's attention kind, one of `kinds` (default: the first)
+                  ) -> Tensor: # (B or 1, L, 3D), in the weight's dtype
+    "The block's q/k/v input biases moved to a fused projection's output: `proj(x) + b` equals three split projections."
+    if self.inject == 'input':
+        raise ValueError("'floater-input' adds its positions to the token embeddings (embed), not to q/k/v; "
+                         "use 'floater' for per-block biases")
+    D = self.d_model
+    if weight.dim() != 2 or tuple(weight.shape) != (3 * D, D):
+        raise ValueError(f"weight must be a fused qkv projection's ({3 * D}, {D}) weight, got {tuple(weight.shape)}; "
+                         f"pass nn.Linear({D}, {3 * D}).weight")
+    p = Positions(pos[None] if pos.dim() == 1 else pos)
+    biases = self.qkv_bias(p, p, Site(kind or self.kinds[0], layer, self.n_heads, D // self.n_heads))
+    if biases is None:                                       # exactly zero (an untouched warm start)
+        return weight.new_zeros(1, p.pos.shape[1], 3 * D)
+    return torch.cat([F.linear(b.to(weight.dtype), w) for b, w in zip(biases, weight.chunk(3))], -1)
 
 # %% ../nbs/11_floater.ipynb #95e880af
 @patch
 def start_from(self: FloaterPE, name: str, options: dict) -> FloaterPE:
-    "Migrate from trained sinusoidal positions: keep the sinusoid as the prior and zero h and p(0), so every FLOATER bias is exactly 0."
+    "Migrate from trained sinusoidal positions: the sinusoid kept as the prior, h and p(0) zero (every bias is 0)."
     if name != 'sinusoidal':
-        raise ValueError(f"FLOATER can start only from a model trained with 'sinusoidal' positions, not {name!r}; train a sinusoidal model first or build FLOATER from scratch")
+        raise ValueError(f"FLOATER can start only from a model trained with 'sinusoidal' positions, not {name!r}; "
+                         f"train a sinusoidal model first or build FLOATER from scratch")
     if self.prior != 'sinusoidal' or self.base != options.get('base', 10000.):
-        raise ValueError(f"a FLOATER warm start keeps the trained sinusoidal input: build it with prior='sinusoidal' (FLOATER_OFFICIAL does) and "
+        raise ValueError(f"a FLOATER warm start keeps the trained sinusoidal input: build it with prior='sinusoidal' "
+                         f"(FLOATER_OFFICIAL does) and "
                          f"base={options.get('base', 10000.)}, got prior={self.prior!r}, base={self.base}")
     return self.zero_dynamics_()
 
@@ -621,16 +840,18 @@ def floater_from_sinusoidal(model: Seq2Seq, variant: str = 'floater', **pe_optio
         raise ValueError(f"variant must be 'floater' (every block) or 'floater-input', got {variant!r}")
     opts = {**pe_options, 'prior': 'sinusoidal', 'base': cfg.pe_options.get('base', 10000.)}
     new = Seq2Seq(replace(cfg, enc_pe=variant, dec_pe=None, pe_options=opts)).to(next(model.parameters()).device)
-    return warm_start_weights(new, model.state_dict(), cfg).train(model.training)   # every other weight copied; FloaterPE.start_from zeroes h and p(0)
+    new = warm_start_weights(new, model.state_dict(), cfg)       # the other weights copied; `start_from` zeroes h, p(0)
+    return new.train(model.training)
 
 # %% ../nbs/11_floater.ipynb #ee413ce3
 FLOATER_OFFICIAL = dict(
     prior='sinusoidal',      # the token-level sinusoidal input encoding is kept; FLOATER's block biases come on top
     init='xavier',           # Xavier-normal weights and zero biases in h, Xavier-uniform initial values
-    cross_kv_flow=True,      # the decoder's cross-attention keys/values follow their own flow (no effect without 'cross' sites)
+    cross_kv_flow=True,      # the decoder's cross-attention keys/values follow their own flow (only with 'cross' sites)
     refresh_every=400,       # re-solve every 400 training forward passes ...
     refresh_mode='detach',   # ... and in between use the cached trajectory as a constant (zero gradient to h and p(0))
-    substeps=5, adjoint=True)  # rk4 with step delta/5 through torchdiffeq's adjoint (delta = 0.01 is the default already)
+    substeps=5,              # rk4 with step delta/5 (delta = 0.01 is the default already) ...
+    adjoint=True)            # ... through torchdiffeq's adjoint
 
 # %% ../nbs/11_floater.ipynb #7b6ad501
 from .exercises import Verdict, check_close

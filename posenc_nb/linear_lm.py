@@ -14,8 +14,8 @@ from fastcore.basics import patch
 from fastcore.script import Param
 from .rope import rope_linear_attention, apply_rotary, get_rotary_cache
 from .mlm import BYTE_VOCAB, BYTE_OFFSET, clean_text, runs_dir, RESULTS, seed_curve, _rows, _RESUMABLE
-from .train import Task, Learner, Budget, TrainLog, Evaluator, Checkpointer, fit, restore, read_metrics, lr_multiplier
-from .train import jsonl_logger, precision_name, pick_device, seed_all, fused_adam
+from .engine import Task, Learner, Budget, TrainLog, Evaluator, Checkpointer, fit, restore, read_metrics, lr_multiplier
+from .engine import jsonl_logger, precision_name, pick_device, seed_all, fused_adam
 from .long_text import peak_rss_mb
 from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
 from .cli import command, command_line, use_threads, main as cli_main

@@ -15,8 +15,9 @@ from fastcore.script import Param
 from .core import Positions, list_posencs
 from .model import ModelConfig, Classifier, _dense, dropout
 from .data import load_labelled, pad_batch, TokenBatchSampler, cache_dir, BOS
-from .train import Task, Learner, Budget, BatchStream, TrainLog, Evaluator, KeepBest, Checkpointer, fit, restore, read_metrics, lr_multiplier, inverse_sqrt
-from .train import jsonl_logger, autocast_for, precision_name, pick_device, seed_all, fused_adam
+from .engine import Task, Learner, Budget, BatchStream, TrainLog, Evaluator, KeepBest, Checkpointer, fit, restore
+from .engine import read_metrics, lr_multiplier, inverse_sqrt
+from .engine import jsonl_logger, autocast_for, precision_name, pick_device, seed_all, fused_adam
 from .classify import ClassifyConfig, ClassifyTask, classification_metrics, predict, GLUE_METRIC
 from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
 from .cli import command, command_line, use_threads, main as cli_main
@@ -139,7 +140,7 @@ class MLMTask(Task):
     "Masked-language modelling of id sequences: bucketed batches, a fresh BERT mask per batch, fixed validation masks."
     def __init__(self, train: list, valid: list, cfg: MLMConfig, device, amp_ctx=None):
         self.cfg, self.train, self.device, self.amp = cfg, train, device, amp_ctx or (lambda: torch.autocast('cpu', enabled=False))
-        self.stream, self.g = BatchStream([len(x) for x in train], cfg.max_tokens, seed=cfg.seed), torch.Generator().manual_seed(cfg.seed)
+        self.stream, self.g = BatchStream(TokenBatchSampler([len(x) for x in train], cfg.max_tokens, seed=cfg.seed)), torch.Generator().manual_seed(cfg.seed)
         self.batches, gv = map(self._batch, self.stream), torch.Generator().manual_seed(12345)
         self.valid = [self._mask([valid[i] for i in b], gv) for b in TokenBatchSampler([len(x) for x in valid], cfg.max_tokens, shuffle=False).all_batches(0)]
     def _mask(self, seqs, g):

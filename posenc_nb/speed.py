@@ -19,7 +19,7 @@ __all__ = ['METRICS', 'measure_once', 'cpu_peak_mem_mb', 'speed_table', 'format_
 
 # %% ../nbs/24_speed.ipynb #d0f2d55f
 import itertools
-from .train import Budget, Learner, Task, fit
+from .engine import Budget, Learner, Task, fit
 
 # %% ../nbs/24_speed.ipynb #e823e780
 def _model(enc, vocab, d_model, n_heads, n_layers, d_ff, max_len, seed=0):

@@ -13,7 +13,8 @@ from .core import Positions, Site, PosEnc, register_posenc, make_posenc, list_po
 from .baselines import sinusoidal_table, relative_offsets, SinusoidalPosEnc
 from .rope import RoPE, apply_rotary, RotaryCache
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll
-from .data import collate, StreamProvider, register_stream_provider
+from .data import collate
+from .streams import StreamProvider, register_stream_provider
 from fastcore.basics import patch
 # posenc_nb.align/btg (scipy) and posenc_nb.decode (sacrebleu) are imported inside the functions that use them:
 # core imports this module whenever the registry is listed, and they would add about a second to every such import.
@@ -392,7 +393,7 @@ def eval_xl(model: Seq2Seq, ids, xls, tok=None, refs=None, batch_size: int = 100
     return out
 
 # %% ../nbs/14_xlpe.ipynb #bba2aa15
-from .train import Budget, Learner, Task, fit, fused_adam
+from .engine import Budget, Learner, Task, fit, fused_adam
 
 # %% ../nbs/14_xlpe.ipynb #2da8409c
 class XLPairs(Task):

@@ -80,7 +80,7 @@ def test_second_training_in_a_folder_is_refused(run):
 
 
 def test_lock_is_released_and_reacquired(tmp_path):
-    from posenc_nb.train import RunLock, RunLocked
+    from posenc_nb.engine import RunLock, RunLocked
     with RunLock(tmp_path):
         with pytest.raises(RunLocked, match=str(os.getpid())): RunLock(tmp_path).acquire()
     with RunLock(tmp_path): pass
@@ -161,7 +161,7 @@ def test_nan_model_does_not_translate(run, tmp_path):
 
 
 def test_valid_ppl_of_nan_loss_is_nan():
-    from posenc_nb.train import _ppl
+    from posenc_nb.engine import _ppl
     assert math.isnan(_ppl(float('nan'))) and _ppl(1.0) == pytest.approx(math.e)
 
 
@@ -173,10 +173,10 @@ def test_bad_device_is_refused_before_anything(tmp_path, device, needle):
 
 
 def test_unwritable_out_is_refused_before_training(tmp_path, monkeypatch):
-    import posenc_nb.train as T
-    real = T.RunLock.acquire
+    import posenc_nb.engine as E
+    real = E.RunLock.acquire
     def denied(self): raise PermissionError(errno.EACCES, 'Permission denied', str(self.path))
-    monkeypatch.setattr(T.RunLock, 'acquire', denied)
+    monkeypatch.setattr(E.RunLock, 'acquire', denied)
     bad(train(tmp_path / 'w'), 'not writable', str(tmp_path / 'w'))
     assert not list((tmp_path).rglob('ckpt_*.pt'))
 
@@ -284,7 +284,7 @@ def test_train_says_where_and_whether_resuming(run, capsys):
 
 
 def test_meta_device_build_leaves_caches_usable():
-    "Training first builds the model on the meta device (`_preflight`); module-level caches filled then must not hold meta tensors."
+    "A model built on the meta device (shapes without memory) must leave module-level caches without meta tensors."
     code = """
 import torch
 from posenc_nb.core import list_posencs
