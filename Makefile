@@ -23,7 +23,7 @@ $(STAMP): settings.ini setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -c constraints.txt -e ".[dev,test]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[all]"   # every extra: dev, test, experiments, floater, ...
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -47,6 +47,8 @@ def sinusoidal_table(positions: Tensor, # integer positions, any shape
     return torch.stack((ang.sin(), ang.cos()), -1).flatten(-2)[..., :d_model]    # interleave, drop the last cos if d is odd
 
 # %% ../nbs/01_baselines.ipynb #9362fab9
+_TABLE_ROWS = 1 << 16     # a table longer than this is built only when the positions fill a quarter of it
+
 def sinusoidal_codes(pos: Tensor, # integer positions, any shape
                      table: Optional[Tensor], # a table `sinusoidal_codes` returned before (or None)
                      d_model: int, # code width
@@ -54,8 +56,11 @@ def sinusoidal_codes(pos: Tensor, # integer positions, any shape
                      min_rows: int = 0 # the smallest table to build
                     ) -> tuple: # (codes pos.shape + (d_model,), the float32 table they were read from)
     """Codes of `pos` read from `table` when it is on `pos`'s device and covers every position of `pos`, else from a new float32
-    table of the next power of two rows (at least `min_rows`): callers keep the table and pass it back."""
+    table of the next power of two rows (at least `min_rows`): callers keep the table and pass it back.
+    Far, sparse positions (past 2**16 rows and 4 x as many rows as positions) get codes of those positions only."""
     need = known_range(pos)[1] + 1               # read once per positions tensor, or known from the caller
+    if need > max(min_rows, _TABLE_ROWS, 4 * pos.numel()):        # e.g. one position of 1e8: no table up to it
+        return sinusoidal_table(pos, d_model, base), table
     same_device = table is not None and (table.is_cpu and pos.is_cpu or table.device == pos.device)   # no device objects on the CPU
     if not same_device or table.shape[0] < need:
         table = sinusoidal_table(torch.arange(max(min_rows, 1 << (need - 1).bit_length()), device=pos.device), d_model, base)
@@ -65,9 +70,13 @@ def sinusoidal_codes(pos: Tensor, # integer positions, any shape
 @register_posenc('sinusoidal')
 class SinusoidalPosEnc(PosEnc):
     "Fixed sinusoidal codes (Vaswani et al. 2017) added to the input embeddings at the explicit positions."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
+                 causal: bool = False,
                  base: float = 10000.): # frequency base (see `sinusoidal_table`)
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
+        if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 1):
+            raise ValueError(f"base={base!r}: the frequency base must be a finite number > 1 (the paper's is 10000); "
+                             "set pe_options base")
         self.base, self._table = base, None
 
     def codes(self, pos: Tensor) -> Tensor:
@@ -84,7 +93,8 @@ class SinusoidalPosEnc(PosEnc):
 class LearnedPosEnc(PosEnc):
     "A trainable embedding row per absolute position `0..max_len-1`, added to the input embeddings."
     bounded = True      # one row per position: max_len is a hard limit
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False):
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
+                 causal: bool = False):
         if not max_len: raise ValueError("'learned' positions need max_len (the number of rows of the table); pass max_len=...")
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         self.emb = nn.Embedding(max_len, d_model)
@@ -126,7 +136,8 @@ def shaw_score_mod(scores: Tensor, # q·w^K_r/sqrt(dh) of every query and clippe
 @register_posenc('shaw')
 class ShawPosEnc(PosEnc):
     "Relative key embeddings w^K_{clip(j-i,k)} (Shaw et al. 2018) as a logit bias q·w/sqrt(dh); one table per layer."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
+                 causal: bool = False,
                  clip: int = 16): # offsets beyond +-clip share the last vector
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         if d_model % n_heads: raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pick n_heads that divides d_model")
@@ -211,7 +222,8 @@ def t5_score_mod(weight: Tensor, # the bucket table (num_buckets, H): `T5PosEnc.
 @register_posenc('t5')
 class T5PosEnc(PosEnc):
     "T5 relative attention bias: a learned scalar per head and log-spaced offset bucket, shared across layers."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
+                 causal: bool = False,
                  num_buckets: int = 32, # buckets of offsets (see `t5_bucket`)
                  max_distance: int = 128): # offsets beyond it share the last bucket
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
@@ -270,7 +282,8 @@ def alibi_score_mod(slopes: Tensor, # (H,) head slopes m_h (`alibi_slopes`)
 @register_posenc('alibi')
 class ALiBiPosEnc(PosEnc):
     "ALiBi: fixed per-head linear penalty -m_h|i-j| (encoder) or -m_h(i-j) (decoder) on the attention logits."
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False):
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
+                 causal: bool = False):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         self.register_buffer('slopes', alibi_slopes(n_heads), persistent=False)
 

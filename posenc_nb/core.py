@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #c6463148
 from __future__ import annotations
-import contextlib, importlib, importlib.util, math, pkgutil, re, sys
+import ast, contextlib, importlib, importlib.util, math, pkgutil, re, sys
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -16,7 +16,7 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['SITE_KINDS', 'ENTRY_POINT_GROUP', 'BIAS_BLOCK_ELEMENTS', 'Positions', 'host_fact', 'note_fact', 'whole_base',
            'known_range', 'positions_max', 'HostReads', 'Site', 'BiasRows', 'PosEnc', 'register_posenc',
-           'provider_modules', 'import_registering', 'list_posencs', 'make_posenc', 'encoding_streams',
+           'registering_modules', 'import_registering', 'list_posencs', 'make_posenc', 'encoding_streams',
            'attention_mask', 'row_block', 'shared_rows', 'column_offsets', 'dense_logit_bias', 'row_attention',
            'causal_mask_mod', 'padding_mask_mod', 'flex_block_mask', 'flex_available', 'flex_attend', 'head_input_proj',
            'Attention']
@@ -90,7 +90,7 @@ def index_select(self: Positions, rows: Tensor) -> Positions:
     return self.map(lambda t: t.index_select(0, rows.to(t.device)))
 
 @patch
-def to(self: Positions, device) -> Positions: return self.map(lambda t: t.to(device))
+def to(self: Positions, device: Union[str, torch.device]) -> Positions: return self.map(lambda t: t.to(device))
 
 # %% ../nbs/00_core.ipynb #ed4a8f40
 @patch(as_prop=True)
@@ -235,13 +235,13 @@ class PosEnc(nn.Module):
     def embed(self, x: Tensor, p: Positions) -> Tensor:
         "Hook 1: `x` (B,L,D) with position information added; called once per stack, after the token embedding."
         return x
-    def qkv_bias(self, q_p: Positions, kv_p: Positions, site: Site):
+    def qkv_bias(self, q_p: Positions, kv_p: Positions, site: Site) -> Optional[tuple]:
         "Hook 2: `(bq, bk, bv)`, each None, (B,L,D) added to the q/k/v projections' input, or (B,H,L,D) one input per head; or None."
         return None
     def head_positions(self, p: Positions, site: Site) -> Tensor:
         "Hook 3: positions each head reads, (B,1,L) or (B,H,L). Default: the absolute stream for all heads."
         return p.pos[:, None]
-    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site):
+    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> tuple:
         "Hook 4: transformed `(q, k)`, each (B,H,L,dh), every query and key by its own position only (keys are cached)."
         return q, k
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
@@ -253,7 +253,8 @@ class PosEnc(nn.Module):
         called). Counted as overridden only where its class also defines or inherits the `logit_bias` in use: a
         subclass that changes `logit_bias` alone is never bypassed."""
         return None
-    def qkv_out_bias(self, q_p: Positions, kv_p: Positions, site: Site, proj: nn.Linear):
+    def qkv_out_bias(self, q_p: Positions, kv_p: Positions, site: Site,
+                     proj: nn.Linear) -> Optional[Union[Tensor, tuple]]:
         """Hook 2 in projected form, asked first: hook 2's biases already passed through `proj`'s weight, with `proj`'s own bias $c$ folded in
         ($(x+b)W^T + c = xW^T + (bW^T + c)$): all the fused projection adds to $xW^T$, so it stays one product with nothing else to add:
         self-attention (q and kv positions the same object) broadcastable to (B,L,3D); cross-attention `(oq, okv)` broadcastable to (B,Lq,D)
@@ -264,7 +265,7 @@ class PosEnc(nn.Module):
     def acts_at(self, site: Site) -> bool:
         "Whether hooks 2-5 run at `site`: its kind is one of `sites`."
         return site.kind in self.sites
-    def check_positions(self, p: Positions):
+    def check_positions(self, p: Positions) -> None:
         "Raise a clear error when the encoding is `bounded` and a position reaches `max_len`; an unbounded one accepts any."
         if not self.bounded or self.max_len is None: return
         m = positions_max(p)                    # read once per positions tensor (later hooks and layers reuse it)
@@ -280,7 +281,8 @@ class PosEnc(nn.Module):
         parameters stay as they were and every cross-attention's keys and values come from the cache (what the cached keys and values
         assume), so an encoding may check its parameters once per decode instead of once per forward. Default: nothing (and not called)."""
 
-    def extra_repr(self): return f"d_model={self.d_model}, n_heads={self.n_heads}, max_len={self.max_len}, causal={self.causal}"
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, max_len={self.max_len}, causal={self.causal}"
 
 # %% ../nbs/00_core.ipynb #8aca1de2
 @patch
@@ -296,7 +298,8 @@ def start_from(self: PosEnc,
 # %% ../nbs/00_core.ipynb #b5964dea
 _REGISTRY: dict = {}
 
-def register_posenc(name: str): # the name that `make_posenc`, `ModelConfig.enc_pe` and the experiment configs use
+def register_posenc(name: str, # the name that `make_posenc`, `ModelConfig.enc_pe` and the experiment configs use
+                   ) -> Callable: # a class decorator
     "Class decorator: make a `PosEnc` subclass (or factory) buildable as `make_posenc(name, ...)`."
     def deco(cls):
         _REGISTRY[name] = cls
@@ -307,28 +310,45 @@ def register_posenc(name: str): # the name that `make_posenc`, `ModelConfig.enc_
 # %% ../nbs/00_core.ipynb #ffba1308
 ENTRY_POINT_GROUP = 'posenc_nb.encodings'     # third-party packages add encodings here
 
-def provider_modules(package: str = 'posenc_nb', # the package whose modules are scanned
-                     marker: str = r'^@register_posenc\(' # regex of a line that registers something at import
-                    ) -> list:
-    "Modules of `package` whose source has a `marker` line (by default: registers an encoding), found without importing them."
-    found, pat = [], re.compile(marker, re.M)
+def _called_name(func) -> Optional[str]:
+    "The name a call calls: `f(...)` -> 'f', `mod.f(...)` -> 'f'."
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+def _registers(tree: ast.Module, function: str) -> bool:
+    "Whether the top level of `tree` (decorators and class bodies included, function bodies not) calls `function`."
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            todo += node.decorator_list
+            continue
+        if isinstance(node, ast.Call) and _called_name(node.func) == function: return True
+        todo += list(ast.iter_child_nodes(node))
+    return False
+
+def registering_modules(function: str = 'register_posenc', # the registering function, as a decorator or a call
+                        package: str = 'posenc_nb', # the package whose modules are read
+                       ) -> list:
+    "Modules of `package` that call `function` when imported, found by parsing their source, without importing them."
+    found = []
     for m in pkgutil.iter_modules(importlib.import_module(package).__path__):
         spec = importlib.util.find_spec(f'{package}.{m.name}')
         if spec is None or not (spec.origin or '').endswith('.py'): continue
-        if pat.search(Path(spec.origin).read_text(encoding='utf-8')): found.append(spec.name)
+        src = Path(spec.origin).read_text(encoding='utf-8')
+        if function in src and _registers(ast.parse(src), function): found.append(spec.name)
     return found
 
 # %% ../nbs/00_core.ipynb #bf497d54
 _IMPORTED = set()
 
-def import_registering(marker: str, # regex of a line that registers something at import, as in `provider_modules`
+def import_registering(function: str, # the registering function, as in `registering_modules`
                        group: Optional[str] = None, # an entry-point group whose modules are loaded too
-                       package: str = 'posenc_nb', # the package whose modules are scanned
-                      ):
-    "Import, once per `marker`, the modules of `package` that register something at import, then `group`'s entry points."
-    if (package, marker, group) in _IMPORTED: return
-    _IMPORTED.add((package, marker, group))
-    for name in provider_modules(package, marker=marker):
+                       package: str = 'posenc_nb', # the package whose modules are read
+                      ) -> None:
+    "Import, once per `function`, the modules of `package` that call it at import, then `group`'s entry points."
+    if (package, function, group) in _IMPORTED: return
+    _IMPORTED.add((package, function, group))
+    for name in registering_modules(function, package):
         if name not in sys.modules: importlib.import_module(name)
     for ep in (metadata.entry_points(group=group) if group else ()): ep.load()
 
@@ -348,9 +368,11 @@ def _discover():
     if _discovered: return
     _discovered = True                      # first: a provider that lists encodings while it is imported must not recurse
     try:
-        for mod in provider_modules(): importlib.import_module(mod)
+        for mod in registering_modules('register_posenc'): importlib.import_module(mod)
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP): _load_plugin(ep)
-    except BaseException: _discovered = False; raise
+    except BaseException:
+        _discovered = False
+        raise
 
 # %% ../nbs/00_core.ipynb #4d987855
 def list_posencs() -> list:
@@ -384,7 +406,8 @@ def encoding_streams(name: str # a name from `list_posencs()`
     return tuple(getattr(_REGISTRY[name], 'reads_streams', None) or make_posenc(name, 8, 2).reads_streams)
 
 # %% ../nbs/00_core.ipynb #da194cbe
-def attention_mask(q_len: int, k_mask: Optional[Tensor], causal: bool, self_attn: bool, device=None,
+def attention_mask(q_len: int, k_mask: Optional[Tensor], causal: bool, self_attn: bool,
+                   device: Union[None, str, torch.device] = None,
                    k_len: Optional[int] = None) -> Optional[Tensor]:
     "Boolean (B|1,1,Lq,Lk) mask of allowed keys (queries are the last `q_len` of `k_len` keys), or None when all are allowed."
     allowed = None

@@ -11,18 +11,16 @@ from importlib import metadata
 from typing import Callable, Optional, Sequence
 import numpy as np, torch
 from torch import Tensor
-from .core import Positions, provider_modules, import_registering
+from .core import Positions, import_registering
 from .utils import atomic_write
 # `datasets` (slow to import) and `tokenizers` are imported inside the functions that need them.
 
 # %% auto #0
-__all__ = ['DATASETS', 'GLUE_TASKS', 'SPECIALS', 'PAD', 'BOS', 'EOS', 'UNK', 'STREAM_PROVIDERS', 'STREAM_ENTRY_POINT_GROUP',
-           'DataUnavailable', 'data_dir', 'cache_dir', 'Holdout', 'DataSpec', 'ParallelSpec', 'LabelledSpec',
-           'register_dataset', 'list_datasets', 'get_dataset', 'parallel_dataset', 'load_parallel', 'load_labelled',
-           'load_glue', 'Tokenizer', 'word_tokenizer', 'train_bpe', 'get_tokenizer', 'encode_pairs', 'pad_batch',
-           'Batch', 'collate', 'StreamProvider', 'register_stream_provider', 'list_stream_providers',
-           'make_stream_provider', 'stream_provider_state', 'stream_provider_from_state', 'pair_lengths',
-           'TokenBatchSampler', 'padding_efficiency']
+__all__ = ['DATASETS', 'GLUE_TASKS', 'SPECIALS', 'PAD', 'BOS', 'EOS', 'UNK', 'DataUnavailable', 'data_dir', 'cache_dir',
+           'Holdout', 'DataSpec', 'ParallelSpec', 'LabelledSpec', 'register_dataset', 'list_datasets', 'get_dataset',
+           'parallel_dataset', 'load_parallel', 'load_labelled', 'load_glue', 'Tokenizer', 'word_tokenizer',
+           'train_bpe', 'bpe_tokenizer', 'get_tokenizer', 'encode_pairs', 'pad_batch', 'Batch', 'collate',
+           'pair_lengths', 'TokenBatchSampler', 'padding_efficiency']
 
 # %% ../nbs/03_data.ipynb #7265d304
 class DataUnavailable(RuntimeError):
@@ -172,8 +170,8 @@ def register_dataset(spec: DataSpec, # the declaration to add
 
 # %% ../nbs/03_data.ipynb #78b19230
 def _discover():
-    "Import, once, the package modules that register data sets at import (the same source scan that finds encodings)."
-    import_registering(r'^register_dataset\(')
+    "Import, once, the package modules that register data sets at import (the same discovery that finds encodings)."
+    import_registering('register_dataset')
 
 # %% ../nbs/03_data.ipynb #9ae70413
 _KINDS = ('parallel', 'labelled')
@@ -391,27 +389,35 @@ def _train_texts(spec: DataSpec) -> list:
     return [t for pair in load_parallel(spec.name, 'train') for t in pair]
 
 # %% ../nbs/03_data.ipynb #7e10e8fa
+def bpe_tokenizer(name: str, # names the cache file; a data set's name: its training split is the default text
+                  texts=None, # texts to train on (default: every text of data set `name`'s training split)
+                  vocab_size: int = 8000, # vocabulary size, specials included
+                  cache: bool = True # load / save the trained BPE under cache_dir()/tokenizers
+                 ) -> Tokenizer:
+    "A byte-level BPE trained on `texts` (default: data set `name`'s training split), cached."
+    texts = list(texts) if texts is not None else None
+    if texts == []: raise ValueError("cannot train a tokenizer on zero texts; pass a non-empty list")
+    key = '\n'.join(texts) if texts is not None else f"{name}|train|{data_dir() or 'hub'}"  # a cache hit reads no data
+    digest = hashlib.sha1(key.encode('utf-8')).hexdigest()[:12]
+    path = cache_dir() / 'tokenizers' / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}-bpe{vocab_size}-{digest}.json"
+    if cache and path.exists():
+        try: return Tokenizer.load(path)
+        except Exception as e:
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            warnings.warn(f"tokenizer cache {path} is unreadable ({why}); rebuilding it")
+    tok = train_bpe(_train_texts(get_dataset(name)) if texts is None else texts, vocab_size)
+    if cache: tok.save(path)
+    return tok
+
 def get_tokenizer(name: str, # data set name: picks its declared tokenizer, names the cache file
                   texts=None, # texts to train a BPE on (default: every text of the data set's training split)
                   vocab_size: int = 8000, # BPE vocabulary size, specials included
                   cache: bool = True # load / save the trained BPE under cache_dir()/tokenizers
                  ) -> Tokenizer:
-    "Shared tokenizer of data set `name`: its declared one (e.g. word-level for 'synthetic'), else a byte-level BPE, cached."
-    spec = get_dataset(name) if texts is None else None
+    "Shared tokenizer of data set `name`: the one it declares (e.g. word-level for 'synthetic'), else `bpe_tokenizer`."
+    spec = get_dataset(name) if texts is None or name in list_datasets() else None
     if spec is not None and spec.tokenizer is not None: return spec.tokenizer()
-    if texts is None: key = f"{name}|train|{data_dir() or 'hub'}"    # keyed by where the training split comes from, so a cache hit reads no data
-    else:
-        texts = list(texts)
-        if not texts: raise ValueError("cannot train a tokenizer on zero texts; pass a non-empty list")
-        key = '\n'.join(texts)
-    h = hashlib.sha1(key.encode('utf-8')).hexdigest()[:12]
-    path = cache_dir() / 'tokenizers' / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}-bpe{vocab_size}-{h}.json"
-    if cache and path.exists():
-        try: return Tokenizer.load(path)
-        except Exception as e: warnings.warn(f"tokenizer cache {path} is unreadable ({str(e).splitlines()[0] if str(e) else type(e).__name__}); rebuilding it")
-    tok = train_bpe(_train_texts(spec) if texts is None else texts, vocab_size)
-    if cache: tok.save(path)
-    return tok
+    return bpe_tokenizer(name, texts, vocab_size, cache)
 
 # %% ../nbs/03_data.ipynb #367863d2
 def encode_pairs(tok: Tokenizer, pairs, tgt_tok: Optional[Tokenizer] = None) -> list:
@@ -491,66 +497,6 @@ def collate(pairs, # (src_ids, tgt_ids) per example
     src, sm = pad_batch(srcs, pad_id, pad_side); tgt_in, tm = pad_batch(tin, pad_id, pad_side); tgt_out, _ = pad_batch(tout, pad_id, pad_side)
     s_streams, t_streams = _pad_streams(streams, pairs, pad_side)
     return Batch(src, Positions.from_mask(sm, streams=s_streams), tgt_in, tgt_out, Positions.from_mask(tm, streams=t_streams))
-
-# %% ../nbs/03_data.ipynb #9776223d
-class StreamProvider:
-    "Base of a provider of extra position streams: fitted on training text, it gives any source sentence its streams."
-    names: tuple = ()                # the `Positions.streams` names it fills
-    def __init__(self, variant: Optional[str] = None, # the part after ':' in 'name:variant'
-                 seed: int = 0): # the run's seed (for randomized variants)
-        self.variant, self.seed = variant, seed
-    @property
-    def fit_on_eval(self) -> bool: return False   # True: `fit` also sees the evaluation pairs (an oracle: a ceiling)
-    def fit(self, src: Sequence, tgt: Sequence, **options) -> 'StreamProvider': return self   # options: TrainConfig.stream_options
-    def streams(self, src: Sequence, tokenizer) -> dict: raise NotImplementedError   # name -> one list per sentence, one int per token
-    def state_dict(self) -> dict: return {}      # JSON-able fitted state
-    def load_state_dict(self, state: dict) -> None: pass
-
-# %% ../nbs/03_data.ipynb #068bf2af
-STREAM_PROVIDERS: dict = {}      # name -> StreamProvider subclass
-STREAM_ENTRY_POINT_GROUP = 'posenc_nb.stream_providers'   # third-party packages add providers here
-
-def register_stream_provider(name: str # the name a run gives in `TrainConfig.streams` ('name' or 'name:variant')
-                            ):
-    "Class decorator: make a `StreamProvider` subclass usable as `make_stream_provider(name)`."
-    def deco(cls):
-        if not (isinstance(cls, type) and issubclass(cls, StreamProvider)): raise TypeError(f"register_stream_provider({name!r}) decorates a StreamProvider subclass, got {cls!r}")
-        STREAM_PROVIDERS[name] = cls; cls.registry_name = name
-        return cls
-    return deco
-
-# %% ../nbs/03_data.ipynb #160e0066
-def _discover_stream_providers():
-    "Import, once, the package modules that register stream providers (source scan), then the entry points' modules."
-    import_registering(r'^@register_stream_provider\(', STREAM_ENTRY_POINT_GROUP)
-
-def list_stream_providers() -> list:
-    "Names of every registered stream provider."
-    _discover_stream_providers()
-    return sorted(STREAM_PROVIDERS)
-
-# %% ../nbs/03_data.ipynb #8c69b8b0
-def make_stream_provider(spec: str, # 'name' or 'name:variant', e.g. a provider's mode
-                         seed: int = 0 # the run's seed
-                        ) -> StreamProvider:
-    "A fresh provider for `spec`; unknown names fail with the list of known ones."
-    name, _, variant = str(spec).partition(':')
-    if name not in STREAM_PROVIDERS: _discover_stream_providers()
-    if name not in STREAM_PROVIDERS:
-        raise ValueError(f"unknown stream provider {name!r} (from {spec!r}); choose one of: {', '.join(list_stream_providers()) or 'none registered'}")
-    return STREAM_PROVIDERS[name](variant or None, seed=seed)
-
-# %% ../nbs/03_data.ipynb #beae0205
-def stream_provider_state(prov: StreamProvider) -> dict:
-    "Everything needed to rebuild `prov`, as JSON-able data: its registered name, variant, seed and fitted state."
-    return dict(provider=prov.registry_name, variant=prov.variant, seed=prov.seed, state=prov.state_dict())
-
-def stream_provider_from_state(d: dict # written by `stream_provider_state`
-                              ) -> StreamProvider:
-    "The provider `d` describes, fitted state restored."
-    spec = d['provider'] + (f":{d['variant']}" if d.get('variant') else '')
-    prov = make_stream_provider(spec, seed=d.get('seed', 0)); prov.load_state_dict(d.get('state') or {})
-    return prov
 
 # %% ../nbs/03_data.ipynb #f7810ea2
 def pair_lengths(pairs) -> list:

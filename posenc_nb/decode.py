@@ -8,8 +8,8 @@ import math, warnings
 from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
-import sacrebleu
 from .core import Positions
+from .utils import require
 from .model import reorder_cache
 from .data import collate
 
@@ -93,11 +93,53 @@ def greedy_decode(model, src: Tensor, src_p: Positions, max_len: Optional[int] =
     finally:
         model.train(was_training)
 
+# %% ../nbs/04_decode.ipynb #039605a8
+def _beam_step(cand: Tensor, K: int, eos: int, stop_early: bool):
+    "From the scores `cand` (n*K, V) of one step: the finished (sentence, beam, score) and the K live (score, beam, token)."
+    n, V, dev = cand.shape[0] // K, cand.shape[-1], cand.device
+    if stop_early:      # the best 2K: the EOS ones among the first K finish, the K best others live on
+        top_s, top_i = cand.view(n, K * V).topk(min(2 * K, K * V), dim=1)
+        top_b, top_v = top_i // V, top_i % V
+        is_eos = top_v == eos
+        fin = (is_eos & (torch.arange(top_s.shape[1], device=dev) < K) & torch.isfinite(top_s)).nonzero()
+        finished = fin[:, 0], top_b[fin[:, 0], fin[:, 1]], top_s[fin[:, 0], fin[:, 1]]
+        alive_s, j = top_s.masked_fill(is_eos, -math.inf).topk(K, dim=1)
+        return finished, (alive_s, top_b.gather(1, j), top_v.gather(1, j))
+    eos_s = cand[:, eos].view(n, K)     # every beam's EOS finishes; the K best non-EOS live on
+    fin = torch.isfinite(eos_s).nonzero()
+    finished = fin[:, 0], fin[:, 1], eos_s[fin[:, 0], fin[:, 1]]
+    cand[:, eos] = -math.inf
+    alive_s, top_i = cand.view(n, K * V).topk(K, dim=1)
+    return finished, (alive_s, top_i // V, top_i % V)
+
+def _sentences_done(finished: list, sent: Tensor, alive_s: Tensor, maxl: Tensor, t: int, n_best: int, keep_n: int,
+                    len_penalty: float, stop_early: bool) -> list:
+    "Whether each live sentence is done: K finished (`stop_early`), or no live prefix can beat its n-best any more."
+    if stop_early: return [len(finished[i]) >= alive_s.shape[1] for i in sent.tolist()]
+    bound_len = maxl.double() + 1 if len_penalty >= 0 else torch.full_like(maxl, t + 2).double()
+    bound = (alive_s[:, 0].double() / length_penalty(bound_len, len_penalty)).tolist()
+    done = []
+    for row, i in enumerate(sent.tolist()):
+        best = finished[i]
+        best.sort(key=lambda x: -x[0])
+        del best[keep_n:]
+        done.append(len(best) >= n_best and not (bound[row] > best[n_best - 1][0]))
+    return done
+
+def _best_hyps(finished: list, n_best: int) -> tuple:
+    "Per sentence: the best hypothesis's tokens and normalized score (lists of the `n_best` best when n_best > 1)."
+    outs, outs_s = [], []
+    for f in finished:
+        f.sort(key=lambda x: -x[0])
+        outs.append([h for _, _, h in f[:n_best]] if n_best > 1 else f[0][2])
+        outs_s.append([s for s, _, _ in f[:n_best]] if n_best > 1 else f[0][0])
+    return outs, outs_s
+
 # %% ../nbs/04_decode.ipynb #6f7bd56c
 @torch.no_grad()
-def beam_search(model, src: Tensor, src_p: Positions, beam: int = 4, len_penalty: float = 0.6, max_len: Optional[int] = None,
-                bos: int = 1, eos: int = 2, pad: Optional[int] = 0, n_best: int = 1, stop_early: bool = True,
-                return_scores: bool = False):
+def beam_search(model, src: Tensor, src_p: Positions, beam: int = 4, len_penalty: float = 0.6,
+                max_len: Optional[int] = None, bos: int = 1, eos: int = 2, pad: Optional[int] = 0, n_best: int = 1,
+                stop_early: bool = True, return_scores: bool = False):
     """Batched beam search with GNMT length penalty. Returns, per sentence, the best token-id list (BOS/EOS stripped),
     or a list of the `n_best` best when `n_best > 1`; with `return_scores`, also their normalized scores."""
     if beam < 1: raise ValueError(f"beam must be >= 1, got {beam}")
@@ -106,59 +148,26 @@ def beam_search(model, src: Tensor, src_p: Positions, beam: int = 4, len_penalty
     model.eval()
     try:
         B, K, dev = src.shape[0], beam, src.device
-        mem = model.encode(src, src_p)
         maxl = _max_lens(src, src_p, max_len)
         rows = torch.arange(B, device=dev).repeat_interleave(K)
-        mem, sp = mem.index_select(0, rows), _select_pos(src_p, rows)
+        mem, sp = model.encode(src, src_p).index_select(0, rows), _select_pos(src_p, rows)
         cache = model.new_cache()
         toks = torch.full((B * K, 1), bos, dtype=torch.long, device=dev)
         scores = torch.full((B, K), -math.inf, dtype=torch.float32, device=dev)
         scores[:, 0] = 0.0
         sent = torch.arange(B, device=dev)
         finished = [[] for _ in range(B)]        # (normalized score, raw score, tokens)
-        keep_n = max(K, n_best)
         t = 0
         while sent.numel():
             n = sent.numel()
             lp = _step_logprobs(model, toks[:, -1:], t, mem, sp, cache, bos, eos, pad, (t >= maxl).repeat_interleave(K))
-            V = lp.shape[-1]
-            cand = scores.view(-1, 1) + lp                                    # (n*K, V)
-            norm = float(length_penalty(t + 1, len_penalty))
-            if stop_early:
-                top_s, top_i = cand.view(n, K * V).topk(min(2 * K, K * V), dim=1)
-                top_b, top_v = top_i // V, top_i % V
-                is_eos = top_v == eos
-                fin = (is_eos & (torch.arange(top_s.shape[1], device=dev) < K) & torch.isfinite(top_s)).nonzero()
-                fin_n, fin_b, fin_s = fin[:, 0], top_b[fin[:, 0], fin[:, 1]], top_s[fin[:, 0], fin[:, 1]]
-                alive_s, j = top_s.masked_fill(is_eos, -math.inf).topk(K, dim=1)
-                new_b, new_v = top_b.gather(1, j), top_v.gather(1, j)
-            else:
-                eos_s = cand[:, eos].view(n, K)
-                fin = torch.isfinite(eos_s).nonzero()
-                fin_n, fin_b, fin_s = fin[:, 0], fin[:, 1], eos_s[fin[:, 0], fin[:, 1]]
-                cand[:, eos] = -math.inf
-                alive_s, top_i = cand.view(n, K * V).topk(K, dim=1)
-                new_b, new_v = top_i // V, top_i % V
-            # finished hypotheses -> python lists (one host transfer per step)
-            if fin_n.numel():
+            (fin_n, fin_b, fin_s), (alive_s, new_b, new_v) = _beam_step(scores.view(-1, 1) + lp, K, eos, stop_early)
+            if fin_n.numel():      # finished hypotheses -> python lists (one host transfer per step)
+                norm = float(length_penalty(t + 1, len_penalty))
                 hyp_rows = toks[fin_n * K + fin_b, 1:].tolist()
-                for i, h, s in zip(sent[fin_n].tolist(), hyp_rows, fin_s.tolist()):
-                    finished[i].append((s / norm, s, h))
-            # which sentences are done
-            if stop_early:
-                counts = [len(finished[i]) for i in sent.tolist()]
-                done = [c >= K for c in counts]
-            else:
-                if len_penalty >= 0: bound_len = maxl.double() + 1
-                else: bound_len = torch.full_like(maxl, t + 2).double()
-                bound = (alive_s[:, 0].double() / length_penalty(bound_len, len_penalty)).tolist()
-                done = []
-                for bi, i in enumerate(sent.tolist()):
-                    f = finished[i]
-                    f.sort(key=lambda x: -x[0]); del f[keep_n:]
-                    done.append(len(f) >= n_best and not (bound[bi] > f[n_best - 1][0]))
-            dead = ~torch.isfinite(alive_s[:, 0])
-            done = torch.tensor(done, dtype=torch.bool, device=dev) | dead
+                for i, h, s in zip(sent[fin_n].tolist(), hyp_rows, fin_s.tolist()): finished[i].append((s / norm, s, h))
+            done = _sentences_done(finished, sent, alive_s, maxl, t, n_best, max(K, n_best), len_penalty, stop_early)
+            done = torch.tensor(done, dtype=torch.bool, device=dev) | ~torch.isfinite(alive_s[:, 0])
             keep = (~done).nonzero().flatten()
             sel = (keep[:, None] * K + new_b[keep]).flatten()
             toks = torch.cat([toks.index_select(0, sel), new_v[keep].reshape(-1, 1)], 1)
@@ -168,11 +177,7 @@ def beam_search(model, src: Tensor, src_p: Positions, beam: int = 4, len_penalty
                 mem, sp = mem.index_select(0, rows), _select_pos(sp, rows)
             if sel.numel(): reorder_cache(cache, sel)
             t += 1
-        outs, outs_s = [], []
-        for f in finished:
-            f.sort(key=lambda x: -x[0])
-            outs.append([h for _, _, h in f[:n_best]] if n_best > 1 else f[0][2])
-            outs_s.append([s for s, _, _ in f[:n_best]] if n_best > 1 else f[0][0])
+        outs, outs_s = _best_hyps(finished, n_best)
         return (outs, outs_s) if return_scores else outs
     finally:
         model.train(was_training)
@@ -216,7 +221,7 @@ def _check_pairs(hyps, refs):
 def bleu(hyps: Sequence[str], refs, tokenize: Optional[str] = None, lowercase: bool = False) -> dict:
     "Corpus BLEU by sacreBLEU: `refs` one string per hypothesis (or a list of such reference sets)."
     hyps, refs = _check_pairs(hyps, refs)
-    m = sacrebleu.metrics.BLEU(tokenize=tokenize, lowercase=lowercase)
+    m = require('sacrebleu', 'BLEU scoring').metrics.BLEU(tokenize=tokenize, lowercase=lowercase)
     s = m.corpus_score(hyps, refs)
     return dict(score=float(s.score), precisions=[float(p) for p in s.precisions], bp=float(s.bp),
                 sys_len=int(s.sys_len), ref_len=int(s.ref_len), signature=str(m.get_signature()))
@@ -224,7 +229,7 @@ def bleu(hyps: Sequence[str], refs, tokenize: Optional[str] = None, lowercase: b
 def chrf(hyps: Sequence[str], refs, word_order: int = 0) -> dict:
     "Corpus chrF (chrF++ with `word_order=2`) by sacreBLEU."
     hyps, refs = _check_pairs(hyps, refs)
-    m = sacrebleu.metrics.CHRF(word_order=word_order)
+    m = require('sacrebleu', 'chrF scoring').metrics.CHRF(word_order=word_order)
     return dict(score=float(m.corpus_score(hyps, refs).score), signature=str(m.get_signature()))
 
 # %% ../nbs/04_decode.ipynb #f07114af

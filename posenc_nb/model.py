@@ -117,7 +117,8 @@ class DecoderLayer(nn.Module):
 
     def _ff(self, x): return self.linear2(dropout(self.act(self.linear1(x)), self.p, self.training))
 
-    def forward(self, x: Tensor, p: Positions, pe: PosEnc, mem: Tensor, mem_p: Positions, cache=None) -> Tensor:
+    def forward(self, x: Tensor, p: Positions, pe: PosEnc, mem: Tensor, mem_p: Positions,
+                cache: Optional[tuple] = None) -> Tensor:
         drop = lambda t: dropout(t, self.p, self.training)
         sc, cc = cache if cache is not None else (None, None)
         if self.prenorm:
@@ -304,7 +305,8 @@ class _SmoothedNLL(torch.autograd.Function):
 def label_smoothed_nll(logits: Tensor, # (..., V) unnormalised scores
                        target: Tensor, # (...) gold ids
                        eps: float = 0.1, # smoothing mass spread over the V-1 wrong classes
-                       ignore_index: int = 0): # targets with this id (padding) are left out
+                       ignore_index: int = 0, # targets with this id (padding) are left out
+                      ) -> Tensor:
     "(loss_sum, nll_sum, n_tokens) over targets != ignore_index; eps spread over the V-1 wrong classes."
     V = logits.shape[-1]
     tgt = target.reshape(-1)

@@ -5,15 +5,18 @@
 # %% ../nbs/10_rope.ipynb #0df61017
 from __future__ import annotations
 import math, functools, itertools, warnings
-from typing import Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from .core import Positions, Site, PosEnc, register_posenc
+from .baselines import _TABLE_ROWS
 
 # %% auto #0
-__all__ = ['STYLES', 'LAYOUTS', 'SCALINGS', 'TABLE_FMT', 'rope_inv_freq', 'scaled_inv_freq', 'yarn_mscale', 'RotaryCache',
-           'rotate_with_table', 'get_rotary_cache', 'apply_rotary', 'rotary_dims', 'RoPE', 'elu_feature_map',
-           'rope_linear_attention', 'rotary_permutation', 'permute_rotary_weights']
+__all__ = ['STYLES', 'LAYOUTS', 'DType', 'Device', 'SCALINGS', 'TABLE_FMT', 'ROPE_TYPES', 'rope_inv_freq',
+           'yarn_correction_range', 'scaled_inv_freq', 'yarn_mscale', 'RotaryCache', 'rotate_with_table',
+           'get_rotary_cache', 'apply_rotary', 'rotary_dims', 'RoPE', 'elu_feature_map', 'rope_linear_attention',
+           'rotary_permutation', 'permute_rotary_weights', 'hf_rope_params', 'hf_inv_freq', 'HFLengthRule',
+           'rotary_from_hf', 'check_slowest_period', 'check_rotate', 'check_first_negative', 'check_bf16_break']
 
 # %% ../nbs/10_rope.ipynb #6306c75e
 from .core import known_range, host_fact, whole_base, note_fact
@@ -21,7 +24,9 @@ from .core import known_range, host_fact, whole_base, note_fact
 # %% ../nbs/10_rope.ipynb #0218b86e
 STYLES = ('interleaved', 'half')
 LAYOUTS = ('bhld', 'blhd')
-SCALINGS = (None, 'linear', 'ntk', 'yarn', 'xpos')
+DType = Union[str, torch.dtype]          # 'float32' or torch.float32
+Device = Union[str, torch.device]
+SCALINGS = (None, 'linear', 'ntk', 'yarn', 'yarn-paper', 'xpos')
 
 def _check_rot_dim(dim: int):
     if not isinstance(dim, int) or dim <= 0 or dim % 2:
@@ -34,7 +39,7 @@ def _as_dtype(d) -> torch.dtype:
         raise ValueError(f"angle_dtype must be torch.float32 or torch.float64, got {d!r}; low-precision angles are exactly the bug this module avoids")
     return d
 
-def rope_inv_freq(dim: int, base: float = 10000., dtype=torch.float64) -> Tensor:
+def rope_inv_freq(dim: int, base: float = 10000., dtype: DType = torch.float64) -> Tensor:
     "The RoPE frequencies $\\theta_i = \\mathrm{base}^{-2i/d}$, $i=0..d/2-1$ (the paper's $i-1$), in `dtype` on the CPU."
     _check_rot_dim(dim)
     dtype = _as_dtype(dtype)
@@ -43,27 +48,53 @@ def rope_inv_freq(dim: int, base: float = 10000., dtype=torch.float64) -> Tensor
     return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
 
 # %% ../nbs/10_rope.ipynb #7ae291d7
+def yarn_correction_range(dim: int, # rotary dims (pairs: dim/2)
+                          base: float, # frequency base
+                          orig_len: int, # trained context length
+                          beta_fast: float = 32., # turns over `orig_len` above which a pair is kept
+                          beta_slow: float = 1., # turns below which a pair is interpolated
+                          truncate: bool = True, # round the bounds out to whole pair indices (YaRN's code, HF's default)
+                         ) -> tuple: # (low, high) pair indices, clipped to [0, dim - 1]
+    "The pair indices where a pair makes `beta_fast` and `beta_slow` turns over the trained context: YaRN's ramp runs between them."
+    def index_at(turns):    # theta_i = base^(-2i/d) makes orig_len*theta_i/(2 pi) turns; solved for i
+        return dim * math.log(orig_len / (turns * 2 * math.pi)) / (2 * math.log(base))
+    low, high = index_at(beta_fast), index_at(beta_slow)
+    if truncate: low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, dim - 1)
+
 def scaled_inv_freq(dim: int, base: float = 10000., scaling: Optional[str] = None, factor: float = 1.,
                     orig_len: Optional[int] = None, beta_fast: float = 32., beta_slow: float = 1.,
-                    dtype=torch.float64) -> Tensor:
-    "Frequencies after a context-extension rule: 'linear' (PI), 'ntk' (base change), 'yarn' (per-band ramp); None/'xpos' leave them."
+                    dtype: DType = torch.float64, truncate: bool = True) -> Tensor:
+    """Frequencies after a context-extension rule: 'linear' (PI), 'ntk' (base change), 'yarn' (a ramp over the pair index,
+    as YaRN's code and HF), 'yarn-paper' (a ramp over turns, the paper's formula); None/'xpos' leave them.
+    In fp32 'linear' and 'yarn' follow the fp32 arithmetic of HF's implementation, so the values agree bit for bit."""
     if scaling not in SCALINGS: raise ValueError(f"unknown rotary scaling {scaling!r}; use one of {SCALINGS}")
-    if scaling in ('linear', 'ntk', 'yarn') and not factor >= 1:
+    if scaling in ('linear', 'ntk', 'yarn', 'yarn-paper') and not factor >= 1:
         raise ValueError(f"scaling={scaling!r} needs factor >= 1 (new context / trained context), got {factor}")
     if scaling in (None, 'xpos'): return rope_inv_freq(dim, base, dtype)
     if scaling == 'linear': return rope_inv_freq(dim, base, dtype) / factor
     if scaling == 'ntk':
         if dim <= 2: raise ValueError("NTK-aware scaling needs a rotary dim > 2 (it rescales the base by factor**(d/(d-2)))")
         return rope_inv_freq(dim, base * factor ** (dim / (dim - 2)), dtype)
-    if orig_len is None: raise ValueError("scaling='yarn' needs orig_len (the context length the model was trained on)")
-    inv = rope_inv_freq(dim, base, torch.float64)
-    r = orig_len * inv / (2 * math.pi)                       # turns each pair makes over the trained context
-    ramp = ((r - beta_slow) / (beta_fast - beta_slow)).clamp(0, 1)   # 0: interpolate fully, 1: keep
-    return ((1 - ramp) * inv / factor + ramp * inv).to(_as_dtype(dtype))
+    if orig_len is None: raise ValueError(f"scaling={scaling!r} needs orig_len (the context length the model was trained on)")
+    if scaling == 'yarn-paper':
+        inv = rope_inv_freq(dim, base, torch.float64)
+        r = orig_len * inv / (2 * math.pi)                       # turns each pair makes over the trained context
+        ramp = ((r - beta_slow) / (beta_fast - beta_slow)).clamp(0, 1)   # 0: interpolate fully, 1: keep
+        return ((1 - ramp) * inv / factor + ramp * inv).to(_as_dtype(dtype))
+    dtype = _as_dtype(dtype)
+    wavelen = base ** (torch.arange(0, dim, 2, dtype=dtype) / dim)      # 1/theta_i
+    low, high = yarn_correction_range(dim, base, orig_len, beta_fast, beta_slow, truncate)
+    if low == high: high += 0.001                                       # a band of one index: a step, not a division by zero
+    interp = ((torch.arange(dim // 2, dtype=dtype) - low) / (high - low)).clamp(0, 1)   # 0: keep, 1: interpolate
+    keep = 1 - interp
+    return (1.0 / (factor * wavelen)) * (1 - keep) + (1.0 / wavelen) * keep
 
-def yarn_mscale(factor: float) -> float:
-    "YaRN's factor on cos and sin ($\\sqrt{1/t} = 0.1\\ln s + 1$), so the logits are multiplied by its square."
-    return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+def yarn_mscale(factor: float, mscale: float = 1.) -> float:
+    """YaRN's factor on cos and sin ($\\sqrt{1/t} = 0.1\\,m\\ln s + 1$, $m$ = `mscale`, 1 in the paper), so the logits are
+    multiplied by its square."""
+    return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
+
 
 # %% ../nbs/10_rope.ipynb #fc4a8e6b
 def _check_pos(pos: Tensor):
@@ -114,14 +145,25 @@ class RotaryCache:
     "Cos/sin tables for integer positions: grown on demand, built per (device, compute dtype) from fp64 (default) or fp32 angles, never cast down."
     def __init__(self, dim: int, base: float = 10000., scaling: Optional[str] = None, factor: float = 1.,
                  orig_len: Optional[int] = None, beta_fast: float = 32., beta_slow: float = 1.,
-                 xpos_gamma: float = 0.4, xpos_scale_base: float = 512., angle_dtype=torch.float64,
-                 max_positions: Optional[int] = None, split: Optional[int] = None):
+                 xpos_gamma: float = 0.4, xpos_scale_base: float = 512., angle_dtype: DType = torch.float64,
+                 max_positions: Optional[int] = None, split: Optional[int] = None, inv_freq: Optional[Tensor] = None,
+                 attention_factor: Optional[float] = None, length_rule: Optional[Callable[[Tensor, Tensor], Tensor]] = None):
         _check_rot_dim(dim)
         self.dim, self.base, self.scaling, self.factor, self.orig_len = dim, float(base), scaling, float(factor), orig_len
         self.angle_dtype, self.max_positions = _as_dtype(angle_dtype), max_positions
-        self.inv_freq = scaled_inv_freq(dim, base, scaling, factor, orig_len, beta_fast, beta_slow, self.angle_dtype)
-        self.inv_freq64 = scaled_inv_freq(dim, base, scaling, factor, orig_len, beta_fast, beta_slow, torch.float64)
-        self.mscale = yarn_mscale(factor) if scaling == 'yarn' else 1.0
+        if inv_freq is None:
+            self.inv_freq = scaled_inv_freq(dim, base, scaling, factor, orig_len, beta_fast, beta_slow, self.angle_dtype)
+            self.inv_freq64 = scaled_inv_freq(dim, base, scaling, factor, orig_len, beta_fast, beta_slow, torch.float64)
+        else:                   # given frequencies (e.g. from a HF config): kept as given, widened to fp64 exactly
+            if tuple(inv_freq.shape) != (dim // 2,):
+                raise ValueError(f"inv_freq must hold dim/2 = {dim // 2} frequencies, got shape {tuple(inv_freq.shape)}")
+            self.inv_freq64 = inv_freq.detach().to('cpu', torch.float64)
+            self.inv_freq = inv_freq.detach().to('cpu', self.angle_dtype)
+        yarn = scaling in ('yarn', 'yarn-paper')
+        self.mscale = float(attention_factor) if attention_factor is not None else yarn_mscale(factor) if yarn else 1.0
+        if length_rule is not None and (split is not None or scaling == 'xpos'):
+            raise ValueError("length_rule (frequencies chosen by the batch's length) works with plain tables only; drop split/xpos")
+        self.length_rule, self.rope_type = length_rule, None      # rope_type: the HF rule, set by `rotary_from_hf`
         self.xpos_scale_base = float(xpos_scale_base)
         # xPos: per-pair decay zeta_i = (2i/d + gamma) / (1 + gamma) < 1, applied as zeta^(+m/B) to q and zeta^(-n/B) to k
         self.xpos_log_zeta = (torch.log((torch.arange(0, dim, 2, dtype=torch.float64) / dim + xpos_gamma) / (1 + xpos_gamma))
@@ -130,11 +172,11 @@ class RotaryCache:
         self.split = split      # two-level (angle addition) tables, see the extension section
         self._tables, self._memo, self._freqs = {}, {}, {}
 
-    def clear(self):
+    def clear(self) -> None:
         "Drop every table (they are rebuilt lazily, on the device and in the dtype of the next call)."
         self._tables, self._memo, self._freqs = {}, {}, {}
 
-    def freqs(self, device, fp64: bool = False) -> Tensor:
+    def freqs(self, device: Device, fp64: bool = False) -> Tensor:
         "The frequencies (`inv_freq`, or `inv_freq64` when `fp64`) on `device`: copied there once, since a host-to-device copy syncs."
         t = self.inv_freq64 if fp64 else self.inv_freq
         device = torch.device(device)
@@ -142,9 +184,17 @@ class RotaryCache:
         if (device, fp64) not in self._freqs: self._freqs[device, fp64] = t.to(device)
         return self._freqs[device, fp64]
 
+    def pos_freqs(self, pos: Tensor) -> Tensor:
+        """The frequencies for a batch of positions: the fixed ones, or with a `length_rule` the ones it picks for the
+        length n = max(pos) + 1 of the whole batch (a tensor: nothing is read to the host)."""
+        fixed = self.freqs(pos.device)
+        if self.length_rule is None: return fixed
+        return self.length_rule(pos.max() + 1, fixed)
+
     def __repr__(self):
         return (f"RotaryCache(dim={self.dim}, base={self.base}, scaling={self.scaling}, factor={self.factor}, "
-                f"angle_dtype={self.angle_dtype}, max_positions={self.max_positions}, split={self.split})")
+                f"angle_dtype={self.angle_dtype}, max_positions={self.max_positions}, split={self.split}"
+                + (f", rope_type={self.rope_type!r}" if self.rope_type else "") + ")")
 
     @staticmethod
     def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -153,7 +203,7 @@ class RotaryCache:
 
     def _angles_table(self, pos: Tensor, dtype, fmt: str = 'pairs') -> Tensor:
         "cos/sin of pos*theta from angles in angle_dtype, in the table format `fmt` (see `_cs_format`), stored in `dtype`."
-        ang = pos.to(self.angle_dtype)[..., None] * self.freqs(pos.device)
+        ang = pos.to(self.angle_dtype)[..., None] * self.pos_freqs(pos)
         ang = ang.to(torch.promote_types(self.angle_dtype, dtype))
         cs = _cs_format(ang.cos(), ang.sin(), fmt)
         if self.mscale != 1.0: cs = cs * self.mscale
@@ -166,7 +216,7 @@ class RotaryCache:
         if self.angle_dtype == torch.float32 and self.split is None and n > 2 ** 24:
             raise ValueError(f"position {n - 1} is not exactly representable in fp32 (> 2**24); use angle_dtype=torch.float64")
 
-    def table(self, n: int, device, dtype, fmt: str = 'pairs') -> Tensor:
+    def table(self, n: int, device: Device, dtype: torch.dtype, fmt: str = 'pairs') -> Tensor:
         "A cos/sin table with N >= n rows, (N, dim/2, 2) ('pairs'), (N, 2, dim/2) ('planes') or (3, N, dim) ('wide'), for compute dtype `dtype` on `device`."
         self._need(n)
         key = (torch.device(device), dtype, fmt)
@@ -179,7 +229,7 @@ class RotaryCache:
             self._tables[key] = tab
         return tab
 
-    def lookup(self, pos: Tensor, dtype=torch.float32, key: bool = False, fmt: str = 'pairs') -> Tensor:
+    def lookup(self, pos: Tensor, dtype: torch.dtype = torch.float32, key: bool = False, fmt: str = 'pairs') -> Tensor:
         """cos/sin for integer positions of any shape: pos.shape + (dim/2, 2) (or (2, dim/2) for 'planes', (3, *pos.shape, dim) for 'wide'),
         in the compute dtype of `dtype`. Resolved once per positions tensor: q and k, and every layer, share the result."""
         _check_pos(pos)
@@ -198,7 +248,10 @@ class RotaryCache:
 
     def _resolve(self, pos: Tensor, dtype, key: bool, fmt: str) -> Tensor:
         plain = self.split is None and self.xpos_log_zeta is None
-        if not _reads_free(pos) and plain:              # accelerators: no host sync, angles straight from the positions
+        # angles straight from the positions: on accelerators (no host sync), under torch.compile (no data-dependent
+        # Python: negative positions are simply rotated backwards, no table is indexed), and when the frequencies depend
+        # on the batch's length
+        if plain and (not _reads_free(pos) or torch.compiler.is_compiling() or self.length_rule is not None):
             return self._angles_table(pos, dtype, fmt)
         s = _span(pos) if plain else None               # range and plainness in one read
         lo, hi = s[:2] if s is not None else known_range(pos)   # once per tensor (or as noted by the caller); on the CPU not a sync
@@ -207,6 +260,8 @@ class RotaryCache:
             cs = self._split_lookup(pos, hi, dtype)
             if fmt == 'planes': cs = cs.transpose(-1, -2).contiguous()
             return self._xpos(cs, pos, key, fmt)
+        if plain and hi + 1 > max(_TABLE_ROWS, 4 * pos.numel()):   # far, sparse positions: their angles only
+            self._need(hi + 1); return self._angles_table(pos, dtype, fmt)
         tab = self.table(hi + 1, pos.device, dtype, fmt)
         L = pos.shape[-1]
         if s is not None and s[2]:
@@ -217,11 +272,12 @@ class RotaryCache:
         cs = F.embedding(pos, tab.view(tab.shape[0], -1)).view(*pos.shape, *_fmt_shape(self.dim, fmt))
         return self._xpos(cs, pos, key, fmt)
 
-    def range(self, start: int, length: int, dtype=torch.float32, device='cpu', key: bool = False, fmt: str = 'pairs') -> Tensor:
+    def range(self, start: int, length: int, dtype: torch.dtype = torch.float32, device: Device = 'cpu',
+              key: bool = False, fmt: str = 'pairs') -> Tensor:
         "cos/sin for positions start..start+length-1, (length, ...) as in `lookup`: a slice of the table, no gather."
         if start < 0: raise ValueError(f"rotary positions must be >= 0, got offset {start}")
         dtype = self.compute_dtype(dtype)
-        if self.split is not None or self.xpos_log_zeta is not None:
+        if self.split is not None or self.xpos_log_zeta is not None or self.length_rule is not None:
             return self.lookup(torch.arange(start, start + length, device=device), dtype, key, fmt)
         tab = self.table(start + length, device, dtype, fmt)
         return tab[:, start:start + length] if fmt == 'wide' else tab[start:start + length]
@@ -406,10 +462,19 @@ def _compiled_half(x: Tensor, *tables: Tensor) -> Optional[Tensor]:
         return None
 
 # %% ../nbs/10_rope.ipynb #1359aa3d
-@functools.lru_cache(maxsize=32)
+_SHARED_CACHES = {}     # configuration -> RotaryCache: a plain dict, which torch.compile reads and fills (it skips lru_cache)
+
 def get_rotary_cache(dim: int, base: float = 10000., **options) -> RotaryCache:
-    "A shared `RotaryCache` per distinct configuration (what `apply_rotary` uses when no cache is passed)."
-    with torch.device('cpu'): return RotaryCache(dim, base, **options)   # shared: its seed tensors never on a caller's default device (e.g. meta)
+    "A shared `RotaryCache` per distinct configuration (what `apply_rotary` uses when no cache is passed); the 32 latest kept."
+    key = (dim, float(base), tuple(sorted(options.items())))
+    cache = _SHARED_CACHES.get(key)
+    if cache is not None: return cache
+    if len(_SHARED_CACHES) >= 32: _SHARED_CACHES.pop(next(iter(_SHARED_CACHES)))
+    if torch.compiler.is_compiling(): cache = RotaryCache(dim, base, **options)    # traced: no device context manager there
+    else:
+        with torch.device('cpu'): cache = RotaryCache(dim, base, **options)   # its seed tensors never on a caller's default device (e.g. meta)
+    _SHARED_CACHES[key] = cache
+    return cache
 
 def _table_fmt(x: Tensor, cache: RotaryCache, layout: str, style: str, r: int, inplace: bool) -> str:
     "'pairs' for interleaved; for half-split, 'wide' (three full-width contiguous passes) when x's (L, D) slabs can be read flat, else 'planes'."
@@ -449,6 +514,7 @@ def _added_tables(x: Tensor, pos, cache: RotaryCache, layout: str) -> Optional[t
     xPos or YaRN factor, whose tables do not compose by multiplication)."""
     L, M = x.shape[2 if layout == 'bhld' else 1], _ADD_ROWS
     if L % M or L < 2 * M or cache.split is not None or cache.xpos_log_zeta is not None or cache.mscale != 1.0: return None
+    if cache.length_rule is not None: return None
     if pos is None or isinstance(pos, int): start = pos or 0
     else:
         s = _span(pos)
@@ -513,7 +579,8 @@ class RoPE(PosEnc):
     bounded = False     # any length: the tables grow on demand (RotaryCache's max_positions is the opt-in cap)
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None, causal: bool = False,
                  base: float = 10000., rotary_frac: float = 1.0, style: str = 'interleaved', scaling: Optional[str] = None,
-                 factor: float = 1.0, orig_len: Optional[int] = None, angle_dtype='float64', beta_fast: float = 32.,
+                 factor: float = 1.0, orig_len: Optional[int] = None, angle_dtype: DType = 'float64',
+                 beta_fast: float = 32.,
                  beta_slow: float = 1., xpos_gamma: float = 0.4, xpos_scale_base: float = 512., split: Optional[int] = None,
                  compiled: bool = False):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
@@ -527,7 +594,7 @@ class RoPE(PosEnc):
         self.cache = RotaryCache(self.rot_dim, base, scaling, factor, orig_len if orig_len is not None else max_len,
                                  beta_fast, beta_slow, xpos_gamma, xpos_scale_base, angle_dtype, None, split)
 
-    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site):
+    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> tuple:
         "Rotate q and k by their own positions (independently); called at self-attention sites only (`sites`)."
         q = apply_rotary(q, q_pos, self.cache, style=self.style, compiled=self.compiled) if q.shape[2] else q
         k = apply_rotary(k, k_pos, self.cache, style=self.style, key=True, compiled=self.compiled) if k.shape[2] else k
@@ -537,15 +604,18 @@ class RoPE(PosEnc):
         self.cache.clear()      # .to()/.cuda()/.double(): tables are rebuilt from integer positions, never cast
         return super()._apply(fn, *args, **kwargs)
 
-    def extra_repr(self): return super().extra_repr() + f", rot_dim={self.rot_dim}, style={self.style!r}, {self.cache}"
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", rot_dim={self.rot_dim}, style={self.style!r}, {self.cache}"
 
 # %% ../nbs/10_rope.ipynb #4cc30375
 def elu_feature_map(x: Tensor) -> Tensor:
     "The non-negative feature map $\\phi(x) = \\mathrm{elu}(x) + 1$ of Katharopoulos et al. 2020."
     return F.elu(x) + 1
 
-def rope_linear_attention(q: Tensor, k: Tensor, v: Tensor, q_pos=None, k_pos=None, cache: Optional[RotaryCache] = None,
-                          causal: bool = False, feature_map=elu_feature_map, style: str = 'interleaved',
+def rope_linear_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Union[None, int, Tensor] = None,
+                          k_pos: Union[None, int, Tensor] = None, cache: Optional[RotaryCache] = None,
+                          causal: bool = False, feature_map: Callable[[Tensor], Tensor] = elu_feature_map,
+                          style: str = 'interleaved',
                           eps: float = 1e-6, chunk: int = 64) -> Tensor:
     """RoFormer Eq. 19: $\\sum_n (R_m\\phi(q_m))^\\top(R_n\\phi(k_n)) v_n / \\sum_n \\phi(q_m)^\\top\\phi(k_n)$ in O(L d^2).
     q, k (B,H,L,d), v (B,H,L,dv); positions as in `apply_rotary`. Causal: chunked prefix sums (exact)."""
@@ -595,3 +665,184 @@ def permute_rotary_weights(w: Tensor, n_heads: int, rot_dim: Optional[int] = Non
     idx[:r] = rotary_permutation(r, to)
     full = (torch.arange(n_heads)[:, None] * dh + idx).flatten()
     return w[full.to(w.device)]
+
+# %% ../nbs/10_rope.ipynb #ce63c82a
+ROPE_TYPES = ('default', 'linear', 'dynamic', 'yarn', 'longrope', 'llama3', 'proportional')
+
+def _cfg(config: Any, key: str, default: Any = None) -> Any:
+    "A field of a HF config object or of its dict (config.json): `default` when absent or None."
+    v = config.get(key) if isinstance(config, Mapping) else getattr(config, key, None)
+    return default if v is None else v
+
+def _hf_field(p: dict, key: str):
+    "`p[key]`, or a one-line error naming the missing field of the rope type."
+    if p.get(key) is None:
+        raise ValueError(f"rope type {p['rope_type']!r} needs {key!r} in the config's rope parameters (or the config); add it")
+    return p[key]
+
+def hf_rope_params(config: Any, # a HF config object (`PretrainedConfig`) or its dict (config.json)
+                   layer_type: Optional[str] = None, # for configs with one rope setting per layer type (e.g. 'sliding_attention')
+                  ) -> dict: # the rope fields in one flat dict, plus head_dim, rot_dim, max_position_embeddings
+    "The rope settings of a HF config, current (`rope_parameters`) or older (`rope_scaling` + `rope_theta`) layout, flattened."
+    rp = dict(_cfg(config, 'rope_parameters') or _cfg(config, 'rope_scaling') or {})
+    if layer_type is not None:
+        if layer_type not in rp: raise ValueError(f"layer_type={layer_type!r} has no rope setting; the config has {sorted(rp)}")
+        rp = dict(rp[layer_type] or {})
+    elif rp and all(isinstance(v, Mapping) or v is None for v in rp.values()):
+        raise ValueError(f"this config has one rope setting per layer type {sorted(rp)}; pass layer_type= one of them")
+    kind = rp.get('rope_type', rp.get('type', 'default'))
+    if kind not in ROPE_TYPES: raise ValueError(f"unknown rope type {kind!r}; rotary_from_hf knows {ROPE_TYPES}")
+    heads, hidden = _cfg(config, 'num_attention_heads'), _cfg(config, 'hidden_size')
+    head_dim = _cfg(config, 'head_dim') or (hidden // heads if hidden and heads else None)
+    if head_dim is None: raise ValueError("the config gives neither head_dim nor hidden_size and num_attention_heads; add head_dim")
+    p = dict(rp, rope_type=kind, rope_theta=rp.get('rope_theta', _cfg(config, 'rope_theta', 10000.)), head_dim=head_dim,
+             partial_rotary_factor=rp.get('partial_rotary_factor', _cfg(config, 'partial_rotary_factor', 1.0)),
+             max_position_embeddings=_cfg(config, 'max_position_embeddings'))
+    if kind in ('yarn', 'longrope', 'llama3'):       # a top-level original length wins (Phi-3 keeps it there), as in HF
+        p['original_max_position_embeddings'] = (_cfg(config, 'original_max_position_embeddings')
+                                                 or rp.get('original_max_position_embeddings') or p['max_position_embeddings'])
+    p['rot_dim'] = head_dim if kind == 'proportional' else int(head_dim * p['partial_rotary_factor'])
+    if p['rot_dim'] <= 0 or p['rot_dim'] % 2:
+        raise ValueError(f"head_dim={head_dim} with partial_rotary_factor={p['partial_rotary_factor']} rotates {p['rot_dim']} dims; "
+                         f"RoPE needs a positive even number: fix the config's partial_rotary_factor or head_dim")
+    return p
+
+# %% ../nbs/10_rope.ipynb #1225f86e
+def _ntk_by_length(p: dict, # flat rope params (`hf_rope_params`) of a 'dynamic' config
+                   n, # the length: a Python int, or an integer tensor (then everything stays on its device)
+                  ) -> Tensor: # fp32 frequencies
+    "The dynamic-NTK frequencies for length `n` (at least the trained length): base b*(s*n/L - s + 1)^(d/(d-2))."
+    d, L, s = p['rot_dim'], _hf_field(p, 'max_position_embeddings'), _hf_field(p, 'factor')
+    if d <= 2: raise ValueError("dynamic NTK scaling needs a rotary dim > 2 (it rescales the base by a power d/(d-2))")
+    n = n.clamp(min=L) if isinstance(n, Tensor) else max(n, L)
+    grown = p['rope_theta'] * ((s * n / L) - (s - 1)) ** (d / (d - 2))
+    dev = n.device if isinstance(n, Tensor) else None
+    return 1.0 / (grown ** (torch.arange(0, d, 2, dtype=torch.int64, device=dev).float() / d))
+
+def hf_inv_freq(p: dict, # flat rope params from `hf_rope_params`
+                seq_len: Optional[int] = None, # the batch length for 'dynamic' and 'longrope' (None: the trained length)
+               ) -> tuple: # (fp32 frequencies (rot_dim/2,), factor on cos and sin)
+    "HF's frequencies and attention factor for each rope type, computed with HF's fp32 arithmetic (bit for bit)."
+    kind, base, d = p['rope_type'], p['rope_theta'], p['rot_dim']
+    if kind == 'default': return rope_inv_freq(d, base, torch.float32), 1.0
+    if kind == 'linear': return scaled_inv_freq(d, base, 'linear', _hf_field(p, 'factor'), dtype=torch.float32), 1.0
+    if kind == 'dynamic': return _ntk_by_length(p, seq_len or 0), 1.0
+    if kind == 'proportional':
+        hd, rotated = p['head_dim'], int(p['partial_rotary_factor'] * p['head_dim'] // 2)
+        inv = 1.0 / (base ** (torch.arange(0, 2 * rotated, 2, dtype=torch.int64).float() / hd))
+        return torch.cat([inv, torch.zeros(hd // 2 - rotated)]) / p.get('factor', 1.0), 1.0
+    L = p['original_max_position_embeddings']
+    if kind == 'llama3':
+        s, lo, hi = _hf_field(p, 'factor'), _hf_field(p, 'low_freq_factor'), _hf_field(p, 'high_freq_factor')
+        inv = rope_inv_freq(d, base, torch.float32)
+        wavelen = 2 * math.pi / inv
+        slow = torch.where(wavelen > L / lo, inv / s, inv)                 # long wavelengths: interpolated
+        keep = (L / wavelen - lo) / (hi - lo)                              # turns over L, mapped to 0..1 across the band
+        blend = (1 - keep) * slow / s + keep * slow
+        band = (wavelen >= L / hi) & (wavelen <= L / lo)
+        return torch.where(band, blend, slow), 1.0
+    s = p.get('factor')
+    if s is None: s = _hf_field(p, 'max_position_embeddings') / L         # configs that state only the two lengths
+    att = p.get('attention_factor')
+    if kind == 'yarn':
+        if att is None:
+            m, m_all = p.get('mscale'), p.get('mscale_all_dim')
+            att = float(yarn_mscale(s, m) / yarn_mscale(s, m_all)) if m and m_all else yarn_mscale(s)
+        inv = scaled_inv_freq(d, base, 'yarn', s, L, p.get('beta_fast') or 32, p.get('beta_slow') or 1, torch.float32,
+                              p.get('truncate', True))
+        return inv, att
+    if att is None: att = 1.0 if s <= 1.0 else math.sqrt(1 + math.log(s) / math.log(L))
+    lam = _hf_field(p, 'long_factor' if seq_len and seq_len > L else 'short_factor')
+    if len(lam) != d // 2: raise ValueError(f"longrope factor lists need rot_dim/2 = {d // 2} entries, got {len(lam)}; fix the config")
+    return 1.0 / (torch.tensor(lam, dtype=torch.float32) * base ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d)), att
+
+# %% ../nbs/10_rope.ipynb #45c34b5a
+class HFLengthRule:
+    """HF's length switch for 'dynamic' and 'longrope' as a `RotaryCache.length_rule`: given the batch length n (a tensor,
+    max position + 1 over the whole batch) and the cache's fixed frequencies on the device, the frequencies for that batch."""
+    def __init__(self, p: dict): self.p, self._long = p, {}
+
+    def __call__(self, n: Tensor, fixed: Tensor) -> Tensor:
+        p = self.p
+        if p['rope_type'] == 'dynamic':
+            L = _hf_field(p, 'max_position_embeddings')
+            return torch.where(n > L, _ntk_by_length(p, n).to(fixed.dtype), fixed)
+        L = p['original_max_position_embeddings']
+        key = (fixed.device, fixed.dtype)
+        if key not in self._long: self._long[key] = hf_inv_freq(p, L + 1)[0].to(fixed.device, fixed.dtype)   # copied once
+        return torch.where(n > L, self._long[key], fixed)
+
+    def __repr__(self): return f"HFLengthRule({self.p['rope_type']!r})"
+
+def rotary_from_hf(config: Any, # a HF config object or its dict (config.json), current or older rope layout
+                   layer_type: Optional[str] = None, # for configs with one rope setting per layer type
+                   angle_dtype: DType = 'float32', # 'float32': HF's numbers; 'float64': exact angles, same frequencies
+                   max_positions: Optional[int] = None, # optional cap on positions (see `RotaryCache`)
+                  ) -> RotaryCache: # rotates the first `cache.dim` dims of each head; use style='half'
+    "A `RotaryCache` that reproduces HF's rotary embedding for `config`: every rope type, partial rotary, attention factor."
+    p = hf_rope_params(config, layer_type)
+    inv, att = hf_inv_freq(p)
+    rule = HFLengthRule(p) if p['rope_type'] in ('dynamic', 'longrope') else None
+    cache = RotaryCache(2 * inv.shape[0], p['rope_theta'], angle_dtype=angle_dtype, max_positions=max_positions,
+                        inv_freq=inv, attention_factor=att, length_rule=rule)
+    cache.rope_type = p['rope_type']
+    return cache
+
+# %% ../nbs/10_rope.ipynb #d799e88e
+from .exercises import Verdict, check_close
+
+# %% ../nbs/10_rope.ipynb #d3287967
+def check_slowest_period(period: float, # your answer: positions per full turn of the slowest pair
+                         d: int = 128, base: float = 10000.) -> Verdict:
+    "Exercise 10.1: the period 2*pi/theta_{d/2-1} of the slowest rotary pair."
+    th = rope_inv_freq(d, base)
+    want = 2 * math.pi / th[-1].item()
+    v = check_close(period, want, 'the period of the slowest pair', rtol=1e-4)
+    if v: return v
+    if abs(period - 2 * math.pi) < 1e-3: return Verdict(False, "that is the fastest pair's period (theta_0 = 1); take i = d/2 - 1")
+    if abs(period - 2 * math.pi * base) < 1e-3 * base: return Verdict(False, 'the slowest exponent is 2(d/2-1)/d = (d-2)/d, not 1')
+    return v
+
+# %% ../nbs/10_rope.ipynb #a9b39b40
+def check_rotate(rotate, # your function (x (L,d) float64, pos (L,) int64) -> (L,d)
+                 d: int = 16, L: int = 9, seed: int = 0) -> Verdict:
+    "Exercise 10.2: `rotate` against `apply_rotary` (interleaved pairs) on random inputs; names the usual mistakes."
+    g = torch.Generator().manual_seed(seed)
+    x, pos = torch.randn(L, d, dtype=torch.float64, generator=g), torch.randint(0, 5000, (L,), generator=g)
+    try: got = torch.as_tensor(rotate(x.clone(), pos.clone()), dtype=torch.float64)
+    except Exception as e: return Verdict(False, f'rotate raised {type(e).__name__}: {e}')
+    ref = lambda **kw: apply_rotary(x[None, None], pos, **kw)[0, 0]
+    if got.shape == x.shape:
+        if torch.allclose(got, ref(style='half'), atol=1e-9): return Verdict(False, 'you paired (i, i+d/2) (GPT-NeoX style); the paper pairs (2i, 2i+1)')
+        flip = torch.tensor([1., -1.], dtype=torch.float64).repeat(d // 2)          # R_{-m} = C R_m C, C negating the odd dims
+        if torch.allclose(got, apply_rotary((x * flip)[None, None], pos)[0, 0] * flip, atol=1e-9):
+            return Verdict(False, 'you rotated by -m*theta: check the sign of sin')
+        if not torch.allclose(got.norm(dim=-1), x.norm(dim=-1), atol=1e-9): return Verdict(False, 'the norms changed: that is not a rotation')
+    return check_close(got, ref(), 'rotate(x, pos)', rtol=1e-9, atol=1e-9)
+
+# %% ../nbs/10_rope.ipynb #8bac8800
+def check_first_negative(r: int, # your answer: the smallest distance with a negative logit
+                         d: int = 64) -> Verdict:
+    "Exercise 10.3: the first relative distance at which the all-ones rotary logit drops below zero."
+    q = torch.ones(1, 1, 1024, d, dtype=torch.float64) / math.sqrt(d)
+    logit = (apply_rotary(q, torch.arange(1024)) * q[0, 0, 0]).sum(-1)[0, 0]
+    want = int((logit < 0).nonzero()[0])
+    if not isinstance(r, int): return Verdict(False, f'expected an int distance, got {type(r).__name__}')
+    if r == want: return Verdict(True, f'the logit first turns negative at r = {want} ({logit[want].item():.4f})')
+    if r < want: return Verdict(False, f'at r = {r} the logit is still {logit[r].item():.4f} >= 0')
+    return Verdict(False, f'the logit is already negative before r = {r}: look at smaller distances')
+
+# %% ../nbs/10_rope.ipynb #561901bb
+def check_bf16_break(m: int # your answer: the smallest position that bf16 rounds
+                    ) -> Verdict:
+    "Exercise 10.4: the first integer position that bf16 changes, and the library's rotation there still exact."
+    ms = torch.arange(0, 4096)
+    want = int((ms.to(torch.bfloat16).long() != ms).nonzero()[0])
+    if not isinstance(m, int): return Verdict(False, f'expected an int position, got {type(m).__name__}')
+    stored = int(torch.tensor(m, dtype=torch.bfloat16).item())
+    if stored == m: return Verdict(False, f'bf16 stores {m} exactly: go higher')
+    if m != want: return Verdict(False, f'bf16 rounds {m} to {stored}, but a smaller position is already rounded')
+    x = torch.ones(1, 1, 1, 8, dtype=torch.float64)
+    apart = not torch.allclose(apply_rotary(x, torch.tensor([m])), apply_rotary(x, torch.tensor([stored])))
+    return Verdict(apart, f'bf16 stores position {m} as {stored}, so a bf16 position table puts token {m} at {stored}; '
+                                f'integer positions keep it at {m}')

@@ -5,13 +5,15 @@
 # %% ../nbs/00_utils.ipynb #19ebd73f
 from __future__ import annotations
 import contextlib, errno, json, math, os, platform, shlex, shutil, signal, threading, statistics, subprocess, sys, tempfile, time
+import importlib, importlib.util
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 import torch
 
 # %% auto #0
-__all__ = ['WriteFailed', 'atomic_write', 'atomic_save', 'git', 'hardware', 'provenance', 'slow_cells_enabled', 'read_records',
-           'mean_sd', 'fmt_mean_sd', 'format_table']
+__all__ = ['EXTRAS', 'WriteFailed', 'atomic_write', 'atomic_save', 'git', 'hardware', 'provenance', 'slow_cells_enabled',
+           'read_records', 'mean_sd', 'fmt_mean_sd', 'format_table', 'extra_for', 'missing_modules', 'MissingExtra',
+           'install_hint', 'require']
 
 # %% ../nbs/00_utils.ipynb #930c3c5d
 def _fsync_dir(folder: Path):
@@ -168,3 +170,37 @@ def format_table(header: Sequence, # column names
     w = [max(len(r[i]) for r in cells) for i in range(len(header))]
     line = lambda r: '  '.join(v.ljust(w[i]) if i == 0 else v.rjust(w[i]) for i, v in enumerate(r)).rstrip()
     return '\n'.join([line(cells[0]), line(['-' * n for n in w])] + [line(r) for r in cells[1:]])
+
+# %% ../nbs/00_utils.ipynb #38e09ce5
+# extra -> the optional modules it installs: data, scoring, plots, statistics, classifiers; FLOATER's ODE solvers
+EXTRAS = {'experiments': ('datasets', 'sacrebleu', 'tokenizers', 'matplotlib', 'scipy', 'sklearn'), 'floater': ('torchdiffeq',)}
+
+def extra_for(module: str # a module name, dotted or not
+             ) -> Optional[str]: # the extra of this package that installs it, or None
+    "Which pip extra of posenc_nb brings `module`."
+    top = module.split('.')[0]
+    return next((extra for extra, mods in EXTRAS.items() if top in mods), None)
+
+def missing_modules(extra: str # a key of `EXTRAS`
+                   ) -> list: # the extra's modules that are not installed
+    "The modules of `extra` that cannot be imported here, found without importing anything."
+    return [m for m in EXTRAS[extra] if importlib.util.find_spec(m) is None]
+
+class MissingExtra(ImportError):
+    "An optional dependency is not installed: the message names the extra that brings it."
+
+def install_hint(module: str) -> str:
+    "The pip command that installs `module`: this package's extra when one brings it."
+    extra = extra_for(module)
+    return f"pip install 'posenc_nb[{extra}]'" if extra else f"pip install {module.split('.')[0]}"
+
+def require(module: str, # the optional module to import
+            purpose: str, # what needs it, for the message ("BLEU scoring")
+           ):
+    "Import the optional dependency `module`, or raise `MissingExtra` with one line naming the extra to install."
+    try: return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name is None or e.name.split('.')[0] != module.split('.')[0]: raise     # installed, but broken inside
+        top = module.split('.')[0]
+        msg = f"{purpose} needs {top}, which the core install leaves out; {install_hint(module)}"
+        raise MissingExtra(msg, name=module) from None

@@ -13,8 +13,9 @@ import copy, dataclasses, io, os
 import pytest, torch, torch.nn as nn
 import posenc_nb.core as core
 from posenc_nb.core import SITE_KINDS, Positions, PosEnc, list_posencs, make_posenc, register_posenc
-import posenc_nb.data as data
-from posenc_nb.data import StreamProvider, collate, list_stream_providers, make_stream_provider, register_stream_provider, word_tokenizer
+import posenc_nb.streams as streams
+from posenc_nb.data import collate, word_tokenizer
+from posenc_nb.streams import StreamProvider, list_stream_providers, make_stream_provider, register_stream_provider
 from posenc_nb.decode import translate
 from posenc_nb.baselines import sinusoidal_table
 from posenc_nb.model import ModelConfig, Seq2Seq
@@ -304,7 +305,7 @@ class RevCodes(PosEnc):
 def providers(monkeypatch):
     "Register stream providers with the ordinary decorator into a copy of the registry that is dropped after the test."
     list_stream_providers()
-    monkeypatch.setattr(data, 'STREAM_PROVIDERS', dict(data.STREAM_PROVIDERS))
+    monkeypatch.setattr(streams, 'STREAM_PROVIDERS', dict(streams.STREAM_PROVIDERS))
     return lambda name, cls: register_stream_provider(name)(cls)
 
 

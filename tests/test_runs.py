@@ -284,7 +284,7 @@ def test_train_says_where_and_whether_resuming(run, capsys):
 
 
 def test_meta_device_build_leaves_caches_usable():
-    "Training first builds the model on the meta device (`_preflight`); module-level caches filled then must not hold meta tensors."
+    "A model built on the meta device (shapes without memory) must leave module-level caches without meta tensors."
     code = """
 import torch
 from posenc_nb.core import list_posencs

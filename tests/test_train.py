@@ -3,14 +3,14 @@ import os, socket, time, warnings
 from pathlib import Path
 import pytest, torch
 import torch.multiprocessing as mp
-from posenc_nb import engine as E, train as T
+from posenc_nb import config as C, engine as E, train as T
 
 # small and fast: a 1500-pair synthetic corpus, a handful of updates, cheap final evaluation
 FAST = dict(data_options={'n': 1500}, eval_bleu_sents=10, test_max_sents=10, beam=2, log_every=2)
 
 
 def _cfg(**kw):
-    return T.config_from_name('synthetic-tiny', **{**FAST, **kw})
+    return C.config_from_name('synthetic-tiny', **{**FAST, **kw})
 
 
 def _state(path):
@@ -176,20 +176,20 @@ def test_every_committed_config_loads():
     for p in paths:
         d = json.loads(p.read_text())
         d = d.get('config', d) if p.name == 'results.json' else d
-        cfg = T.TrainConfig.from_dict(d)
-        d = T.upgrade_config_dict(d)                                  # older field names (a stream provider's own) -> today's
+        cfg = C.TrainConfig.from_dict(d)
+        d = C.upgrade_config_dict(d)                                  # older field names (a stream provider's own) -> today's
         for k, v in d.items():
             got = getattr(cfg, k)
             assert (list(got) if isinstance(got, tuple) else got) == v, (p, k)
-        assert T.TrainConfig.from_dict(__import__('dataclasses').asdict(cfg)) == cfg, p     # and the nested layout round-trips
+        assert C.TrainConfig.from_dict(__import__('dataclasses').asdict(cfg)) == cfg, p     # and the nested layout round-trips
         assert set(d) <= set(cfg.flat_dict()), p                # flat_dict (experiments' config.json) writes the same layout
 
 
 def test_flat_overrides_reach_the_model(tmp_path):
     "`config_from_name(name, d_model=...)`, `posenc train --set d_model=...` and checkpoints all see the nested model."
     from posenc_nb.cli import make_config
-    c = T.config_from_name('synthetic-tiny', d_model=32, n_heads=2)
-    assert (c.model.d_model, c.model.n_heads, T.CONFIGS['synthetic-tiny'].d_model) == (32, 2, 64)
+    c = C.config_from_name('synthetic-tiny', d_model=32, n_heads=2)
+    assert (c.model.d_model, c.model.n_heads, C.CONFIGS['synthetic-tiny'].d_model) == (32, 2, 64)
     c2 = make_config('synthetic-tiny', ['d_model=66', 'n_heads=6', 'dropout=0.2'])
     assert (c2.model.d_model, c2.model.n_heads, c2.model.dropout) == (66, 6, 0.2)
     torch.set_num_threads(1)
@@ -207,10 +207,45 @@ def test_checkpoint_with_flat_config_loads(tmp_path):
     T.train(cfg, tmp_path / 'r', resume=False, progress=False)
     for p in E._ckpt_paths(tmp_path / 'r'):
         ck = _state(p); d = ck['config']; m = d.pop('model')
-        ck['config'] = {**d, **{k: m[k] for k in T._MODEL_FIELDS}}         # the old flat layout
+        ck['config'] = {**d, **{k: m[k] for k in C._MODEL_FIELDS}}         # the old flat layout
         assert 'model' not in ck['config'] and 'd_model' in ck['config']
         E.atomic_save(ck, p)
     _, _, c = T.load_checkpoint(E._ckpt_paths(tmp_path / 'r')[-1])
     assert c == cfg
     res = T.train(dataclasses.replace(cfg, max_steps=3), tmp_path / 'r', resume=True, progress=False)
     assert res['step'] == 3 and res['segments'] == 2
+
+
+TOY_WORDS = ['ka', 'lo', 'mi', 'nu', 'pe', 'ro']
+
+def _toy_reverse(split, n=300):
+    "A toy corpus: the target is the source backwards; its own split seeds its sentences."
+    import random
+    rng = random.Random(f'{split}-{n}')
+    sents = [[rng.choice(TOY_WORDS) for _ in range(rng.randint(2, 6))] for _ in range(n if split == 'train' else 30)]
+    return [(' '.join(s), ' '.join(reversed(s))) for s in sents]
+
+
+@pytest.mark.parametrize('tokenizer', [None, 'corpus'])
+def test_registered_corpus_trains_with_its_own_tokenizer(tmp_path, tokenizer):
+    "A corpus registered with its own tokenizer trains with it: not a BPE, not the synthetic corpus's word list."
+    from posenc_nb.data import DATASETS, SPECIALS, ParallelSpec, register_dataset, word_tokenizer
+    register_dataset(ParallelSpec('toy-reverse', generate=_toy_reverse, tokenizer=lambda: word_tokenizer(TOY_WORDS)))
+    try:
+        cfg = C.config_from_name('synthetic-tiny', data='toy-reverse', tokenizer=tokenizer, data_options={'n': 200},
+                                 max_steps=3, eval_every=3, eval_bleu_sents=5, test_max_sents=5, beam=1)
+        res = T.train(cfg, tmp_path / 'run', progress=False)
+        tok = res['tokenizer']
+        assert tok.kind == 'word' and tok.vocab_size == len(SPECIALS) + len(TOY_WORDS)
+        assert tok.encode('ka ro') == [len(SPECIALS) + TOY_WORDS.index('ka'), len(SPECIALS) + TOY_WORDS.index('ro')]
+        assert res['model'].cfg.src_vocab == tok.vocab_size == res['model'].cfg.tgt_vocab
+        _, saved, saved_cfg = T.load_checkpoint(E._ckpt_paths(tmp_path / 'run')[-1])
+        assert saved.to_str() == tok.to_str() and saved_cfg.data == 'toy-reverse'
+        bpe = T.train(C.config_from_name(cfg, tokenizer='bpe', vocab_size=300), tmp_path / 'bpe', progress=False)
+        assert bpe['tokenizer'].kind == 'bpe'                  # asked for: the BPE, trained on the toy corpus
+    finally: del DATASETS['toy-reverse']
+
+
+def test_a_corpus_without_a_tokenizer_refuses_corpus():
+    with pytest.raises(ValueError, match="data='multi30k' declares no tokenizer"):
+        T._make_tokenizer(C.config_from_name('multi30k-base', tokenizer='corpus'), ['a b'])

@@ -1,8 +1,9 @@
 """The built wheel works on its own: a truly clean venv (no system site-packages, no nbdev, no jupyter),
-torch from the local CPU wheel, the package's declared dependencies, a forward pass through every encoding.
+torch from the local CPU wheel, the package's declared (lean, core) dependencies, a forward pass through every encoding.
+The core install's requirement list is checked from the wheel's metadata first (seconds, no venv, no index).
 
 Slow (installs torch into a fresh venv, ~1-2 min). Skip with POSENC_SKIP_WHEEL=1."""
-import os, shutil, subprocess, sys, textwrap, time
+import os, re, shutil, subprocess, sys, textwrap, time, zipfile
 from pathlib import Path
 import pytest
 
@@ -11,6 +12,11 @@ pytestmark = pytest.mark.skipif(os.environ.get('POSENC_SKIP_WHEEL') == '1', reas
 
 # Files the sdist/wheel build needs; copying them keeps the build (build/, *.egg-info) out of the work tree.
 BUILD_FILES = ('setup.py', 'settings.ini', 'pyproject.toml', 'README.md', 'MANIFEST.in', 'LICENSE')
+
+# the core install: what the encodings, the model and the core import; never the experiment or solver stacks
+CORE_REQUIREMENTS = {'torch', 'numpy', 'fastcore', 'tqdm'}
+HEAVY = ('datasets', 'pyarrow', 'pandas', 'scipy', 'matplotlib', 'sacrebleu', 'tokenizers', 'torchdiffeq', 'scikit-learn')
+EXTRAS = {'experiments': {'datasets', 'sacrebleu', 'tokenizers', 'matplotlib', 'scipy', 'scikit-learn'}, 'floater': {'torchdiffeq'}}
 
 SNIPPET = textwrap.dedent(r'''
     import importlib.abc, importlib.util, sys
@@ -23,7 +29,8 @@ SNIPPET = textwrap.dedent(r'''
     sys.meta_path.insert(0, _Block())
     import torch, posenc_nb
     assert sys.prefix in posenc_nb.__file__, posenc_nb.__file__
-    from posenc_nb.core import Positions, list_posencs
+    import importlib.resources, importlib.util
+    from posenc_nb.core import Positions, list_posencs, make_posenc
     from posenc_nb.model import ModelConfig, Seq2Seq
     torch.manual_seed(0)
     names = list_posencs()
@@ -44,6 +51,14 @@ SNIPPET = textwrap.dedent(r'''
         print('ok', name)
     import posenc_nb.cli
     assert posenc_nb.cli.main(['list']) == 0
+    # the lean install: the public modules import, the optional stacks are absent, and asking for them names the extra
+    import importlib, posenc_nb.core, posenc_nb.rope, posenc_nb.baselines, posenc_nb.model, posenc_nb.utils
+    for mod in ('datasets', 'pyarrow', 'pandas', 'scipy', 'matplotlib', 'sacrebleu', 'tokenizers', 'torchdiffeq', 'sklearn'):
+        assert importlib.util.find_spec(mod) is None, f'{mod} came with the core install'
+    assert importlib.resources.files('posenc_nb').joinpath('py.typed').is_file()
+    try: make_posenc('floater', 16, 4, adjoint=True); raise AssertionError('FLOATER adjoint built without torchdiffeq')
+    except ImportError as e: assert "pip install 'posenc_nb[floater]'" in str(e), e
+    assert posenc_nb.cli.main(['evaluate', '--hyp', '-', '--ref', 'r.txt']) == 2     # says: pip install 'posenc_nb[experiments]'
     print('ALL', len(names))
 ''')
 
@@ -54,8 +69,8 @@ def _run(cmd, **kw):
     return r
 
 
-def test_wheel_in_clean_venv(tmp_path):
-    t0 = time.time()
+def _build_wheel(tmp_path):
+    "The package's wheel, built from a copy of the build files (no index, no build isolation, no dependencies)."
     src = tmp_path / 'src'; src.mkdir()
     for f in BUILD_FILES:
         if (ROOT / f).exists(): shutil.copy(ROOT / f, src / f)
@@ -65,6 +80,28 @@ def test_wheel_in_clean_venv(tmp_path):
     _run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '-q', '-w', str(dist), str(src)])
     wheels = list(dist.glob('posenc_nb-*.whl'))
     assert len(wheels) == 1, wheels
+    return wheels[0]
+
+def _name(req: str) -> str: return re.split(r'[<>=!~;\[ ]', req, maxsplit=1)[0].lower().replace('_', '-')
+
+def test_core_requirements(tmp_path):
+    "The wheel's metadata: the core install needs only CORE_REQUIREMENTS; each extra and `all` bring the rest; py.typed ships."
+    with zipfile.ZipFile(_build_wheel(tmp_path)) as z:
+        meta = z.read(next(n for n in z.namelist() if n.endswith('.dist-info/METADATA'))).decode()
+        assert 'posenc_nb/py.typed' in z.namelist()
+    reqs = [l.split(':', 1)[1].strip() for l in meta.splitlines() if l.startswith('Requires-Dist:')]
+    core = {_name(r) for r in reqs if 'extra ==' not in r}
+    assert core == CORE_REQUIREMENTS, core
+    extras = {l.split(':', 1)[1].strip() for l in meta.splitlines() if l.startswith('Provides-Extra:')}
+    assert {'experiments', 'floater', 'dev', 'test', 'all'} <= extras, extras
+    def extra(name): return {_name(r) for r in reqs if re.search(rf"extra == ['\"]{name}['\"]", r)}
+    for name, mods in EXTRAS.items(): assert mods <= extra(name), (name, extra(name))
+    assert set().union(*(extra(e) for e in extras - {'all'})) == extra('all')
+    assert not core & set(HEAVY)
+
+def test_wheel_in_clean_venv(tmp_path):
+    t0 = time.time()
+    wheels = [_build_wheel(tmp_path)]
     t_build = time.time() - t0
 
     env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'VIRTUAL_ENV', 'PYTHONHOME', 'PYTHONSTARTUP')}
@@ -78,7 +115,9 @@ def test_wheel_in_clean_venv(tmp_path):
     assert out.startswith('True') and 'site-packages' in out and str(ROOT / '.venv') not in out, out
     _run([str(py), '-m', 'pip', 'install', '-q', 'torch==2.13.0'], env=env, cwd=tmp_path)   # the local CPU wheel
     t_torch = time.time() - t0 - t_build
-    _run([str(py), '-m', 'pip', 'install', '-q', str(wheels[0])], env=env, cwd=tmp_path)   # with its dependencies
+    _run([str(py), '-m', 'pip', 'install', '-q', str(wheels[0])], env=env, cwd=tmp_path)   # with its (core) dependencies
+    freeze = {_name(l) for l in _run([str(py), '-m', 'pip', 'freeze'], env=env, cwd=tmp_path).stdout.split()}
+    assert not freeze & set(HEAVY), f'the core install brought {sorted(freeze & set(HEAVY))}'
     t_deps = time.time() - t0 - t_build - t_torch
     assert (venv / 'bin' / 'posenc').exists(), 'the console script `posenc` was not installed'
 

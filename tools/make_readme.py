@@ -3,10 +3,45 @@
 
 nbdev's own `nbdev_readme` needs Quarto; this keeps the README generated from the notebook without it.
 `--check` exits 1 when README.md is not what index.ipynb generates."""
-import base64, json, sys
+import base64, json, re, sys
 from pathlib import Path
 
 root = Path(__file__).resolve().parents[1]
+
+TABLE_START = '<!-- notebook table: generated from the notebooks by tools/make_readme.py -->'
+TABLE_END = '<!-- end of notebook table -->'
+
+def _notebook_row(path: Path) -> str:
+    "One table row: the notebook, the module it exports (if any), its H1 title and one-line summary."
+    cells = json.loads(path.read_text())['cells']
+    srcs = [''.join(c['source']) for c in cells]
+    exp = next((m.group(1) for s in srcs for m in [re.search(r'^#\|\s*default_exp\s+(\S+)', s, re.M)] if m), None)
+    exports = any(re.match(r'#\|\s*export', s.strip()) for c, s in zip(cells, srcs) if c['cell_type'] == 'code')
+    head = next((s for c, s in zip(cells, srcs) if c['cell_type'] == 'markdown' and re.search(r'^# \S', s, re.M)), '')
+    title, summary = re.search(r'^# (.+)$', head, re.M), re.search(r'^> (.+)$', head, re.M)
+    what = f"**{title.group(1).strip()}**" + (f": {summary.group(1).strip()}" if summary else '')
+    module = f'`posenc_nb.{exp}`' if exp and exports else 'no module'
+    return f"| `{path.stem}` | {module} | {what.replace('|', chr(92) + '|')} |"
+
+def notebook_table() -> str:
+    "The README's table of notebooks, from each numbered notebook's `default_exp`, H1 and summary line."
+    rows = [_notebook_row(p) for p in sorted((root/'nbs').glob('[0-9][0-9]_*.ipynb'))]
+    table = '\n'.join(['| notebook | module | what it covers |', '|---|---|---|', *rows])
+    return f'{TABLE_START}\n\n{table}\n\n{TABLE_END}'
+
+def update_index() -> bool:
+    "Put the current notebook table into nbs/index.ipynb (the cell holding the markers); True when it changed."
+    path = root/'nbs'/'index.ipynb'
+    nb = json.loads(path.read_text())
+    pattern = re.compile(re.escape(TABLE_START) + '.*?' + re.escape(TABLE_END), re.S)
+    cell = next((c for c in nb['cells'] if TABLE_START in ''.join(c['source'])), None)
+    if cell is None: raise SystemExit(f'nbs/index.ipynb has no cell with {TABLE_START}; put the two markers where the table goes')
+    old = ''.join(cell['source'])
+    new = pattern.sub(lambda m: notebook_table(), old)
+    if new == old: return False
+    cell['source'] = new.splitlines(keepends=True)
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + '\n')
+    return True
 
 FIG_DIR = 'assets/readme'          # figures of index.ipynb's saved outputs, written next to README.md
 
@@ -34,11 +69,18 @@ def render(figures: dict = None):
 
 if __name__ == '__main__':
     figs = {}
-    text, readme = render(figs), root/'README.md'
     if '--check' in sys.argv:
+        text, readme = render(figs), root/'README.md'
+        cell = ''.join(''.join(c['source']) for c in json.loads((root/'nbs'/'index.ipynb').read_text())['cells'])
         stale = [n for n, b in figs.items() if not (root/n).exists() or (root/n).read_bytes() != b]
-        if not readme.exists() or readme.read_text() != text or stale:
-            print('README.md or its figures are out of date: run python tools/make_readme.py and commit'); sys.exit(1)
+        if notebook_table() not in cell or not readme.exists() or readme.read_text() != text or stale:
+            print('README.md, its figures or the notebook table of nbs/index.ipynb are out of date: '
+                  'run python tools/make_readme.py and commit')
+            sys.exit(1)
     else:
-        for n, b in figs.items(): (root/n).parent.mkdir(parents=True, exist_ok=True); (root/n).write_bytes(b)
+        update_index()
+        text, readme = render(figs), root/'README.md'
+        for n, b in figs.items():
+            (root/n).parent.mkdir(parents=True, exist_ok=True)
+            (root/n).write_bytes(b)
         readme.write_text(text)
