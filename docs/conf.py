@@ -1,7 +1,9 @@
 """Sphinx configuration for the Quarto-free site (`make site`, tools/build_site.py).
 
-The sources are the processed notebooks and generated API pages in `_site/src/`; nothing is executed, nothing
-is fetched from the network: MathJax is served from `_static/mathjax` (copied from a pinned PyPI package)."""
+The sources are the processed notebooks and generated API pages in `_site/src/`. The notebooks carry the outputs of
+the build's own execution step (tools/build_site.py runs them, cached, the way nbdev_test does), so MyST-NB executes
+nothing itself; nothing is fetched from the network: MathJax is served from `_static/mathjax` (copied from a pinned
+PyPI package)."""
 import json
 from pathlib import Path
 
@@ -13,7 +15,7 @@ extensions = ['myst_nb', 'sphinx.ext.mathjax', 'sphinx_copybutton']
 root_doc = 'index'
 exclude_patterns = ['_build', '**.ipynb_checkpoints', '_pages.json', '_extra', '_files']
 
-# notebooks: committed outputs only, markdown outputs parsed as MyST (tables, math)
+# notebooks: outputs from the build's execution step (not MyST-NB's), markdown outputs parsed as MyST (tables, math)
 nb_execution_mode = 'off'
 nb_render_markdown_format = 'myst'
 nb_merge_streams = True

@@ -13,7 +13,8 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['Sent', 'SYM_METHODS', 'as_corpus', 'read_parallel', 'diagonal_z', 'digamma', 'FastAlignModel', 'fast_align',
-           'toy_parallel', 'symmetrize', 'aer', 'alignment_scores', 'align', 'eflomal_align']
+           'toy_parallel', 'symmetrize', 'aer', 'alignment_scores', 'align', 'eflomal_align', 'check_diagonal_z',
+           'check_aer', 'check_toy_aer', 'check_intersection_break']
 
 # %% ../nbs/12_align.ipynb #5ee8b4cb
 Sent = Union[str, Sequence[str]]
@@ -371,3 +372,56 @@ def eflomal_align(src: Sequence[Sent], tgt: Sequence[Sent], **kw) -> tuple:
             lines = open(p, encoding='utf-8').read().split('\n')[:len(src)]
             return [sorted(tuple(int(x) for x in l.split('-')) for l in line.split()) for line in lines]
         return read(f'{d}/fwd'), read(f'{d}/rev')
+
+# %% ../nbs/12_align.ipynb #96232613
+from .exercises import Verdict, check_close
+
+# %% ../nbs/12_align.ipynb #42fb19ae
+def check_diagonal_z(z: float, # your value of Z
+                     j: int = 3, m: int = 7, n: int = 5, lam: float = 4.0) -> Verdict:
+    "Exercise 12.1: the diagonal prior's normalizer Z for one (j, m, n, lambda)."
+    want = float(diagonal_z(j, m, n, lam))
+    v = check_close(z, want, 'Z', rtol=1e-9)
+    zero_based = sum(math.exp(-lam * abs(i / m - j / n)) for i in range(m))
+    if not v and abs(z - zero_based) < 1e-9: return Verdict(False, 'you summed i = 0..m-1: the positions are 1-based, i = 1..m')
+    return v
+
+# %% ../nbs/12_align.ipynb #7d79ab27
+def check_aer(my_aer, # your function (pred, sure, possible) -> float
+              seed: int = 0) -> Verdict:
+    "Exercise 12.2: a corpus AER against `aer` on random link sets; names per-sentence averaging and a missing P."
+    rng = random.Random(seed)
+    def links(): return sorted({(rng.randrange(6), rng.randrange(6)) for _ in range(rng.randint(1, 8))})
+    pred, sure, poss = [links() for _ in range(5)], [links() for _ in range(5)], [links() for _ in range(5)]
+    pred[0] = pred[0] + sure[0][:1]
+    try: got = float(my_aer(pred, sure, poss))
+    except Exception as e: return Verdict(False, f'my_aer raised {type(e).__name__}: {e}')
+    want = aer(pred, sure, poss)
+    per_sentence = float(np.mean([aer([a], [s], [p]) for a, s, p in zip(pred, sure, poss)]))
+    if abs(got - want) > 1e-12 and abs(got - aer(pred, sure)) < 1e-12: return Verdict(False, 'you ignored `possible`: P is S plus the possible links')
+    if abs(got - want) > 1e-12 and abs(got - per_sentence) < 1e-12: return Verdict(False, 'you averaged per sentence: sum the counts over the corpus first')
+    return check_close(got, want, 'the corpus AER', rtol=1e-12)
+
+# %% ../nbs/12_align.ipynb #5b361c9c
+def check_toy_aer(value: float # your measured AER
+                 ) -> Verdict:
+    "Exercise 12.3: the AER of `align` with its defaults on `toy_parallel(300, seed=4)`."
+    src, tgt, gold = toy_parallel(300, seed=4)
+    want = aer(align(src, tgt), gold)
+    return check_close(value, want, 'the AER of align on toy_parallel(300, seed=4)', rtol=1e-9)
+
+# %% ../nbs/12_align.ipynb #ce6f7fa1
+def check_intersection_break(fwd: list, # forward links [(src, tgt), ...] of the 2x2 pair
+                             rev: list # reverse links
+                            ) -> Verdict:
+    "Exercise 12.4: two legal directions whose union finds every sure link and whose intersection finds none."
+    sure = [(0, 0), (1, 1)]
+    F, R = set(map(tuple, fwd)), set(map(tuple, rev))
+    if not all(0 <= i < 2 and 0 <= j < 2 for i, j in F | R): return Verdict(False, 'links must be (src, tgt) pairs with indices 0 or 1')
+    if len({j for _, j in F}) < len(F): return Verdict(False, 'forward gives each target word at most one link')
+    if len({i for i, _ in R}) < len(R): return Verdict(False, 'reverse gives each source word at most one link')
+    union, inter = symmetrize([sorted(F)], [sorted(R)], 'union'), symmetrize([sorted(F)], [sorted(R)], 'intersection')
+    if not set(sure) <= set(union[0]): return Verdict(False, f'the union {sorted(union[0])} misses a sure link')
+    if inter[0]: return Verdict(False, f'the intersection still keeps {inter[0]}')
+    return Verdict(True, f"union AER {aer(union, [sure]):.2f} but intersection AER {aer(inter, [sure]):.2f}: "
+                         'the intersection keeps only what both directions agree on')

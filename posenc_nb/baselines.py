@@ -47,6 +47,8 @@ def sinusoidal_table(positions: Tensor, # integer positions, any shape
     return torch.stack((ang.sin(), ang.cos()), -1).flatten(-2)[..., :d_model]    # interleave, drop the last cos if d is odd
 
 # %% ../nbs/01_baselines.ipynb #9362fab9
+_TABLE_ROWS = 1 << 16     # a table longer than this is built only when the positions fill a quarter of it
+
 def sinusoidal_codes(pos: Tensor, # integer positions, any shape
                      table: Optional[Tensor], # a table `sinusoidal_codes` returned before (or None)
                      d_model: int, # code width
@@ -54,8 +56,11 @@ def sinusoidal_codes(pos: Tensor, # integer positions, any shape
                      min_rows: int = 0 # the smallest table to build
                     ) -> tuple: # (codes pos.shape + (d_model,), the float32 table they were read from)
     """Codes of `pos` read from `table` when it is on `pos`'s device and covers every position of `pos`, else from a new float32
-    table of the next power of two rows (at least `min_rows`): callers keep the table and pass it back."""
+    table of the next power of two rows (at least `min_rows`): callers keep the table and pass it back.
+    Far, sparse positions (past 2**16 rows and 4 x as many rows as positions) get codes of those positions only."""
     need = known_range(pos)[1] + 1               # read once per positions tensor, or known from the caller
+    if need > max(min_rows, _TABLE_ROWS, 4 * pos.numel()):        # e.g. one position of 1e8: no table up to it
+        return sinusoidal_table(pos, d_model, base), table
     same_device = table is not None and (table.is_cpu and pos.is_cpu or table.device == pos.device)   # no device objects on the CPU
     if not same_device or table.shape[0] < need:
         table = sinusoidal_table(torch.arange(max(min_rows, 1 << (need - 1).bit_length()), device=pos.device), d_model, base)
@@ -69,6 +74,9 @@ class SinusoidalPosEnc(PosEnc):
                  causal: bool = False,
                  base: float = 10000.): # frequency base (see `sinusoidal_table`)
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
+        if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 1):
+            raise ValueError(f"base={base!r}: the frequency base must be a finite number > 1 (the paper's is 10000); "
+                             "set pe_options base")
         self.base, self._table = base, None
 
     def codes(self, pos: Tensor) -> Tensor:

@@ -14,7 +14,8 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['TEMPLATES', 'inverse_perm', 'alignment_to_permutation', 'parse_separable', 'tree_to_perm', 'cky', 'min_loss_btg',
-           'kendall_distance', 'kendall_tau', 'fuzzy_reordering_score', 'reordering_scores', 'BTGReorderer']
+           'kendall_distance', 'kendall_tau', 'fuzzy_reordering_score', 'reordering_scores', 'BTGReorderer',
+           'check_non_separable_4', 'check_kendall_tau', 'check_separable_share', 'check_far_from_btg']
 
 # %% ../nbs/13_btg.ipynb #7e41d64d
 def _check_perm(perm, where: str = 'perm') -> list:
@@ -395,3 +396,53 @@ def _flat_table(n: int) -> np.ndarray:
     valid = (I < K) & (K < J)
     idx = np.full((n + 1,) * 3, -1, dtype=np.int64); idx[valid] = np.arange(valid.sum())
     return idx
+
+# %% ../nbs/13_btg.ipynb #baa472e7
+from .exercises import Verdict, check_close
+
+# %% ../nbs/13_btg.ipynb #8e969a08
+def check_non_separable_4(perms: list # your two permutations of 0..3
+                         ) -> Verdict:
+    "Exercise 13.1: the two permutations of length 4 that no BTG tree produces."
+    want = {p for p in itertools.permutations(range(4)) if parse_separable(list(p)) is None}
+    got = {tuple(p) for p in perms}
+    if any(sorted(p) != [0, 1, 2, 3] for p in got): return Verdict(False, 'each answer must be a permutation of 0, 1, 2, 3')
+    wrong = [p for p in got if p not in want]
+    if wrong: return Verdict(False, f'{list(wrong[0])} has the BTG tree {parse_separable(list(wrong[0]))}')
+    if got != want: return Verdict(False, f'{len(got)} of the {len(want)} found: one more')
+    return Verdict(True, f'{sorted(want)}: no split of either into two blocks keeps each block a contiguous range')
+
+# %% ../nbs/13_btg.ipynb #70fc2d69
+def check_kendall_tau(my_tau, # your function (pred, ref) -> float
+                      seed: int = 0) -> Verdict:
+    "Exercise 13.2: `my_tau` against `kendall_tau` on random orders, reversals and one-word sentences."
+    rng = random.Random(seed)
+    cases = [([0], [0]), (list(range(5)), list(range(5))), (list(range(6))[::-1], list(range(6)))]
+    for n in (3, 7, 12): cases.append((rng.sample(range(n), n), rng.sample(range(n), n)))
+    for p, r in cases:
+        try: got = float(my_tau(list(p), list(r)))
+        except Exception as e: return Verdict(False, f'my_tau({p}, {r}) raised {type(e).__name__}: {e}')
+        want = kendall_tau(p, r)
+        if abs(got - want) > 1e-12:
+            if abs(got - kendall_distance(p, r)) < 1e-12: return Verdict(False, 'that is the number of discordant pairs; tau rescales it to [-1, 1]')
+            return Verdict(False, f'my_tau({p}, {r}) = {got:.4f}, expected {want:.4f}')
+    return Verdict(True, f'matches kendall_tau on {len(cases)} cases (identity 1, reversal -1)')
+
+# %% ../nbs/13_btg.ipynb #fdac424b
+def check_separable_share(share: float # your measured share, between 0 and 1
+                         ) -> Verdict:
+    "Exercise 13.3: the share of the permutations of 8 words that are BTG-parsable."
+    perms = list(itertools.permutations(range(8)))
+    want = sum(parse_separable(list(p)) is not None for p in perms) / len(perms)
+    v = check_close(share, want, 'the separable share at n = 8', rtol=1e-9)
+    return Verdict(True, f'{share:.4f}: BTG reaches about a fifth of the orders of 8 words, and the share keeps falling with n') if v else v
+
+# %% ../nbs/13_btg.ipynb #ef31d0c3
+def check_far_from_btg(perm: list # your permutation of 0..n-1, n <= 6
+                      ) -> Verdict:
+    "Exercise 13.4: a permutation of at most 6 words whose closest BTG tree has Kendall loss >= 2."
+    p = list(perm)
+    if sorted(p) != list(range(len(p))) or not 1 <= len(p) <= 6: return Verdict(False, 'give a permutation of 0..n-1 with n <= 6')
+    tree, loss = min_loss_btg(p)
+    if loss >= 2: return Verdict(True, f'the closest BTG order {tree_to_perm(tree)} is {loss} swaps away: a reorderer restricted to BTG cannot reach it')
+    return Verdict(False, f'the BTG order {tree_to_perm(tree)} is only {loss} swap(s) away')

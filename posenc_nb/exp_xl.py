@@ -116,8 +116,8 @@ def format_xl_summary(summary: list, reference: str = 'sinusoidal') -> str:
 
 # %% ../nbs/25_xl_translation.ipynb #f6769479
 def seed_significance(experiment, baseline: str = 'sinusoidal', root='results', n_samples: int = 1000, alpha: float = 0.05) -> list:
-    """For every variant: per-seed BLEU deltas and sentence-bootstrap p-values against `baseline`, how many seeds are significantly
-    better/worse, and the mean delta and p-value of the paired t-test over the seeds (`pooled_*`; None for a single seed)."""
+    """For every variant: per-seed BLEU deltas and sentence-bootstrap p-values against `baseline`, how many seeds are
+    significantly better/worse, and the mean delta and p of the paired t-test over seeds (`pooled_*`)."""
     seeds = sorted({r['seed'] for r in load_results(experiment, root) if r['encoding'] == baseline})
     per = {}
     for sd in seeds:
@@ -134,7 +134,8 @@ def format_seed_significance(sig: list) -> str:
     "One line per variant."
     return '\n'.join(f"{s['variant']} vs {s['baseline']}: deltas " + ', '.join(f'{d:+.2f} (p={p:.3f})' for d, p in zip(s['deltas'], s['p']))
                      + f"; significantly better in {s['better']}/{len(s['seeds'])} seeds, worse in {s['worse']}/{len(s['seeds'])}"
-                     + (f"; over seeds {s['pooled_delta']:+.2f} (t-test p={s['pooled_p']:.3f})" if s['pooled_p'] is not None else '') for s in sig)
+                     + (f"; over seeds {s['pooled_delta']:+.2f} (t-test p={s['pooled_p']:.3f})"
+                        if s['pooled_p'] is not None else '') for s in sig)
 
 # %% ../nbs/25_xl_translation.ipynb #bca8701e
 def plot_xl(runs: dict, metric: str = 'bleu', axes=None):

@@ -16,9 +16,10 @@ from .baselines import sinusoidal_table, sinusoidal_codes
 from .model import ModelConfig, Seq2Seq, warm_start_weights
 
 # %% auto #0
-__all__ = ['SOLVERS', 'FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FLOATER_OFFICIAL', 'FloaterDynamics', 'FloaterDivergence',
-           'solve_trajectory', 'sinusoidal_dynamics', 'sinusoidal_floater_dynamics', 'FloaterPE', 'FloaterBlocksPE',
-           'FloaterInputPE', 'floater_from_sinusoidal', 'BlockBiasPE']
+__all__ = ['SOLVERS', 'MAX_POSITION', 'FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FLOATER_OFFICIAL', 'FloaterDynamics',
+           'FloaterDivergence', 'solve_trajectory', 'sinusoidal_dynamics', 'sinusoidal_floater_dynamics', 'FloaterPE',
+           'FloaterBlocksPE', 'FloaterInputPE', 'fused_qkv_bias', 'floater_from_sinusoidal', 'BlockBiasPE',
+           'check_omega_block', 'check_rk4_step', 'check_rk4_order', 'check_rk4_unstable']
 
 # %% ../nbs/11_floater.ipynb #e12b9e3b
 from .core import positions_max
@@ -129,6 +130,7 @@ class _RK4Solve(torch.autograd.Function):
 
 # %% ../nbs/11_floater.ipynb #8fd4a902
 SOLVERS = ('rk4', 'midpoint', 'dopri5')
+MAX_POSITION = 1 << 16     # the largest position FLOATER integrates its trajectory to
 
 class FloaterDivergence(ValueError):
     "The FLOATER trajectory became non-finite (NaN or inf)."
@@ -141,7 +143,7 @@ def _check_finite(out: Tensor, start: int, delta: float, where: str = ''):
     raise FloaterDivergence(
         f"FLOATER: the position trajectory is non-finite from position {i} (t={i * delta:g}){where}; the dynamics h "
         f"diverged or its parameters hold NaN/inf: lower the learning rate or clip gradients, use a smaller delta or "
-        f"more substeps, or try solver='dopri5'")
+        f"more substeps, or try solver='dopri5'; or, with finite dynamics, keep positions below {i}")
 
 def _fixed_step(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: float, substeps: int, method: str) -> Tensor:
     "Own fixed-step loop (rk4 or midpoint) from the state `y` at position `start`: the states at `start+1 .. start+n`."
@@ -181,6 +183,10 @@ def solve_trajectory(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: f
         raise ValueError(f"unknown ODE solver {solver!r}; choose one of {SOLVERS}")
     if n <= 0:
         return y.new_zeros(0, *y.shape)
+    if start + n > MAX_POSITION:       # the cost grows with the largest position: refuse at once, not after minutes
+        raise FloaterDivergence(f"FLOATER: position {start + n} is beyond the {MAX_POSITION} positions its trajectory "
+                                f"is solved for (every position up to the largest is integrated); "
+                                f"keep positions below {MAX_POSITION}")
     if solver != 'dopri5' and not adjoint:
         out = _fixed_step(h, y, start, n, delta, substeps, solver)
         _check_finite(out, start, delta)
@@ -245,14 +251,16 @@ FLOATER_INITS = ('default', 'xavier')       # 'default': Linear's init for h, N(
 FLOATER_REFRESH_MODES = ('shift', 'detach') # between refreshes: the cache moved by p(0)'s change; the official constant
 
 # %% ../nbs/11_floater.ipynb #a22d11ba
-def _check_floater_options(n_layers, delta, solver: str, inject: str, prior, substeps, refresh_every, chunk,
-                           rtol: float, atol: float, init: str, refresh_mode: str):
-    "Refuse a bad FLOATER option in one line naming the fix."
+def _check_floater_options(n_layers, delta, solver: str, adjoint: bool, inject: str, prior, substeps, refresh_every,
+                           chunk, rtol: float, atol: float, init: str, refresh_mode: str):
+    "Refuse a bad FLOATER option in one line naming the fix (and a missing solver package: the extra to install)."
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not math.isfinite(delta) or delta <= 0:
         raise ValueError(f"FLOATER delta (time between consecutive positions) must be a positive finite number, "
                          f"got {delta!r}; the default is 0.01")
     if solver not in SOLVERS:
         raise ValueError(f"unknown FLOATER ODE solver {solver!r}; choose one of {SOLVERS}")
+    if solver == 'dopri5' or adjoint:
+        require('torchdiffeq', f"FLOATER with solver={solver!r}, adjoint={adjoint}")
     if inject not in ('blocks', 'input'):
         raise ValueError(f"FLOATER inject must be 'blocks' or 'input', got {inject!r}")
     if prior not in (None, 'sinusoidal'):
@@ -304,9 +312,8 @@ class FloaterPE(PosEnc):
                  prior: Optional[str] = None, base: float = 10000., init_std: float = 0.02, chunk: int = 16,
                  init: str = 'default', cross_kv_flow: bool = False, refresh_mode: str = 'shift'):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
-        _check_floater_options(n_layers, delta, solver, inject, prior, substeps, refresh_every, chunk, rtol, atol,
-                               init, refresh_mode)
-        if solver == 'dopri5' or adjoint: require('torchdiffeq', f"FLOATER with solver={solver!r}, adjoint={adjoint}")
+        _check_floater_options(n_layers, delta, solver, adjoint, inject, prior, substeps, refresh_every, chunk, rtol,
+                               atol, init, refresh_mode)
         self.inject, self.delta, self.solver, self.substeps = inject, float(delta), solver, substeps
         self.adjoint, self.rtol, self.atol, self.refresh_every = bool(adjoint), rtol, atol, refresh_every
         self.prior, self.base, self.chunk = prior, base, chunk
@@ -443,6 +450,7 @@ def _extend(self: FloaterPE, n: int, key: tuple, graph: bool):
     m = self._round(n)
     self._set(torch.cat([cur, self._solve(cur[-1], cur.shape[0] - 1, m - cur.shape[0])]), key, graph, True)
 
+# %% ../nbs/11_floater.ipynb #9531db53
 @patch
 def trajectory(self: FloaterPE, n: int) -> Tensor:
     "States p(t_i) for positions i = 0..>=n-1, shape (T, N, d): cached, extended or recomputed as needed."
@@ -579,6 +587,7 @@ def embed(self: FloaterPE, x: Tensor, p: Positions) -> Tensor:
     traj = self.trajectory(self._need(p))
     return x + F.embedding(p.pos, traj[:, 0]).to(x.dtype)
 
+# %% ../nbs/11_floater.ipynb #aec7491e
 @patch
 def _slot(self: FloaterPE, site: Site) -> int:
     "Row of `p0` holding `site`'s q initial value (k and v follow it), from `_slot_of`."
@@ -794,25 +803,27 @@ def _slot_rows(self: FloaterPE, traj: Tensor, i: int) -> Tensor:
     return self._split[1][i // 3]
 
 # %% ../nbs/11_floater.ipynb #ff907e0e
-@patch
-def fused_qkv_bias(self: FloaterPE,
+def fused_qkv_bias(pe: PosEnc, # an encoding with per-block q/k/v input biases (hook 2): 'floater', 'block-bias'
                    pos: Tensor, # integer position ids (L,) or (B,L) of the projection's input tokens
                    weight: Tensor, # the fused projection's weight (3D, D): rows q, k, v (`nn.Linear(D, 3D).weight`)
                    layer: int = 0, # the block
-                   kind: Optional[str] = None # the block's attention kind, one of `kinds` (default: the first)
+                   kind: Optional[str] = None # the block's attention kind, one of `pe.sites` (default: the first)
                   ) -> Tensor: # (B or 1, L, 3D), in the weight's dtype
     "The block's q/k/v input biases moved to a fused projection's output: `proj(x) + b` equals three split projections."
-    if self.inject == 'input':
-        raise ValueError("'floater-input' adds its positions to the token embeddings (embed), not to q/k/v; "
-                         "use 'floater' for per-block biases")
-    D = self.d_model
+    name = getattr(pe, 'registry_name', type(pe).__name__)
+    if type(pe).qkv_bias is PosEnc.qkv_bias or not pe.sites:
+        raise ValueError(f"{name!r} adds no per-block q/k/v input bias (it acts through its other hooks); "
+                         f"use 'floater' or 'block-bias' here")
+    D = pe.d_model
     if weight.dim() != 2 or tuple(weight.shape) != (3 * D, D):
         raise ValueError(f"weight must be a fused qkv projection's ({3 * D}, {D}) weight, got {tuple(weight.shape)}; "
                          f"pass nn.Linear({D}, {3 * D}).weight")
     p = Positions(pos[None] if pos.dim() == 1 else pos)
-    biases = self.qkv_bias(p, p, Site(kind or self.kinds[0], layer, self.n_heads, D // self.n_heads))
+    biases = pe.qkv_bias(p, p, Site(kind or pe.sites[0], layer, pe.n_heads, D // pe.n_heads))
     if biases is None:                                       # exactly zero (an untouched warm start)
         return weight.new_zeros(1, p.pos.shape[1], 3 * D)
+    if any(b.dim() != 3 for b in biases):
+        raise ValueError(f"{name!r} gives per-head q/k/v inputs (B,H,L,D), which a fused projection cannot take")
     return torch.cat([F.linear(b.to(weight.dtype), w) for b, w in zip(biases, weight.chunk(3))], -1)
 
 # %% ../nbs/11_floater.ipynb #95e880af
@@ -909,3 +920,55 @@ def start_from(self: BlockBiasPE, name: str, options: dict) -> BlockBiasPE:
     with torch.no_grad(): self.table.zero_()
     return self
 
+
+# %% ../nbs/11_floater.ipynb #7b6ad501
+from .exercises import Verdict, check_close
+
+# %% ../nbs/11_floater.ipynb #ac875f84
+def check_omega_block(block, # your 2x2 block (nested list, array or tensor)
+                      k: int = 1, d: int = 16, delta: float = 0.01) -> Verdict:
+    "Exercise 11.1: the 2x2 block of Omega for pair `k`, read off `sinusoidal_floater_dynamics`."
+    want = sinusoidal_floater_dynamics(d, delta).l2.weight[2 * k:2 * k + 2, 2 * k:2 * k + 2].detach()
+    v = check_close(block, want, f'the block of pair {k}', rtol=1e-9)
+    if not v and check_close(block, -want, 'x', rtol=1e-9): return Verdict(False, 'the block turns the wrong way: d/dt sin = +w cos')
+    if not v and check_close(block, want * delta, 'x', rtol=1e-9): return Verdict(False, 'that is per position: divide by delta for time t')
+    return v
+
+# %% ../nbs/11_floater.ipynb #d69c9dca
+def check_rk4_step(rk4_step, # your function (f, t, y, dt) -> y at t + dt
+                   seed: int = 0) -> Verdict:
+    "Exercise 11.2: one classical rk4 step on a time-dependent linear ODE; names Euler and midpoint steps."
+    g = torch.Generator().manual_seed(seed)
+    A, y0 = torch.randn(4, 4, dtype=torch.float64, generator=g), torch.randn(4, dtype=torch.float64, generator=g)
+    f = lambda t, y: A @ y + torch.sin(torch.as_tensor(t, dtype=torch.float64)) * torch.ones(4, dtype=torch.float64)
+    t, dt = 0.3, 0.1
+    k1 = f(t, y0); k2 = f(t + dt / 2, y0 + dt / 2 * k1); k3 = f(t + dt / 2, y0 + dt / 2 * k2); k4 = f(t + dt, y0 + dt * k3)
+    want = y0 + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    try: got = torch.as_tensor(rk4_step(f, t, y0.clone(), dt), dtype=torch.float64)
+    except Exception as e: return Verdict(False, f'rk4_step raised {type(e).__name__}: {e}')
+    if check_close(got, y0 + dt * k1, 'x', rtol=1e-12): return Verdict(False, "that is Euler's step: rk4 averages four slopes")
+    if check_close(got, y0 + dt * k2, 'x', rtol=1e-12): return Verdict(False, 'that is the midpoint step: two more slopes are missing')
+    return check_close(got, want, 'rk4_step(f, t, y, dt)', rtol=1e-12)
+
+# %% ../nbs/11_floater.ipynb #536e612e
+def _sinusoid_error(substeps: int, d: int = 16, T: int = 64, delta: float = 0.01) -> float:
+    "Largest error of the rk4 solution of the sinusoidal special case over T positions."
+    table = sinusoidal_table(torch.arange(T), d, dtype=torch.float64)
+    with torch.no_grad(): sol = solve_trajectory(sinusoidal_floater_dynamics(d, delta), table[:1], 0, T - 1, delta=delta, substeps=substeps)
+    return (sol[:, 0] - table[1:]).abs().max().item()
+
+def check_rk4_order(order: float # your measured order, log2(error at 5 substeps / error at 10)
+                   ) -> Verdict:
+    "Exercise 11.3: the observed convergence order of the FLOATER solver on the sinusoidal special case."
+    want = math.log2(_sinusoid_error(5) / _sinusoid_error(10))
+    v = check_close(order, want, 'the observed order', rtol=0.02)
+    return Verdict(True, f'{order:.2f}: fourth order, as rk4 should be on a smooth h') if v else v
+
+# %% ../nbs/11_floater.ipynb #b3318a03
+def check_rk4_unstable(h: float # your angle per step, radians
+                      ) -> Verdict:
+    "Exercise 11.4: an angle per step at which rk4 on a rotation grows (|R(ih)| > 1)."
+    z = 1j * float(h)
+    amp = abs(1 + z + z ** 2 / 2 + z ** 3 / 6 + z ** 4 / 24)
+    if amp > 1 + 1e-12: return Verdict(True, f'|R({h:g}i)| = {amp:.4f} > 1: after 100 steps the state has grown {amp ** 100:.3g}-fold')
+    return Verdict(False, f'|R({h:g}i)| = {amp:.6f} <= 1: rk4 still turns (and slightly damps) at this angle; take a bigger step')

@@ -14,6 +14,7 @@ from .model import ModelConfig, Classifier
 from .mlm import BYTE_VOCAB, FT_SIZES, clean_text, subset_indices, _rows
 from .experiments import seed_test, two_level_bootstrap, accuracy_stats, accuracy_score
 from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
+from .store import check_output
 from .cli import command, command_line, use_threads, main as cli_main
 
 # %% auto #0
@@ -80,13 +81,16 @@ def format_accuracy(rows: list, markdown: bool = False) -> str:
 
 # %% ../nbs/27_long_text.ipynb #66b2321d
 def paired_bootstrap_acc(correct_a: np.ndarray, # (seeds, items) 0/1 correctness of arm a (the baseline), seeds in order
-                         correct_b: np.ndarray, # (seeds, items) of arm b, on the same items, seed s paired with seed s of a
+                         correct_b: np.ndarray, # (seeds, items) of arm b, same items, seed s paired with seed s of a
                          n_samples: int = 2000, seed: int = 12345) -> dict:
-    "Accuracy difference b - a (mean over seeds), with the two-level bootstrap's 95% interval and p over seeds and items."
+    "Accuracy difference b - a (mean over seeds), with the two-level bootstrap's 95% interval and p (seeds, items)."
     a, b = np.atleast_2d(correct_a), np.atleast_2d(correct_b)
-    if a.shape[1] != b.shape[1]: raise ValueError(f"the arms are scored on {a.shape[1]} and {b.shape[1]} items; compare runs on the same test items")
-    if a.shape[0] != b.shape[0]: raise ValueError(f"the arms have {a.shape[0]} and {b.shape[0]} seeds; pair runs of the same seeds")
-    tl = two_level_bootstrap([accuracy_stats(x) for x in a], [accuracy_stats(x) for x in b], accuracy_score, n_samples, seed)
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"the arms are scored on {a.shape[1]} and {b.shape[1]} items; compare runs on the same items")
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(f"the arms have {a.shape[0]} and {b.shape[0]} seeds; pair runs of the same seeds")
+    stats_a, stats_b = [accuracy_stats(x) for x in a], [accuracy_stats(x) for x in b]
+    tl = two_level_bootstrap(stats_a, stats_b, accuracy_score, n_samples, seed)
     return {'diff': tl['delta'], 'lo': tl['ci'][0], 'hi': tl['ci'][1], 'p_boot': tl['p_value']}
 
 # %% ../nbs/27_long_text.ipynb #248f2e22
@@ -97,38 +101,48 @@ def _seed_level(ra: list, rb: list, labels, n_samples: int) -> dict:
     "Arm b against arm a: the seed-level t-test (paired over shared seeds, else Welch) and the two-level bootstrap."
     sa, sb = ({r['seed']: r['test_accuracy'] for r in rs} for rs in (ra, rb))
     shared = sorted(set(sa) & set(sb))
-    paired = len(shared) == len(sa) == len(sb)
-    t = seed_test([sa[s] for s in shared], [sb[s] for s in shared]) if paired else seed_test(list(sa.values()), list(sb.values()), paired=False)
-    boot = paired_bootstrap_acc(_correct(ra, labels), _correct(rb, labels), n_samples) if paired else {'diff': t['effect'], 'lo': None, 'hi': None, 'p_boot': None}
-    return {**boot, 'p': t['p'], 'test': t['test'], 'seed_diff': t['effect'], 'seed_sd': t['sd'], 'seeds': (len(ra), len(rb))}
+    if len(shared) == len(sa) == len(sb):
+        t = seed_test([sa[s] for s in shared], [sb[s] for s in shared])
+        boot = paired_bootstrap_acc(_correct(ra, labels), _correct(rb, labels), n_samples)
+    else:
+        t = seed_test(list(sa.values()), list(sb.values()), paired=False)
+        boot = {'diff': t['effect'], 'lo': None, 'hi': None, 'p_boot': None}
+    return {**boot, 'p': t['p'], 'test': t['test'], 'seed_diff': t['effect'], 'seed_sd': t['sd'],
+            'seeds': (len(ra), len(rb))}
 
 def significance(records: list, labels, # the test subset's labels
                  baseline: str = 'sinusoidal', n_samples: int = 2000) -> list:
-    "Every encoding against `baseline` within each (max length, pre-trained) group: seed-level t-test, two-level bootstrap."
+    "Every encoding against `baseline` per (max length, pre-trained) group: seed-level t-test, two-level bootstrap."
     groups, out = {}, []
     for r in records: groups.setdefault((r['config']['max_len'], r['pretrained']), {}).setdefault(r['encoding'], []).append(r)
     for (L, pre), g in sorted(groups.items()):
         if baseline not in g: continue
         for enc, rs in sorted(g.items()):
-            if enc != baseline: out.append({'max_len': L, 'pretrained': pre, 'encoding': enc, **_seed_level(g[baseline], rs, labels, n_samples)})
+            if enc == baseline: continue
+            test = _seed_level(g[baseline], rs, labels, n_samples)
+            out.append({'max_len': L, 'pretrained': pre, 'encoding': enc, **test})
     return out
 
 # %% ../nbs/27_long_text.ipynb #da67d1be
 def format_significance(sig: list, alpha: float = 0.05) -> str:
-    "The significance rows as a table (differences in accuracy points; p: the seed-level t-test, p boot: the two-level bootstrap)."
+    "The significance rows as a table (accuracy points; p: the seed-level t-test, p boot: the two-level bootstrap)."
     f = lambda v: '-' if v is None else f'{100 * v:+.1f}'
     g = lambda v: '-' if v is None else f'{v:.3f}'
-    return format_table(['max_len', 'init', 'encoding', 'diff ± sd over seeds', '95% interval (two-level)', 'p boot', 'p (seeds)', f'p < {alpha}'],
-                        [[s['max_len'], 'pre-trained' if s['pretrained'] else 'scratch', s['encoding'],
-                          f(s['seed_diff']) + ('' if s['seed_sd'] is None else f" ± {100 * s['seed_sd']:.1f}"), f"[{f(s['lo'])}, {f(s['hi'])}]",
-                          g(s['p_boot']), g(s['p']), 'yes' if s['p'] is not None and s['p'] < alpha else 'no'] for s in sig])
+    sd = lambda s: '' if s['seed_sd'] is None else f" ± {100 * s['seed_sd']:.1f}"
+    head = ['max_len', 'init', 'encoding', 'diff ± sd over seeds', '95% interval (two-level)', 'p boot', 'p (seeds)',
+            f'p < {alpha}']
+    rows = [[s['max_len'], 'pre-trained' if s['pretrained'] else 'scratch', s['encoding'], f(s['seed_diff']) + sd(s),
+             f"[{f(s['lo'])}, {f(s['hi'])}]", g(s['p_boot']), g(s['p']),
+             'yes' if s['p'] is not None and s['p'] < alpha else 'no']
+            for s in sig]
+    return format_table(head, rows)
 
 # %% ../nbs/27_long_text.ipynb #6848ea70
 def compare_arms(records: list, labels, # fine-tuning records; the test items' labels
                  a: tuple, # the reference arm: (max_len, pretrained, encoding)
                  b: tuple, # the arm compared with it
                  n_samples: int = 2000) -> dict:
-    "Accuracy of arm b minus arm a: seed-level t-test (`p`) and the two-level bootstrap over seeds and items (`lo`, `hi`, `p_boot`)."
+    "Accuracy of arm b minus arm a: seed-level t-test (`p`), two-level bootstrap over seeds and items (`p_boot`)."
     arm = lambda k: sorted([r for r in records if (r['config']['max_len'], r['pretrained'], r['encoding']) == tuple(k)], key=lambda r: r['seed'])
     ra, rb = arm(a), arm(b)
     if not ra or not rb: raise ValueError(f"no records for arm {a if not ra else b}; arms are (max_len, pretrained, encoding)")
@@ -194,7 +208,8 @@ def longtext_bench(*, out: str = 'results/roformer-longtext/cost.json', # the re
 
     Examples:
       python -m posenc_nb.long_text bench"""
-    use_threads(1); out = Path(out)
+    use_threads(1)
+    out = check_output(out, flag='--out')     # a folder or an unwritable place: refused before the benchmark
     if not out.exists(): atomic_write(out, json.dumps({'experiment': 'long-text-cost', **bench_encodings(), **provenance(None, 'fp32', 'cpu', command=command_line())}, indent=1) + '\n')
     print(f'{out}: done', flush=True)
     return 0

@@ -9,13 +9,14 @@ from typing import Any, Callable, Mapping, Optional, Union
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from .core import Positions, Site, PosEnc, register_posenc
+from .baselines import _TABLE_ROWS
 
 # %% auto #0
 __all__ = ['STYLES', 'LAYOUTS', 'DType', 'Device', 'SCALINGS', 'TABLE_FMT', 'ROPE_TYPES', 'rope_inv_freq',
            'yarn_correction_range', 'scaled_inv_freq', 'yarn_mscale', 'RotaryCache', 'rotate_with_table',
            'get_rotary_cache', 'apply_rotary', 'rotary_dims', 'RoPE', 'elu_feature_map', 'rope_linear_attention',
            'rotary_permutation', 'permute_rotary_weights', 'hf_rope_params', 'hf_inv_freq', 'HFLengthRule',
-           'rotary_from_hf']
+           'rotary_from_hf', 'check_slowest_period', 'check_rotate', 'check_first_negative', 'check_bf16_break']
 
 # %% ../nbs/10_rope.ipynb #6306c75e
 from .core import known_range, host_fact, whole_base, note_fact
@@ -259,6 +260,8 @@ class RotaryCache:
             cs = self._split_lookup(pos, hi, dtype)
             if fmt == 'planes': cs = cs.transpose(-1, -2).contiguous()
             return self._xpos(cs, pos, key, fmt)
+        if plain and hi + 1 > max(_TABLE_ROWS, 4 * pos.numel()):   # far, sparse positions: their angles only
+            self._need(hi + 1); return self._angles_table(pos, dtype, fmt)
         tab = self.table(hi + 1, pos.device, dtype, fmt)
         L = pos.shape[-1]
         if s is not None and s[2]:
@@ -784,3 +787,62 @@ def rotary_from_hf(config: Any, # a HF config object or its dict (config.json), 
                         inv_freq=inv, attention_factor=att, length_rule=rule)
     cache.rope_type = p['rope_type']
     return cache
+
+# %% ../nbs/10_rope.ipynb #d799e88e
+from .exercises import Verdict, check_close
+
+# %% ../nbs/10_rope.ipynb #d3287967
+def check_slowest_period(period: float, # your answer: positions per full turn of the slowest pair
+                         d: int = 128, base: float = 10000.) -> Verdict:
+    "Exercise 10.1: the period 2*pi/theta_{d/2-1} of the slowest rotary pair."
+    th = rope_inv_freq(d, base)
+    want = 2 * math.pi / th[-1].item()
+    v = check_close(period, want, 'the period of the slowest pair', rtol=1e-4)
+    if v: return v
+    if abs(period - 2 * math.pi) < 1e-3: return Verdict(False, "that is the fastest pair's period (theta_0 = 1); take i = d/2 - 1")
+    if abs(period - 2 * math.pi * base) < 1e-3 * base: return Verdict(False, 'the slowest exponent is 2(d/2-1)/d = (d-2)/d, not 1')
+    return v
+
+# %% ../nbs/10_rope.ipynb #a9b39b40
+def check_rotate(rotate, # your function (x (L,d) float64, pos (L,) int64) -> (L,d)
+                 d: int = 16, L: int = 9, seed: int = 0) -> Verdict:
+    "Exercise 10.2: `rotate` against `apply_rotary` (interleaved pairs) on random inputs; names the usual mistakes."
+    g = torch.Generator().manual_seed(seed)
+    x, pos = torch.randn(L, d, dtype=torch.float64, generator=g), torch.randint(0, 5000, (L,), generator=g)
+    try: got = torch.as_tensor(rotate(x.clone(), pos.clone()), dtype=torch.float64)
+    except Exception as e: return Verdict(False, f'rotate raised {type(e).__name__}: {e}')
+    ref = lambda **kw: apply_rotary(x[None, None], pos, **kw)[0, 0]
+    if got.shape == x.shape:
+        if torch.allclose(got, ref(style='half'), atol=1e-9): return Verdict(False, 'you paired (i, i+d/2) (GPT-NeoX style); the paper pairs (2i, 2i+1)')
+        flip = torch.tensor([1., -1.], dtype=torch.float64).repeat(d // 2)          # R_{-m} = C R_m C, C negating the odd dims
+        if torch.allclose(got, apply_rotary((x * flip)[None, None], pos)[0, 0] * flip, atol=1e-9):
+            return Verdict(False, 'you rotated by -m*theta: check the sign of sin')
+        if not torch.allclose(got.norm(dim=-1), x.norm(dim=-1), atol=1e-9): return Verdict(False, 'the norms changed: that is not a rotation')
+    return check_close(got, ref(), 'rotate(x, pos)', rtol=1e-9, atol=1e-9)
+
+# %% ../nbs/10_rope.ipynb #8bac8800
+def check_first_negative(r: int, # your answer: the smallest distance with a negative logit
+                         d: int = 64) -> Verdict:
+    "Exercise 10.3: the first relative distance at which the all-ones rotary logit drops below zero."
+    q = torch.ones(1, 1, 1024, d, dtype=torch.float64) / math.sqrt(d)
+    logit = (apply_rotary(q, torch.arange(1024)) * q[0, 0, 0]).sum(-1)[0, 0]
+    want = int((logit < 0).nonzero()[0])
+    if not isinstance(r, int): return Verdict(False, f'expected an int distance, got {type(r).__name__}')
+    if r == want: return Verdict(True, f'the logit first turns negative at r = {want} ({logit[want].item():.4f})')
+    if r < want: return Verdict(False, f'at r = {r} the logit is still {logit[r].item():.4f} >= 0')
+    return Verdict(False, f'the logit is already negative before r = {r}: look at smaller distances')
+
+# %% ../nbs/10_rope.ipynb #561901bb
+def check_bf16_break(m: int # your answer: the smallest position that bf16 rounds
+                    ) -> Verdict:
+    "Exercise 10.4: the first integer position that bf16 changes, and the library's rotation there still exact."
+    ms = torch.arange(0, 4096)
+    want = int((ms.to(torch.bfloat16).long() != ms).nonzero()[0])
+    if not isinstance(m, int): return Verdict(False, f'expected an int position, got {type(m).__name__}')
+    stored = int(torch.tensor(m, dtype=torch.bfloat16).item())
+    if stored == m: return Verdict(False, f'bf16 stores {m} exactly: go higher')
+    if m != want: return Verdict(False, f'bf16 rounds {m} to {stored}, but a smaller position is already rounded')
+    x = torch.ones(1, 1, 1, 8, dtype=torch.float64)
+    apart = not torch.allclose(apply_rotary(x, torch.tensor([m])), apply_rotary(x, torch.tensor([stored])))
+    return Verdict(apart, f'bf16 stores position {m} as {stored}, so a bf16 position table puts token {m} at {stored}; '
+                                f'integer positions keep it at {m}')

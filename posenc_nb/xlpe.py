@@ -23,7 +23,7 @@ from fastcore.basics import patch
 __all__ = ['XL', 'ORDER_MODES', 'ALIGN_OPTIONS', 'is_permutation', 'xl_positions', 'xl_for_subwords', 'xl_stream',
            'XLInputPosEnc', 'xl_head_positions', 'XLHeadPosEnc', 'XLHeadXLPosEnc', 'XLRopePosEnc', 'random_order',
            'aligned_orders', 'synthetic_gold_order', 'XLPositionProvider', 'xl_streams_for', 'eval_xl', 'XLPairs',
-           'train_xl']
+           'train_xl', 'check_subword_xl', 'check_xl_implementation', 'check_mean_shift', 'check_subword_break']
 
 # %% ../nbs/14_xlpe.ipynb #e2935698
 from .core import known_range
@@ -427,3 +427,50 @@ def train_xl(train_ids, train_xl, vocab_size: int, enc_pe: str = 'xl-input', dec
     with torch.enable_grad():
         fit(Learner(model, opt, XLPairs(train_ids, train_xl, batch_size, seed, device), Budget(max_steps=steps), sched=sched, grad_clip=1.0))
     return model.eval()
+
+# %% ../nbs/14_xlpe.ipynb #9c614231
+from .exercises import Verdict, check_close
+
+# %% ../nbs/14_xlpe.ipynb #e3c3da96
+def check_subword_xl(token_xl: list, # your XL index per token
+                     word_xl: Sequence[int] = (2, 0, 1), word_ids: Sequence = (0, 0, 1, 2, 2, None)) -> Verdict:
+    "Exercise 14.1: token-level XL indices of a hand example, against `xl_for_subwords`."
+    want = xl_for_subwords(list(word_xl), list(word_ids))
+    if list(token_xl) == want: return Verdict(True, f"{want}: each word's pieces stay together, in its XL slot")
+    if list(token_xl)[:5] == [word_xl[w] for w in word_ids[:5]]: return Verdict(False, 'those are word slots; count the tokens of the words placed before')
+    return Verdict(False, f'{list(token_xl)} is not it: place the block of the word with XL 0 first')
+
+# %% ../nbs/14_xlpe.ipynb #9d64a165
+def check_xl_implementation(my_xl, # your function (order: list) -> list of positions
+                            seed: int = 0) -> Verdict:
+    "Exercise 14.2: `my_xl` against `xl_positions` on random orders; names the usual slip (returning the order)."
+    rng = random.Random(seed)
+    for n in (1, 4, 9, 16):
+        o = rng.sample(range(n), n)
+        try: got = list(my_xl(list(o)))
+        except Exception as e: return Verdict(False, f'my_xl raised {type(e).__name__}: {e}')
+        want = xl_positions(o)
+        if got != want:
+            if got == o: return Verdict(False, 'you returned the order itself; the positions are its inverse')
+            return Verdict(False, f'my_xl({o}) = {got}, expected {want}')
+    return Verdict(True, 'matches xl_positions: the positions invert the order')
+
+# %% ../nbs/14_xlpe.ipynb #24aba881
+def check_mean_shift(value: float # your mean |XL position - absolute position| per word
+                    ) -> Verdict:
+    "Exercise 14.3: the mean displacement of words under the gold order of `synthetic_corpus(300, seed=3)`."
+    from posenc_nb.synthetic import synthetic_corpus
+    shifts = [abs(x - i) for q in synthetic_corpus(300, seed=3) for i, x in enumerate(xl_positions(synthetic_gold_order(q.src)))]
+    want = sum(shifts) / len(shifts)
+    v = check_close(value, want, 'the mean shift per word', rtol=1e-9)
+    return Verdict(True, f'{value:.3f} positions per word: the XL stream differs from the absolute one for most words') if v else v
+
+# %% ../nbs/14_xlpe.ipynb #215718c0
+def check_subword_break(word_ids: list # your word ids per token (ints in 0..2, or None)
+                       ) -> Verdict:
+    "Exercise 14.4: word ids that `xl_for_subwords` rejects because a word's pieces are not contiguous."
+    try: out = xl_for_subwords([2, 0, 1], list(word_ids))
+    except ValueError as e:
+        if 'not contiguous' in str(e): return Verdict(True, f'rejected: {e}')
+        return Verdict(False, f'rejected for another reason: {e}')
+    return Verdict(False, f"accepted, giving {out}: interrupt one word's pieces with another word")

@@ -1,7 +1,7 @@
 """The site's notebook pass (tools/build_site.py) keeps nbdev's semantics: what Quarto would hide stays hidden.
 
 Fast: it processes small notebooks in memory and never runs Sphinx (`make site` builds and checks the real site)."""
-import sys
+import os, subprocess, sys
 from pathlib import Path
 
 import nbformat as nbf
@@ -33,8 +33,10 @@ def test_directives_split_from_source():
 
 def test_discovery_reads_nbs_in_reading_order():
     stems = [p.stem for p in bs.discover_notebooks()]
-    assert stems[0] == 'index' and stems[1:] == sorted(stems[1:]) and '10_rope' in stems
-    assert bs.group_of('10_rope') == 'Methods' and bs.group_of('07_synthetic') == 'Library' and bs.group_of('index') == 'Notebooks'
+    numbered = [s for s in stems if s[:1].isdigit()]
+    assert stems[0] == 'index' and stems[-len(numbered):] == numbered == sorted(numbered) and '10_rope' in stems
+    assert 'course' in stems[1:-len(numbered)]                                # the reading path comes right after the index
+    assert bs.group_of('10_rope') == 'Methods' and bs.group_of('07_synthetic') == 'Library' and bs.group_of('course') == 'Start here'
 
 
 def test_nbdev_semantics(tmp_path, syms):
@@ -71,3 +73,68 @@ def test_api_block_has_signature_and_parameter_table(syms):
     assert b.startswith('````{py:function} apply_rotary(x: Tensor') and ':module: posenc_nb.rope' in b
     assert '|  | Type | Default | Details |' in b and "| `style` | `str` | `'interleaved'` |" in b
     assert bs.md_escape_text('a*b* `c*d` $x_i$ e_f') == 'a\\*b\\* `c*d` $x_i$ e\\_f'
+
+
+def test_exercise_solutions_and_show_doc_cells(tmp_path, syms):
+    "Solutions run in the tests but are hidden on the site (a note says where they are); show_doc cells become API blocks."
+    cells = [nbf.v4.new_code_cell('#| default_exp rope'),
+             nbf.v4.new_markdown_cell('# A title'),
+             nbf.v4.new_code_cell('#| exercise-solution\nassert answer == 42'),
+             nbf.v4.new_code_cell('show_doc(apply_rotary)\nshow_doc(RotaryCache.lookup)', outputs=[
+                 nbf.v4.new_output('execute_result', data={'text/markdown': '---\n\n### apply_rotary'})]),
+             nbf.v4.new_code_cell('x = 1\nshow_doc(apply_rotary)')]
+    nb, _, _ = _process(tmp_path, cells, syms)
+    text = '\n'.join(c.source for c in nb.cells)
+    assert 'answer == 42' not in text and bs.SOLUTION_NOTE in text
+    assert text.count('{py:function} apply_rotary(') == 1 and '{py:method} RotaryCache.lookup(' in text
+    assert not any(o.get('data', {}).get('text/markdown', '').startswith('---') for c in nb.cells for o in c.get('outputs', []))
+    assert 'x = 1\nshow_doc(apply_rotary)' in text                     # not only show_doc calls: an ordinary cell
+
+
+def test_cells_the_build_runs():
+    "The build skips exactly what `nbdev_test` skips: the test flags, `eval: false`, the export call."
+    flags = bs.skip_flags()
+    assert {'slow', 'gpu'} <= flags
+    assert bs.runs_in_build('x = 1', flags) and bs.runs_in_build('#| exercise-solution\nassert 1', flags)
+    assert not bs.runs_in_build('#| slow\nx = 1', flags) and not bs.runs_in_build('#| gpu\nx = 1', flags)
+    assert not bs.runs_in_build('#| eval: false\nx = 1', flags) and not bs.runs_in_build('#| hide\nimport nbdev; nbdev.nbdev_export()', flags)
+    assert bs.export_target({'export': 'other'}, 'posenc_nb.rope') == 'posenc_nb.other'
+    assert bs.export_target({'export': ''}, 'posenc_nb.rope') == 'posenc_nb.rope'
+
+
+def test_executed_outputs_replace_committed_ones(tmp_path, syms):
+    "A page shows the outputs of the build's run (`executed`), not the committed ones; skipped cells keep their note."
+    nbs = tmp_path/'nbs'; nbs.mkdir()
+    nb = nbf.v4.new_notebook()
+    nb.cells = [nbf.v4.new_markdown_cell('# T'),
+                nbf.v4.new_code_cell('print(6 * 7)', outputs=[nbf.v4.new_output('stream', name='stdout', text='stale\n')]),
+                nbf.v4.new_code_cell('#| slow\nraise SystemExit("never run by the build")'),
+                nbf.v4.new_code_cell('#| eval: false\nraise SystemExit("never run")'),
+                nbf.v4.new_code_cell('import matplotlib.pyplot as plt'),
+                nbf.v4.new_code_cell('plt.plot([1, 2]); plt.show()')]
+    src, out = nbs/'99_t.ipynb', tmp_path/'out.ipynb'
+    nbf.write(nb, str(src))
+    r = subprocess.run([sys.executable, str(root/'tools'/'build_site.py'), '--execute-one', str(src), str(out)],
+                       capture_output=True, text=True, env={**os.environ, 'MPLBACKEND': 'Agg'})
+    assert r.returncode == 0, r.stderr
+    s, pages = syms
+    page, _, _ = bs.process_notebook(src, s, set(pages), pages, executed=out)
+    code = [c for c in page.cells if c.cell_type == 'code']
+    assert ''.join(code[0].outputs[0]['text']) == '42\n'
+    assert any('Slow cell' in c.source for c in page.cells)
+    assert any('image/png' in o.get('data', {}) for c in code for o in c.outputs)
+    # a cell that raises stops the run with the notebook's traceback
+    nb.cells.append(nbf.v4.new_code_cell('1 / 0'))
+    nbf.write(nb, str(src))
+    r = subprocess.run([sys.executable, str(root/'tools'/'build_site.py'), '--execute-one', str(src), str(out)],
+                       capture_output=True, text=True, env={**os.environ, 'MPLBACKEND': 'Agg'})
+    assert r.returncode == 1 and 'ZeroDivisionError' in r.stderr
+
+
+def test_experiment_pages_must_show_outputs_and_figures():
+    "The browser check fails an experiment page (21-28) without output or without figure; other pages may have none."
+    import check_site as cs
+    assert len(cs.output_failures('26_mlm.html', 0, 0)) == 2 and 'without any cell output' in cs.output_failures('26_mlm.html', 0, 0)[0]
+    assert cs.output_failures('21_multi30k.html', 5, 0) == ['21_multi30k.html: an experiment page without a figure']
+    assert cs.output_failures('28_linear_lm.html', 3, 1) == []
+    assert cs.output_failures('10_rope.html', 0, 0) == [] and cs.output_failures('20_experiments.html', 0, 0) == []

@@ -5,8 +5,18 @@
 script does nbdev's processing step itself (a small nbformat pass into `_site/src/`) and lets Sphinx with MyST-NB
 and the Furo theme render the result into `_site/html/`, offline: sidebar in reading order, full-text search,
 per-page contents, previous/next links, MathJax served from the site itself, and an API reference generated from
-each module's `__all__`, signatures and inline parameter docs (docments). Notebooks are never executed here: the
-site shows the committed outputs.
+each module's `__all__`, signatures and inline parameter docs (docments).
+
+Every page shows what its cells compute: the build executes each notebook first, the way `nbdev_test` does (execnb's
+`CaptureShell`, working directory `nbs/`, every cell in order, hidden and exported ones included), skipping the cells
+`nbdev_test` skips (`#| slow`, `#| gpu`, `#| eval: false` and the export call); a skipped cell is shown with its note
+(and any output committed with it), every other cell with the outputs of this run. Why execute at build time rather
+than commit outputs: committed outputs go stale silently when the library or the records change, they make every
+notebook edit a merge conflict, and `nbdev_clean` would have to keep them; executed pages are as fresh as the
+tests. The executed notebooks are cached in `_site/cache/` (or `--cache DIR`) under a hash of the notebook, the
+library's sources and the committed records (`results/`), so an unchanged notebook is not run again; `--workers`
+notebooks run at a time, each in its own process (one torch thread each). A notebook that raises stops the build
+with its traceback. `--no-execute` renders the committed outputs only (the old behaviour; fast, for layout work).
 
 What the pass does, mirroring nbdev's processors: cells with `#| hide`, `#| export`, `#| exporti` or
 `#| default_exp` are dropped, and each exported function or class gets an API block where it was defined
@@ -15,28 +25,36 @@ renders printed text as markdown; `#| slow` and `#| gpu` cells carry a note sayi
 `> summary` line give each page its title and description; backticked public names become links to their API
 entry and backticked notebook names link to the notebook's page.
 
-Usage: python tools/build_site.py [--check]   (--check then runs tools/check_site.py in headless Chromium)
+Exercise solutions: a code cell starting with `#| exercise-solution` runs (so the tests and this build check it) but
+is not shown on the site; the page says where the solution is (the notebook itself).
+
+The execution is the notebook test: `--execute-only` runs it alone (it fails as `nbdev_test` does, with the
+traceback), and a later build finds every notebook in the cache, so CI can run the notebooks once for both.
+
+Usage: python tools/build_site.py [--check] [--workers N] [--only 10_rope ...] [--no-execute] [--execute-only]
+(--check then runs tools/check_site.py in headless Chromium; --only renders a subset of pages, for development)
 """
-import argparse, ast, importlib, inspect, json, re, shutil, subprocess, sys, time
+import argparse, ast, hashlib, importlib, inspect, json, os, re, shutil, subprocess, sys, time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import unquote
 
 root = Path(__file__).resolve().parents[1]
 out_root = root/'_site'
-src_dir, html_dir = out_root/'src', out_root/'html'
+src_dir, html_dir, cache_root = out_root/'src', out_root/'html', out_root/'cache'
 lib = 'posenc_nb'
 
 # --- discovery -------------------------------------------------------------------------------------------------
 
 def discover_notebooks(nbs=root/'nbs'):
-    "Every page notebook in `nbs/`, in reading order: `index` first, then by file name (the numbers)."
+    "Every page notebook in `nbs/`, in reading order: `index`, the unnumbered pages (the course), then by number."
     nbs_ = sorted(p for p in nbs.glob('*.ipynb') if not p.name.startswith(('_', '.')))
-    return sorted(nbs_, key=lambda p: (p.stem != 'index', p.name))
+    return sorted(nbs_, key=lambda p: (p.stem != 'index', p.stem[:1].isdigit(), p.name))
 
 def group_of(stem):
     "Sidebar caption for a notebook: the tens digit of its number says what kind of notebook it is."
     m = re.match(r'(\d)\d_', stem)
-    if not m: return 'Notebooks'
+    if not m: return 'Start here'
     return {'0': 'Library', '1': 'Methods', '2': 'Experiments'}.get(m.group(1), 'Notebooks')
 
 _re_dir = re.compile(r'^\s*#\s*\|\s*(.*?)\s*$')
@@ -218,6 +236,84 @@ def make_xref(syms, stems, local_labels, prefix=''):
         return '\n'.join(out)
     return xref
 
+# --- execution ---------------------------------------------------------------------------------------------------
+
+EXECUTOR_VERSION = 1                          # part of the cache key: bump it when execute_here changes what it writes
+
+def skip_flags():
+    "The cell flags `nbdev_test` skips unless asked (settings.ini's `tst_flags`: slow and gpu)."
+    m = re.search(r'^tst_flags\s*=\s*(.*)$', (root/'settings.ini').read_text(), re.M)
+    return set(m.group(1).split()) if m else {'slow', 'gpu'}
+
+def runs_in_build(source, flags):
+    "Whether the build runs a code cell: not where `nbdev_test` would skip it (a test flag, `eval: false`, the export)."
+    d, body = split_directives(source)
+    if 'nbdev_export(' in body or d.get('eval', '').lower() == 'false': return False
+    return not (set(flags) & d.keys())
+
+def deps_digest():
+    "Hash of what every executed page depends on besides its notebook: library sources, records, the executor, torch."
+    from importlib.metadata import version
+    h = hashlib.sha256(f'{EXECUTOR_VERSION} {sys.version} torch {version("torch")}'.encode())
+    files = [root/'settings.ini', *sorted((root/lib).glob('*.py')),
+             *sorted(f for f in (root/'results').rglob('*') if f.is_file())]
+    for f in files:
+        h.update(f.relative_to(root).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+def execute_here(src, dest):
+    "Run notebook `src` in this process as `nbdev_test` does and write it, with this run's outputs, to `dest`."
+    from execnb.nbio import read_nb, write_nb
+    from execnb.shell import CaptureShell
+    src, flags = Path(src).resolve(), skip_flags()
+    os.environ['IN_TEST'] = '1'
+    sys.path.insert(0, str(root))
+    nb = read_nb(src)
+    def skip(cell):
+        if cell.cell_type != 'code' or not runs_in_build(cell.source, flags): return True
+        cell.outputs = []                     # a cell that prints nothing this time shows nothing
+        return False
+    shell = CaptureShell(src)
+    os.chdir(src.parent)
+    try: shell.run_all(nb, exc_stop=True, preproc=skip)
+    except Exception:
+        sys.stderr.write(shell.prettytb(fname=src) + '\n')
+        return 1
+    write_nb(nb, dest)
+    t = os.times()
+    print(f'cpu {t.user + t.system + t.children_user + t.children_system:.1f}')   # for the build's summary
+    return 0
+
+def execute_all(nbs, cache, workers=2):
+    "Executed copies of `nbs` ({path: executed file}): cached ones where nothing they depend on changed, the rest run."
+    cache.mkdir(parents=True, exist_ok=True)
+    deps = deps_digest()
+    done, todo = {}, []
+    for p in nbs:
+        key = hashlib.sha256(p.read_bytes() + deps.encode()).hexdigest()[:20]
+        done[p] = cache/f'{p.stem}-{key}.ipynb'
+        if not done[p].exists(): todo.append(p)
+    env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1', 'MPLBACKEND': 'Agg', 'PYTHONUNBUFFERED': '1'}
+    def run(p):
+        t, tmp = time.time(), done[p].with_suffix('.part')
+        r = subprocess.run([sys.executable, str(Path(__file__).resolve()), '--execute-one', str(p), str(tmp)],
+                           cwd=p.parent, env=env, capture_output=True, text=True)
+        if r.returncode == 0:
+            for old in cache.glob(f'{p.stem}-*.ipynb'): old.unlink()
+            tmp.replace(done[p])
+        return p, r, time.time() - t
+    def cpu(r): return float(m.group(1)) if (m := re.search(r'^cpu ([\d.]+)$', r.stdout, re.M)) else 0.
+    t0 = time.time()
+    with ThreadPoolExecutor(max(1, int(workers))) as ex: runs = list(ex.map(run, todo))
+    failed = [(p, r) for p, r, _ in runs if r.returncode]
+    for p, r, dt in sorted(runs, key=lambda x: -x[2]):
+        print(f'  executed {p.name}: {dt:.0f} s wall, {cpu(r):.0f} s CPU' + (' FAILED' if r.returncode else ''))
+    print(f'execute: {len(todo)} notebooks run ({len(nbs) - len(todo)} cached) in {time.time() - t0:.0f} s wall '
+          f'({sum(cpu(r) for _, r, _ in runs):.0f} s CPU), {workers} at a time')
+    if failed: raise SystemExit('\n\n'.join(f'{p.name} failed while executing for the site:\n{r.stderr[-4000:]}' for p, r in failed))
+    return done
+
 # --- notebook processing ----------------------------------------------------------------------------------------
 
 _ansi = re.compile(r'\x1b\[[0-9;]*[A-Za-z]')
@@ -253,6 +349,20 @@ def local_files(md, base):
         return m.group(1) + f'_files/{rel.as_posix()}'
     return _re_local.sub(one, md)
 
+def show_doc_names(body):
+    "The names a cell of nothing but `show_doc(name, ...)` calls documents, else None."
+    try: tree = ast.parse(body)
+    except SyntaxError: return None
+    calls = [getattr(o, 'value', None) for o in tree.body]
+    if not calls or not all(isinstance(c, ast.Call) and getattr(c.func, 'id', None) == 'show_doc' and c.args for c in calls):
+        return None
+    return [ast.unparse(c.args[0]) for c in calls]
+
+def export_target(d, modname):
+    "The module an export cell writes to: its own (`#| export other_module`) or the notebook's `default_exp`."
+    own = (d.get('export') or d.get('exports') or d.get('exporti') or '').split()
+    return f'{lib}.{own[0]}' if own else modname
+
 def md_cell(source, **meta):
     import nbformat
     c = nbformat.v4.new_markdown_cell(source)
@@ -264,10 +374,13 @@ FLAG_NOTES = {
     'gpu': 'GPU cell: needs CUDA; it prints a note and skips itself without a GPU, and `nbdev_test --flags gpu` runs it on one.',
 }
 
-def process_notebook(path, syms, stems, pages):
-    "nbdev's site semantics as a plain notebook that MyST-NB renders without executing anything."
+SOLUTION_NOTE = ('Solution: hidden on the site; it is the next cell of the notebook, and the tests run it '
+                 '(it calls the check and asserts that a wrong answer fails).')
+
+def process_notebook(path, syms, stems, pages, executed=None):
+    "nbdev's site semantics as a plain notebook that MyST-NB renders as is (outputs from `executed` where given)."
     import nbformat
-    nb = nbformat.read(str(path), as_version=4)
+    nb = nbformat.read(str(executed or path), as_version=4)
     module = pages.get(path.stem)
     modname = f'{lib}.{module}' if module else None
     title, summary, ti = title_summary(nb)
@@ -276,8 +389,9 @@ def process_notebook(path, syms, stems, pages):
     for c in nb.cells:
         if c.cell_type != 'code': continue
         d, body = split_directives(c.source)
-        if ({'export', 'exports'} & d.keys()) and 'hide' not in d and modname:
-            documented += [n for n in _defined_names(body) if syms.resolve(modname, n) is not None and n not in documented]
+        if ({'export', 'exports'} & d.keys()) and 'hide' not in d and export_target(d, modname):
+            target = export_target(d, modname)
+            documented += [n for n in _defined_names(body) if syms.resolve(target, n) is not None and n not in documented]
     labels, used = {}, set()
     for n in documented:                      # `Positions.max` and `positions_max` would both read sd-core-positions-max
         base = f'sd-{module}-{n}'.replace('.', '--').replace('_', '-').lower(); lab, k = base, 1
@@ -295,16 +409,32 @@ def process_notebook(path, syms, stems, pages):
             continue
         d, body = split_directives(c.source)
         if d.get('include') == 'false': continue
-        if {'export', 'exports', 'exporti'} & d.keys() and 'hide' not in d and modname:
+        if {'export', 'exports', 'exporti'} & d.keys() and 'hide' not in d and export_target(d, modname):
+            target = export_target(d, modname)
             for n in _defined_names(body):
-                o = syms.resolve(modname, n)
+                o = syms.resolve(target, n)
                 if o is None or n in shown: continue           # a redefinition is documented once, where it first appears
                 shown.add(n)
-                full = f'{modname}.{n}'
+                full = f'{target}.{n}'
                 link = f'<small>API reference: {{py:obj}}`{n} <{full}>`</small>' if full in syms.objs else None
-                cells.append(md_cell(api_block(o, n, modname, xref, indexed=False, label=labels[n], source_link=link)))
+                cells.append(md_cell(api_block(o, n, target, xref, indexed=False, label=labels[n], source_link=link)))
             if 'exports' not in d: continue
         if {'hide', 'export', 'exporti', 'default_exp'} & d.keys(): continue
+        docs = show_doc_names(body)
+        if docs is not None:                                    # explicit show_doc cells: the API block, once per page
+            for n in docs:
+                full = f'{modname}.{n}' if modname and syms.resolve(modname, n) is not None else syms.short.get(n)
+                if not full or n in shown: continue
+                shown.add(n)
+                mod_ = full[:-len(n) - 1]                      # full names end with the documented name
+                o = syms.resolve(mod_, n)
+                if o is None: continue
+                link = f'<small>API reference: {{py:obj}}`{n} <{full}>`</small>' if full in syms.objs else None
+                cells.append(md_cell(api_block(o, n, mod_, xref, indexed=False, label=labels.get(n), source_link=link)))
+            continue
+        if 'exercise-solution' in d:
+            cells.append(md_cell(f'{{.cell-flag}}\n{SOLUTION_NOTE}'))
+            continue
         if re.fullmatch(r'\s*import nbdev;?\s*nbdev\.nbdev_export\(\)\s*', body): continue
         for flag, note in FLAG_NOTES.items():
             if flag in d: cells.append(md_cell(f'{{.cell-flag}}\n{note}'))
@@ -382,10 +512,22 @@ def vendor_mathjax(static):
     for sub in ('output/chtml/fonts/woff-v2', 'input/tex/extensions'):
         shutil.copytree(mj/sub, dst/sub)
 
-def build(jobs='auto'):
+def site_counts(src=src_dir):
+    "Per page of the built sources: code cells shown, cells with an output, figures (image outputs)."
+    import nbformat
+    counts = {}
+    for f in sorted(src.glob('*.ipynb')):
+        code = [c for c in nbformat.read(str(f), as_version=4).cells if c.cell_type == 'code']
+        figs = [o for c in code for o in c.get('outputs', []) if any(k.startswith('image/') for k in o.get('data', {}))]
+        counts[f.stem] = {'code_cells': len(code), 'with_output': sum(bool(c.get('outputs')) for c in code),
+                          'figures': len(figs)}
+    return counts
+
+def build(jobs='1', execute=True, workers=2, cache=cache_root, only=None):
     import nbformat
     t0 = time.time()
     nbs = discover_notebooks()
+    if only: nbs = [p for p in nbs if p.stem == 'index' or p.stem in only]
     pages = {}
     for p in nbs:
         pages[p.stem] = default_exp(nbformat.read(str(p), as_version=4))
@@ -393,9 +535,11 @@ def build(jobs='auto'):
     syms = Symbols(pages)
     shutil.rmtree(src_dir, ignore_errors=True)
     src_dir.mkdir(parents=True)
+    executed = execute_all(nbs, Path(cache), workers) if execute else {}
+    t_exec = time.time()
     meta, titles, problems = {}, {}, []
     for p in nbs:
-        nb, title, summary = process_notebook(p, syms, stems, pages)
+        nb, title, summary = process_notebook(p, syms, stems, pages, executed.get(p))
         if not title: problems.append(f'{p.name}: no H1 title (a markdown cell starting with "# Title")')
         titles[p.stem] = title or p.stem
         meta[p.stem] = {'title': title, 'description': summary, 'source': f'nbs/{p.name}'}
@@ -424,15 +568,34 @@ def build(jobs='auto'):
            '-j', str(jobs), str(src_dir), str(html_dir)]
     r = subprocess.run(cmd, cwd=root)
     if r.returncode: raise SystemExit(f'sphinx-build failed (exit {r.returncode}); warnings above')
+    counts = site_counts()
+    (out_root/'counts.json').write_text(json.dumps(counts, indent=1))
+    tot = {k: sum(c[k] for c in counts.values()) for k in ('code_cells', 'with_output', 'figures')}
+    empty = [s for s, c in counts.items() if not c['with_output']]
     print(f'site: {len(nbs)} notebooks + {len(mods) + 1} API pages -> {html_dir.relative_to(root)}/index.html '
-          f'(prepare {t1 - t0:.1f} s, sphinx {time.time() - t1:.1f} s)')
+          f'(execute {t_exec - t0:.1f} s, prepare {t1 - t_exec:.1f} s, sphinx {time.time() - t1:.1f} s)')
+    print(f"pages: {tot['with_output']} of {tot['code_cells']} code cells shown with an output, {tot['figures']} figures; "
+          f"pages without output: {', '.join(empty) or 'none'} (per page: _site/counts.json)")
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--check', action='store_true', help='then check the pages in headless Chromium (tools/check_site.py)')
     ap.add_argument('-j', '--jobs', default='1', help="sphinx-build parallel jobs ('auto' for all cores)")
+    ap.add_argument('--workers', type=int, default=int(os.environ.get('NB_WORKERS', 2)),
+                    help='notebooks executed at a time (default: $NB_WORKERS or 2)')
+    ap.add_argument('--cache', default=str(cache_root), help='folder of executed notebooks (default: _site/cache)')
+    ap.add_argument('--no-execute', action='store_true', help='render the committed outputs only, execute nothing')
+    ap.add_argument('--only', nargs='+', help='build only these pages (notebook stems) and the index, for development')
+    ap.add_argument('--execute-only', action='store_true',
+                    help='execute (or find cached) every notebook and stop: the notebook tests, leaving the cache for the site')
+    ap.add_argument('--execute-one', nargs=2, metavar=('NOTEBOOK', 'OUT'), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    build(a.jobs)
+    if a.execute_one: return execute_here(*a.execute_one)
+    if a.execute_only:
+        nbs = [p for p in discover_notebooks() if not a.only or p.stem == 'index' or p.stem in a.only]
+        execute_all(nbs, Path(a.cache), a.workers)
+        return 0
+    build(a.jobs, not a.no_execute, a.workers, a.cache, a.only)
     if a.check: return subprocess.run([sys.executable, str(root/'tools'/'check_site.py')], cwd=root).returncode
     return 0
 

@@ -9,10 +9,13 @@ reachable from the index it fails when:
 - nbdev markup leaks into the page: `{target=`, `{.description}`, `:::` fences, or `#|` directives in code cells;
 - a local link or anchor is broken (the file must exist, the `#id` must exist in the target page), or any
   request made by the page fails (HTTP >= 400 or a network error);
-- the page requests anything that is not on the local server (a CDN, fonts, analytics: the site must work offline).
+- the page requests anything that is not on the local server (a CDN, fonts, analytics: the site must work offline);
+- an experiment page (21-28) shows no cell output or no figure: its tables and plots are computed from the committed
+  records when the build executes the notebook, so an empty page means the records or the execution went missing.
 It also runs one search (search.html?q=...) and fails when it finds nothing, and saves screenshots of the index,
 10_rope and the API reference at 1280 px (and the index at 1920 px) under `_site/screenshots/`.
-Counts and failures go to `_site/check.json`; the exit status is 1 on any failure.
+Counts (also cells with outputs, figures and pages without any output, as rendered) and failures go to
+`_site/check.json`; the exit status is 1 on any failure.
 
 Usage: python tools/check_site.py [--chromium PATH] [--search rotary]
 """
@@ -115,7 +118,10 @@ PAGE_JS = r"""
     const u = e.href || e.src; if (u) links.push(u); });
   const ids = [...document.querySelectorAll('[id]')].map(e => e.id).concat([...document.querySelectorAll('a[name]')].map(e => e.name));
   const desc = document.querySelector('meta[name="description"]');
-  return {title: document.title, h1: h1t, description: desc ? desc.content : '', math: maths.length,
+  const cellsShown = document.querySelectorAll('div.cell').length;
+  const outputs = document.querySelectorAll('div.cell div.cell_output').length;
+  const figures = document.querySelectorAll('div.cell_output img').length;
+  return {title: document.title, h1: h1t, cells: cellsShown, outputs, figures, description: desc ? desc.content : '', math: maths.length,
           typeset: document.querySelectorAll('mjx-container').length, untypeset,
           merror: document.querySelectorAll('mjx-merror').length, raw, markup, links, ids,
           search: !!document.querySelector('form[action*="search"] input, input[name="q"]'),
@@ -151,6 +157,16 @@ def find_chromium(given=None):
     for c in [given, os.environ.get('CHROMIUM'), 'chromium', 'chromium-browser', 'google-chrome', 'google-chrome-stable']:
         if c and shutil.which(c): return shutil.which(c)
     raise SystemExit('no Chromium found: install it (Debian: apt-get install -y chromium) or pass --chromium PATH')
+
+EXPERIMENT_PAGE = re.compile(r'2[1-8]_[\w-]+\.html')
+
+def output_failures(name, outputs, figures):
+    "Failures of a page's rendered outputs: an experiment page (21-28) must show at least one output and one figure."
+    if not EXPERIMENT_PAGE.fullmatch(name): return []
+    fails = []
+    if not outputs: fails.append(f'{name}: an experiment page without any cell output (were the notebooks executed?)')
+    if not figures: fails.append(f'{name}: an experiment page without a figure')
+    return fails
 
 def local_file(url, base):
     "The file under html/ that a local URL names (a directory means its index.html)."
@@ -204,6 +220,7 @@ def check(chromium=None, query='rotary', meta_file=out_root/'src'/'_pages.json')
             if r['raw']: fails.append(f'{name}: raw TeX in the page, e.g. {r["raw"][0]!r}')
             if r['markup']: fails.append(f'{name}: nbdev/Quarto markup shown as text, e.g. {r["markup"][0]!r}')
             if not (r['search'] and r['sidebar']) and stem not in ('search',): fails.append(f'{name}: no sidebar or search box')
+            fails += output_failures(name, r['outputs'], r['figures'])
             if name == '10_rope.html' and not r['tocVisible']: fails.append(f'{name}: the page contents are not visible at 1280 px')
             for u in r['links']:
                 if u.startswith(base):
@@ -248,7 +265,12 @@ def check(chromium=None, query='rotary', meta_file=out_root/'src'/'_pages.json')
     finally:
         ch.close()
         srv.shutdown()
+    nb_pages = {n: r for n, r in res.items() if r['cells']}
     summary = {'pages': len(res), 'math_elements': sum(r['math'] for r in res.values()),
+               'cells_with_output': sum(r['outputs'] for r in nb_pages.values()),
+               'code_cells': sum(r['cells'] for r in nb_pages.values()),
+               'figures': sum(r['figures'] for r in nb_pages.values()),
+               'pages_without_output': sorted(n for n, r in nb_pages.items() if not r['outputs']),
                'typeset_equations': sum(r['typeset'] for r in res.values()),
                'links_checked': n_links, 'anchors_checked': n_anchors, 'requests': len(requests),
                'search_hits': hits, 'screenshots': taken,
@@ -258,6 +280,8 @@ def check(chromium=None, query='rotary', meta_file=out_root/'src'/'_pages.json')
     print(f"browser check: {summary['pages']} pages, {summary['typeset_equations']} typeset equations "
           f"({summary['math_elements']} math elements), {n_links} local links and {n_anchors} anchors checked, "
           f"{len(requests)} requests (all local), search '{query}': {hits} hits; screenshots in {shots.relative_to(root)}/")
+    print(f"notebook pages: {summary['cells_with_output']} of {summary['code_cells']} cells with output, {summary['figures']} figures; "
+          f"without output: {', '.join(summary['pages_without_output']) or 'none'}")
     for f in fails[:60]: print('FAIL', f)
     if len(fails) > 60: print(f'... and {len(fails) - 60} more (see _site/check.json)')
     return 1 if fails else 0
