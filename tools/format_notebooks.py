@@ -183,6 +183,24 @@ def def_line(tree, lineno):
                for n in ast.walk(tree))
 
 
+def wrap_from_import(lines, i):
+    "Wrap a long `from x import a, b, c` line in parentheses, the names filled up to WIDTH and aligned."
+    m = re.match(r'(\s*from\s+\S+\s+import\s+)([\w, ]+)$', lines[i])
+    if not m:
+        return False
+    head, names = m.group(1) + '(', [n.strip() for n in m.group(2).split(',') if n.strip()]
+    out, cur = [], head
+    for k, n in enumerate(names):
+        piece = n + (', ' if k < len(names) - 1 else ')')
+        if len(cur) + len(piece.rstrip()) > WIDTH and cur.strip():
+            out.append(cur.rstrip())
+            cur = ' ' * len(head)
+        cur += piece
+    out.append(cur)
+    lines[i:i + 1] = out
+    return len(out) > 1
+
+
 def split_import(lines, i):
     "Split a long `import a, b, c` line into several `import` lines of at most WIDTH characters."
     m = re.match(r'(\s*)import ([\w., ]+)$', lines[i])
@@ -431,6 +449,8 @@ def fix_long_lines(src, limit=400):
             done = True
         elif i + 1 in trailing and len(lines[i][:trailing[i + 1]].rstrip()) <= WIDTH and not def_line(tree, i + 1):
             done = move_trailing_comment(lines, i, trailing[i + 1])
+        elif wrap_from_import(lines, i):
+            done = True
         elif split_import(lines, i):
             done, same_tree = True, False   # one import statement becomes several: the names are the same
         elif expand_header(lines, tree, i):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 39 step 6, applied once: module splits (core -> core + attention; rope -> rope + rotary + rotary_kernel;
-# cli -> cli + args; data -> data + batches), then
+# cli -> cli + args; data -> data + batches; floater -> dynamics + floater), then
 # the style fixer on every notebook, export, clean, README. Run from the repository root with the venv on PATH.
 set -euo pipefail
 python tools/split_notebook.py nbs/00_core.ipynb nbs/01_attention.ipynb attention \
@@ -26,7 +26,12 @@ python tools/split_notebook.py nbs/03_data.ipynb nbs/03_batches.ipynb batches \
   --start '## Batches' --stop $'if HAVE_DATA:\n    t0 = time.time()' \
   --title 'Batches: padding, collation, token budgets' \
   --summary 'Padded batches of pairs with their positions and streams, and a sampler that fills a token budget.'
+python tools/split_notebook.py nbs/11_floater.ipynb nbs/11_dynamics.ipynb dynamics --provider \
+  --start '## The dynamics $h$' --stop '## The encoding' \
+  --title 'Dynamics: the neural ODE under FLOATER' \
+  --summary 'The dynamics h, an RK4 solve with its own backward, and the sinusoidal encoding as one solution of an ODE.'
 python tools/format_notebooks.py
+ruff check --fix --select E703,W291,W293 nbs
 nbdev_export
 nbdev_clean
 python tools/make_readme.py
