@@ -12,11 +12,13 @@ from torch import Tensor
 from .core import Positions, Site, PosEnc, register_posenc, make_posenc, list_posencs, Attention
 
 # %% auto #0
-__all__ = ['NoPosEnc', 'sinusoidal_table', 'sinusoidal_codes', 'SinusoidalPosEnc', 'LearnedPosEnc', 'relative_offsets',
-           'ShawPosEnc', 't5_bucket', 'T5PosEnc', 'alibi_slopes', 'ALiBiPosEnc']
+__all__ = ['NoPosEnc', 'sinusoidal_table', 'sinusoidal_codes', 'SinusoidalPosEnc', 'LearnedPosEnc', 'relative_offsets', 'pos_at',
+           'shaw_score_mod', 'ShawPosEnc', 't5_bucket', 't5_score_mod', 'T5PosEnc', 'alibi_slopes', 'alibi_score_mod',
+           'ALiBiPosEnc']
 
 # %% ../nbs/01_baselines.ipynb #c6ab0a28
-from .core import known_range
+from typing import Callable
+from .core import known_range, BiasRows, shared_rows, column_offsets, flex_available
 
 # %% ../nbs/01_baselines.ipynb #4f929d67
 @register_posenc('none')
@@ -45,6 +47,8 @@ def sinusoidal_table(positions: Tensor, # integer positions, any shape
     return torch.stack((ang.sin(), ang.cos()), -1).flatten(-2)[..., :d_model]    # interleave, drop the last cos if d is odd
 
 # %% ../nbs/01_baselines.ipynb #9362fab9
+_TABLE_ROWS = 1 << 16     # a table longer than this is built only when the positions fill a quarter of it
+
 def sinusoidal_codes(pos: Tensor, # integer positions, any shape
                      table: Optional[Tensor], # a table `sinusoidal_codes` returned before (or None)
                      d_model: int, # code width
@@ -52,8 +56,11 @@ def sinusoidal_codes(pos: Tensor, # integer positions, any shape
                      min_rows: int = 0 # the smallest table to build
                     ) -> tuple: # (codes pos.shape + (d_model,), the float32 table they were read from)
     """Codes of `pos` read from `table` when it is on `pos`'s device and covers every position of `pos`, else from a new float32
-    table of the next power of two rows (at least `min_rows`): callers keep the table and pass it back."""
+    table of the next power of two rows (at least `min_rows`): callers keep the table and pass it back.
+    Far, sparse positions (past 2**16 rows and 4 x as many rows as positions) get codes of those positions only."""
     need = known_range(pos)[1] + 1               # read once per positions tensor, or known from the caller
+    if need > max(min_rows, _TABLE_ROWS, 4 * pos.numel()):        # e.g. one position of 1e8: no table up to it
+        return sinusoidal_table(pos, d_model, base), table
     same_device = table is not None and (table.is_cpu and pos.is_cpu or table.device == pos.device)   # no device objects on the CPU
     if not same_device or table.shape[0] < need:
         table = sinusoidal_table(torch.arange(max(min_rows, 1 << (need - 1).bit_length()), device=pos.device), d_model, base)
@@ -67,6 +74,9 @@ class SinusoidalPosEnc(PosEnc):
                  causal: bool = False,
                  base: float = 10000.): # frequency base (see `sinusoidal_table`)
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
+        if not (isinstance(base, (int, float)) and math.isfinite(base) and base > 1):
+            raise ValueError(f"base={base!r}: the frequency base must be a finite number > 1 (the paper's is 10000); "
+                             "set pe_options base")
         self.base, self._table = base, None
 
     def codes(self, pos: Tensor) -> Tensor:
@@ -101,6 +111,27 @@ def relative_offsets(q_pos: Tensor, # query head positions (B,h,Lq)
     "Offsets `k_pos - q_pos` of every query/key pair: (B,h,Lq) and (B,h',Lk) -> (B,max(h,h'),Lq,Lk)."
     return k_pos[..., None, :] - q_pos[..., :, None]
 
+# %% ../nbs/01_baselines.ipynb #a8673a9e
+def pos_at(pos: Tensor # head positions (B|1,1|H,L)
+          ) -> Callable:
+    "`at(b, h, i) = pos[b, h, i]` for FlexAttention's index tensors, a batch or head dimension of size 1 broadcast."
+    one_b, one_h = pos.shape[0] == 1, pos.shape[1] == 1
+    def at(b, h, i): return pos[0 if one_b else b, 0 if one_h else h, i]
+    return at
+
+# %% ../nbs/01_baselines.ipynb #3ca4753d
+def shaw_score_mod(scores: Tensor, # q·w^K_r/sqrt(dh) of every query and clipped offset r = -clip..clip (B,H,Lq,2clip+1)
+                   q_pos: Tensor, # query head positions (B|1,1|H,Lq)
+                   k_pos: Tensor, # key head positions (B|1,1|H,Lk)
+                   clip: int # offsets beyond +-clip share the last vector
+                  ) -> Callable:
+    "FlexAttention score_mod adding Shaw's bias: `scores` at each query/key pair's clipped offset (differentiable)."
+    qa, ka = pos_at(q_pos), pos_at(k_pos)
+    def score_mod(score, b, h, q_idx, kv_idx):
+        r = (ka(b, h, kv_idx) - qa(b, h, q_idx)).clamp(-clip, clip) + clip
+        return score + scores[b, h, q_idx, r].to(score.dtype)
+    return score_mod
+
 # %% ../nbs/01_baselines.ipynb #05b6f577
 @register_posenc('shaw')
 class ShawPosEnc(PosEnc):
@@ -114,12 +145,32 @@ class ShawPosEnc(PosEnc):
         self.clip, self.head_dim = clip, d_model // n_heads
         self.rel_k = nn.Parameter(torch.randn(n_layers, 2 * clip + 1, self.head_dim) * self.head_dim ** -0.5)
 
+    def table(self, site: Site) -> Tensor:
+        "The vectors w^K of `site`'s layer, (2k+1, dh)."
+        if site.layer < self.n_layers: return self.rel_k[site.layer]
+        raise ValueError(f"'shaw' was built with n_layers={self.n_layers} but layer {site.layer} asked; pass n_layers")
+
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
-        if site.layer >= self.n_layers: raise ValueError(f"'shaw' was built with n_layers={self.n_layers} but layer {site.layer} asked; pass n_layers")
-        s = torch.matmul(q, self.rel_k[site.layer].to(q.dtype).T)                      # (B,H,Lq,2k+1)
+        s = torch.matmul(q, self.table(site).to(q.dtype).T)                             # (B,H,Lq,2k+1)
         idx = relative_offsets(q_pos, k_pos).clamp(-self.clip, self.clip) + self.clip   # (B,1|H,Lq,Lk)
         idx = idx.expand(q.shape[0], q.shape[1], q.shape[2], idx.shape[-1])
         return torch.gather(s, -1, idx) * q.shape[-1] ** -0.5
+
+    def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[BiasRows]:
+        "`logit_bias` by blocks (gradient to q and `rel_k`); dense only within `clip` of the diagonal (column_offsets)."
+        qp, kp = shared_rows(q_pos, k_pos)
+        w, c = self.table(site), self.clip
+        def rows(qr, s, e, k0=0, k1=None):
+            idx = relative_offsets(qp[..., s:e], kp[..., k0:k1]).clamp(-c, c) + c        # (B|1,1|H,rows,keys)
+            sc = torch.matmul(qr, w.to(qr.dtype).T)                                       # (B,H,rows,2k+1)
+            return torch.gather(sc, -1, idx.expand(*qr.shape[:3], idx.shape[-1])) * qr.shape[-1] ** -0.5
+        def far(qr, s, e):                                                              # offsets < -clip, > clip
+            return tuple(torch.matmul(qr, w[i].to(qr.dtype)) * qr.shape[-1] ** -0.5 for i in (0, -1))
+        mod = None
+        if flex_available(q.device):
+            mod = shaw_score_mod(torch.matmul(q, w.to(q.dtype).T) * q.shape[-1] ** -0.5, q_pos, k_pos, c)
+        if not column_offsets(q_pos, k_pos): return BiasRows(rows, (self.rel_k,), uses_q=True, score_mod=mod)
+        return BiasRows(rows, (self.rel_k,), uses_q=True, score_mod=mod, reach=c, far=far)
 
 # %% ../nbs/01_baselines.ipynb #c031b551
 @lru_cache(maxsize=32)
@@ -153,6 +204,20 @@ def t5_bucket(rel: Tensor, # relative offsets j - i (key minus query position)
     if lut is None: lut = _t5_signed_lut(num_buckets, max_distance, bidirectional).to(rel.device)
     return lut[rel.clamp(-max_distance, max_distance).add_(max_distance)]     # exact: every |offset| >= max_distance shares its direction's last bucket
 
+# %% ../nbs/01_baselines.ipynb #222ddc05
+def t5_score_mod(weight: Tensor, # the bucket table (num_buckets, H): `T5PosEnc.bias.weight`
+                 lut: Tensor, # `_t5_signed_lut` on the device: bucket of each offset -max_distance..max_distance
+                 q_pos: Tensor, # query head positions (B|1,1|H,Lq)
+                 k_pos: Tensor, # key head positions (B|1,1|H,Lk)
+                 max_distance: int # offsets beyond it share the last bucket
+                ) -> Callable:
+    "FlexAttention score_mod adding T5's bias `weight[bucket(j - i), h]` (its gradient reaches `weight`)."
+    qa, ka = pos_at(q_pos), pos_at(k_pos)
+    def score_mod(score, b, h, q_idx, kv_idx):
+        r = (ka(b, h, kv_idx) - qa(b, h, q_idx)).clamp(-max_distance, max_distance) + max_distance
+        return score + weight[lut[r], h].to(score.dtype)
+    return score_mod
+
 # %% ../nbs/01_baselines.ipynb #5328444b
 @register_posenc('t5')
 class T5PosEnc(PosEnc):
@@ -176,6 +241,20 @@ class T5PosEnc(PosEnc):
         heads = torch.arange(self.n_heads, device=b.device)[:, None, None]
         return self.bias.weight.T[heads, b]                                                                  # (B,H,Lq,Lk)
 
+    def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[BiasRows]:
+        """`logit_bias` by blocks, (1,H,rows,keys) when the batch shares positions; dense only within `max_distance` of
+        the diagonal where positions are columns (`column_offsets`)."""
+        qp, kp = shared_rows(q_pos, k_pos)
+        lut, w, md = (self.lut_causal if site.causal else self.lut_bi), self.bias.weight, self.max_distance
+        heads = torch.arange(self.n_heads, device=w.device)[:, None, None]
+        def rows(qr, s, e, k0=0, k1=None):
+            b = t5_bucket(relative_offsets(qp[..., s:e], kp[..., k0:k1]), not site.causal, self.num_buckets, md, lut)
+            return w.T[heads, b]
+        def far(qr, s, e): return w[lut[0]][None, :, None], w[lut[-1]][None, :, None]    # beyond -+max_distance
+        mod = t5_score_mod(w, lut, q_pos, k_pos, md) if flex_available(w.device) else None
+        if not column_offsets(q_pos, k_pos): return BiasRows(rows, (w,), score_mod=mod)
+        return BiasRows(rows, (w,), score_mod=mod, reach=md, far=far)
+
 # %% ../nbs/01_baselines.ipynb #32c17a36
 def alibi_slopes(n_heads: int # attention heads H
                 ) -> Tensor: # (H,) slopes m_h
@@ -185,6 +264,19 @@ def alibi_slopes(n_heads: int # attention heads H
     base = [2.0 ** (-8.0 * h / P) for h in range(1, P + 1)]
     extra = [2.0 ** (-8.0 * (2 * h - 1) / (2 * P)) for h in range(1, n_heads - P + 1)]
     return torch.tensor(base + extra, dtype=torch.float32)
+
+# %% ../nbs/01_baselines.ipynb #d24a2959
+def alibi_score_mod(slopes: Tensor, # (H,) head slopes m_h (`alibi_slopes`)
+                    q_pos: Tensor, # query head positions (B|1,1|H,Lq)
+                    k_pos: Tensor, # key head positions (B|1,1|H,Lk)
+                    causal: bool = False # decoder: -m_h (i - j); encoder: -m_h |i - j|
+                   ) -> Callable:
+    "FlexAttention score_mod adding ALiBi's bias: no bias tensor at all, as flash-attn's `alibi_slopes`."
+    qa, ka = pos_at(q_pos), pos_at(k_pos)
+    def score_mod(score, b, h, q_idx, kv_idx):
+        rel = ka(b, h, kv_idx) - qa(b, h, q_idx)
+        return score - slopes[h].to(score.dtype) * (-rel if causal else rel.abs()).to(score.dtype)
+    return score_mod
 
 # %% ../nbs/01_baselines.ipynb #1e665355
 @register_posenc('alibi')
@@ -199,3 +291,13 @@ class ALiBiPosEnc(PosEnc):
         rel = relative_offsets(q_pos, k_pos)                                   # j - i
         dist = (-rel) if site.causal else rel.abs()                             # i - j for the decoder (j <= i after masking)
         return dist.to(self.slopes.dtype) * -self.slopes[:, None, None]         # (B,H,Lq,Lk)
+
+    def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[BiasRows]:
+        "`logit_bias` a block of query rows at a time, (1,H,rows,Lk) when the batch's rows share positions."
+        qp, kp = (t.to(self.slopes.dtype) for t in shared_rows(q_pos, k_pos))   # integers < 2^24 subtract exactly
+        m = -self.slopes[:, None, None]
+        def rows(qr, s, e, k0=0, k1=None):
+            rel = kp[..., None, k0:k1] - qp[..., s:e, None]                       # j - i
+            return torch.mul(rel.neg_() if site.causal else rel.abs_(), m)
+        mod = alibi_score_mod(self.slopes, q_pos, k_pos, site.causal) if flex_available(q.device) else None
+        return BiasRows(rows, score_mod=mod)

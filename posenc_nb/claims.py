@@ -13,27 +13,33 @@ from .mlm import BYTE_VOCAB
 from .utils import atomic_write, format_table
 
 # %% auto #0
-__all__ = ['PAPERS', 'VERDICTS', 'LEDGER_KEYS', 'BLEU_FLOOR', 'LM_CHANCE', 'IMDB_MAJ', 'SST2_MAJ', 'MCC_FLOOR', 'RF_MT', 'RF_ALT',
-           'RF_LONG', 'RF_MLM', 'RF_LIN', 'RF_GLUE', 'FL_MT', 'FL_REC', 'FL_EXT', 'XL_MT', 'M30K', 'CLAIMS', 'LEDGER',
-           'Regime', 'Claim', 'metric_value', 'read_arm', 'regime_of', 'decide', 'evaluate', 'build_ledger',
-           'check_rules', 'ledger_text', 'main', 'claims_table']
+__all__ = ['PAPERS', 'VERDICTS', 'LEDGER_KEYS', 'BLEU_FLOOR', 'LM_CHANCE', 'SST2_MAJ', 'MCC_FLOOR', 'RF_MT', 'RF_ALT', 'RF_LONG',
+           'RF_MLM', 'RF_LIN', 'RF_GLUE', 'RF_EXT', 'FL_MT', 'FL_REC', 'FL_EXT', 'XL_MT', 'M30K', 'SYN', 'ENJA',
+           'LT_SMALL', 'EXT', 'CLAIMS', 'NGRAM_REF', 'RF_LONG_BPE', 'LIN_SCALES', 'MLM_SCALES', 'BPE_SCALE',
+           'ENJA_2400', 'LIN_LOSS', 'MLM_LOSS', 'REGIMES_CLAIMS', 'LEDGER', 'Regime', 'Claim', 'metric_value',
+           'read_arm', 'regime_of', 'imdb_majority', 'run_arm', 'longtext_arm', 'mt_claim', 'mlm_claim', 'linear_claim',
+           'longtext_claim', 'glue_claim', 'decide', 'evaluate', 'build_ledger', 'check_rules', 'ledger_text', 'main',
+           'claims_table']
 
 # %% ../nbs/29_claims.ipynb #9910fcab
-PAPERS = {'RoFormer': 'Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding", arXiv 2104.09864',
-          'FLOATER': 'Liu et al. 2020, "Learning to Encode Position for Transformer with Continuous Dynamical Model", arXiv 2003.09229',
-          'XL-PE': 'Ding et al. 2020, "Self-Attention with Cross-Lingual Position Representation", ACL, arXiv 2004.13310'}
+PAPERS = {
+    'RoFormer': 'Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding", arXiv 2104.09864',
+    'FLOATER': 'Liu et al. 2020, "Learning to Encode Position for Transformer with Continuous Dynamical Model", '
+               'arXiv 2003.09229',
+    'XL-PE': 'Ding et al. 2020, "Self-Attention with Cross-Lingual Position Representation", ACL, arXiv 2004.13310'}
 VERDICTS = ('reproduces', 'contradicts', 'inconclusive', 'untested', 'no verdict')
-LEDGER_KEYS = ('id', 'paper', 'paper_claim', 'experiment', 'scale', 'metric', 'arms', 'effect', 'ci', 'test', 'p', 'p_adjusted',
-               'family', 'regime', 'verdict')
+LEDGER_KEYS = ('id', 'paper', 'paper_claim', 'experiment', 'scale', 'metric', 'arms', 'effect', 'ci', 'test', 'p',
+               'p_adjusted', 'family', 'regime', 'verdict')
 
 # %% ../nbs/29_claims.ipynb #fd1b75d6
 @dataclass
 class Regime:
-    "What the models must beat to count as learning: a stated floor, chance, or the majority class of a test set (plus a margin)."
+    "What the models must beat to count as learning: a stated floor, chance, the majority class or a baseline's record."
     reference: str                       # in words, e.g. 'majority class + 10 points'
     value: Optional[float] = None        # the reference as a number (a floor, chance)
-    majority_of: Optional[str] = None    # or: a record (under the results root) whose test labels give the majority-class rate
-    margin: float = 0.0                  # added to the majority-class rate
+    majority_of: Optional[str] = None    # or: a record under the results root whose test labels give the majority rate
+    value_of: Optional[tuple] = None     # or: (record under the results root, dotted key), e.g. a non-neural baseline
+    margin: float = 0.0                  # added to the majority-class rate or to the record's value
     higher_is_better: bool = True        # False for losses: the models must stay below the value
 
 @dataclass
@@ -60,8 +66,10 @@ def metric_value(record: dict, # a result record (parsed JSON)
     "The score at `key` in `record` (string numbers, as some records store them, are converted)."
     v = record
     for part in key.split('.'):
-        try: v = v[int(part)] if isinstance(v, list) else v[part]
-        except (KeyError, IndexError, ValueError): raise KeyError(f"record has no {key!r} (stopped at {part!r}); check the claim's metric key") from None
+        try:
+            v = v[int(part)] if isinstance(v, list) else v[part]
+        except (KeyError, IndexError, ValueError):
+            raise KeyError(f"record has no {key!r} (stopped at {part!r}); check the claim's metric key") from None
     return float(v)
 
 def _record_seed(path: Path, record: dict) -> int:
@@ -102,116 +110,237 @@ def regime_of(regime: Regime, root, scores: Sequence[float]) -> dict:
     value = regime.value
     if regime.majority_of is not None:
         value = _labels_majority(json.loads((Path(root) / regime.majority_of).read_text())) + regime.margin
+    if regime.value_of is not None:
+        record = json.loads((Path(root) / regime.value_of[0]).read_text())
+        value = metric_value(record, regime.value_of[1]) + regime.margin
     learns = bool(scores) and all((s > value) if regime.higher_is_better else (s < value) for s in scores)
     return dict(reference=regime.reference, value=round(float(value), 6), learns=learns)
 
 # %% ../nbs/29_claims.ipynb #669237ba
 BLEU_FLOOR = Regime('a stated floor of 10 BLEU: below it the output shares little with the references', 10.0)
-LM_CHANCE = Regime(f'chance: uniform over the {BYTE_VOCAB} byte-vocabulary symbols, ln {BYTE_VOCAB} nats', math.log(BYTE_VOCAB), higher_is_better=False)
-IMDB_MAJ = lambda n: Regime('majority class of the test reviews + 10 accuracy points', majority_of=f'roformer-longtext/test_subset_n{n}.json', margin=0.10)
-SST2_MAJ = Regime('majority class of the SST-2 validation set + 10 accuracy points', majority_of='glue/sst2/sinusoidal_seed0.json', margin=0.10)
+LM_CHANCE = Regime(f'chance: uniform over the {BYTE_VOCAB} byte-vocabulary symbols, ln {BYTE_VOCAB} nats',
+                   math.log(BYTE_VOCAB), higher_is_better=False)
+SST2_MAJ = Regime('majority class of the SST-2 validation set + 10 accuracy points',
+                  majority_of='glue/sst2/sinusoidal_seed0.json', margin=0.10)
 MCC_FLOOR = Regime('a stated floor of 0.1 Matthews correlation (chance is 0)', 0.1)
+
+def imdb_majority(n: int) -> Regime:
+    "The long-text reference: the majority class of the `n` fixed test reviews plus 10 accuracy points."
+    return Regime('majority class of the test reviews + 10 accuracy points',
+                  majority_of=f'roformer-longtext/test_subset_n{n}.json', margin=0.10)
 
 RF_MT = ('RoPE above sinusoidal positions in translation: WMT14 En-De BLEU 27.5 against 27.3 for Transformer-base '
          '(Su et al. 2021, Table 1)')
 RF_ALT = 'RoFormer "consistently overcomes its alternatives" on long texts (Su et al. 2021, abstract)'
-RF_LONG = ('pre-trained RoFormer fine-tuned at 1,024 above BERT at 512 on long-text classification: 69.79% against 67.77% '
-           '(Su et al. 2021, CAIL2019-SCM table)')
-RF_MLM = 'RoPE makes masked-language-model pre-training converge faster than BERT\'s learned positions (Su et al. 2021, Figure 3 left)'
+RF_LONG = ('pre-trained RoFormer fine-tuned at 1,024 above BERT at 512 on long-text classification: 69.79% against '
+           '67.77% (Su et al. 2021, CAIL2019-SCM table)')
+RF_MLM = ('RoPE makes masked-language-model pre-training converge faster than BERT\'s learned positions '
+          '(Su et al. 2021, Figure 3 left)')
 RF_LIN = 'RoPE makes a linear-attention (Performer) language model converge faster (Su et al. 2021, Figure 3 right)'
-RF_GLUE = 'pre-trained RoFormer fine-tuned on GLUE against BERT (Su et al. 2021, GLUE table); tested: RoPE above sinusoidal'
-FL_MT = ('FLOATER above the sinusoidal Transformer on WMT14: 28.2 to 28.6 BLEU for En-De base, 40.6 to 41.6 for En-Fr '
-         '(Liu et al. 2020, Table 1)')
+RF_GLUE = ('pre-trained RoFormer fine-tuned on GLUE against BERT (Su et al. 2021, GLUE table); '
+           'tested: RoPE above sinusoidal')
+RF_EXT = ('RoPE gives "the flexibility of sequence length" (Su et al. 2021, abstract); tested: BLEU on 31-40-word '
+          'sources after training on at most 12')
+FL_MT = ('FLOATER above the sinusoidal Transformer on WMT14: 28.2 to 28.6 BLEU for En-De base, 40.6 to 41.6 for '
+         'En-Fr (Liu et al. 2020, Table 1)')
 FL_REC = FL_MT + ', trained by migrating a trained sinusoidal model and fine-tuning (the official recipe)'
 FL_EXT = 'FLOATER\'s continuous dynamics extrapolate to positions longer than those trained on (Liu et al. 2020)'
-XL_MT = ('cross-lingual position representations significantly and consistently improve translation over strong baselines '
-         '(WMT14 En-De, WAT17 Ja-En, WMT17 Zh-En; Ding et al. 2020, abstract); tested against the same fusion with monotone orders')
-
-def _run(exp, arm, key='bleu'): return (arm, f'{exp}/{arm}-s*/metrics.json', key)
-def _lt(size, L, pre, enc): return (f"{enc}{' pre-trained' if pre else ''} at {L}", f"roformer-longtext/imdb{L}_{size}_{enc}_{'pre' if pre else 'scratch'}_seed*.json", 'test_accuracy')
-def _mt(id, paper, claim, exp, scale, a, b, fam, where, regime=BLEU_FLOOR, key='bleu', metric='test BLEU (sacreBLEU)', **kw):
-    return Claim(id, paper, claim, exp, scale, metric, _run(exp, a, key), _run(exp, b, key), +1, fam, regime, where=where, **kw)
-
+XL_MT = ('cross-lingual position representations significantly and consistently improve translation over strong '
+         'baselines (WMT14 En-De, WAT17 Ja-En, WMT17 Zh-En; Ding et al. 2020, abstract); tested against the same '
+         'fusion with monotone orders')
 M30K = 'Multi30k en-de test_2016_flickr, 3+3 layers d=256'
+SYN = 'synthetic BTG corpus, 2+2 layers'
+ENJA = 'small_parallel_enja Ja-En, 2+2 layers d=128'
+LT_SMALL = 'IMDb as bytes, 2 layers width 32, cpu-small: 600 updates of 16,384 bytes; 2,000 fixed test reviews'
+EXT = ('length_bins.31-40.bleu', 'test BLEU, sources of 31-40 words')
+
+def run_arm(exp: str, arm: str, key: str = 'bleu') -> tuple:
+    "An arm of an experiment-harness record folder: `results/EXP/ARM-s*/metrics.json`."
+    return (arm, f'{exp}/{arm}-s*/metrics.json', key)
+
+def longtext_arm(size: str, L: int, pre: bool, enc: str) -> tuple:
+    "An arm of the long-text fine-tuning records (notebook 27)."
+    init = 'pre' if pre else 'scratch'
+    return (f"{enc}{' pre-trained' if pre else ''} at {L}", f'roformer-longtext/imdb{L}_{size}_{enc}_{init}_seed*.json',
+            'test_accuracy')
+
+def mt_claim(id, paper, claim, exp, scale, a, b, where, key='bleu', metric='test BLEU (sacreBLEU)', family=None,
+             **kw) -> Claim:
+    "A translation claim: arm b above arm a in test BLEU; family: the experiment unless given; the BLEU floor."
+    return Claim(id, paper, claim, exp, scale, metric, run_arm(exp, a, key), run_arm(exp, b, key), +1, family or exp,
+                 BLEU_FLOOR, where=where, **kw)
+
+def mlm_claim(size: str, scale: str, enc: str) -> Claim:
+    "RoPE's final validation MLM loss below `enc`'s (notebook 26)."
+    arm = lambda e: (e, f'roformer-mlm/{size}_{e}_seed*.json', 'final_valid_loss')
+    return Claim(f'roformer-mlm-{size}-vs-{enc}', 'RoFormer', RF_MLM, 'roformer-mlm', scale,
+                 'final validation MLM loss (nats per masked byte)', arm(enc), arm('rope'), -1, 'roformer-mlm',
+                 LM_CHANCE, where='26_mlm, index')
+
+def linear_claim(size: str, scale: str) -> Claim:
+    "Linear attention with RoPE ends below linear attention without it (notebook 28)."
+    arm = lambda v: (v, f'roformer-linear/{size}_{v}_seed*.json', 'valid_curve.-1.valid_loss')
+    return Claim(f'roformer-linear-{size}', 'RoFormer', RF_LIN, 'roformer-linear', scale,
+                 'final validation loss (nats per byte)', arm('linear'), arm('linear-rope'), -1, 'roformer-linear',
+                 LM_CHANCE, where='28_linear_lm, index')
+
+def longtext_claim(L: int, enc: str) -> Claim:
+    "RoPE from scratch against `enc` at length L, cpu-small (notebook 27)."
+    return Claim(f'roformer-longtext-{L}-vs-{enc}', 'RoFormer', RF_ALT, 'roformer-longtext', LT_SMALL, 'test accuracy',
+                 longtext_arm('cpu-small', L, False, enc), longtext_arm('cpu-small', L, False, 'rope'), +1,
+                 'roformer-longtext-cpu-small', imdb_majority(2000), where='27_long_text, index')
+
+def glue_claim(id: str, task: str, name: str, metric: str, key: str, regime: Regime) -> Claim:
+    "RoPE's pre-trained byte encoder against sinusoidal's after fine-tuning on a GLUE task (notebook 26)."
+    arm = lambda e: (f'{e} pre-trained', f'roformer-glue/{task}256_cpu-small_{e}_pre_seed*.json', key)
+    scale = f'{name} from the cpu-small pre-trained byte encoders (2 layers width 32)'
+    return Claim(id, 'RoFormer', RF_GLUE, 'roformer-glue', scale,
+                 metric, arm('sinusoidal'), arm('rope'), +1, 'roformer-glue', regime, where='26_mlm, index')
+
+# %% ../nbs/29_claims.ipynb #2e4f3192
+_MIN20 = M30K + ', 19 min of 2 CPU cores per run'
+_1H = M30K + ', the one-hour recipe (57 min of training)'
+_R1H = M30K + ': 3,000-update sinusoidal base, then 1,000 updates per arm'
 CLAIMS = [
-    _mt('roformer-mt-20min', 'RoFormer', RF_MT, 'multi30k-20min', M30K + ', 19 min of 2 CPU cores per run', 'sinusoidal', 'rope', 'multi30k-20min', '21_multi30k, index', paper_effect=0.2),
-    _mt('roformer-mt-1h', 'RoFormer', RF_MT, 'multi30k-1h', M30K + ', the one-hour recipe (57 min of training)', 'sinusoidal', 'rope', 'multi30k-1h', '21_multi30k, index', paper_effect=0.2),
-    _mt('roformer-mt-150', 'RoFormer', RF_MT, 'multi30k-steps150', M30K + ', 150 updates', 'sinusoidal', 'rope', 'multi30k-steps150', 'index'),
-    _mt('roformer-extrapolation', 'RoFormer', 'RoPE gives "the flexibility of sequence length" (Su et al. 2021, abstract); tested: BLEU on 31-40-word sources after training on at most 12',
-        'extrapolation', 'synthetic BTG corpus, 2+2 layers d=64, 600 updates', 'sinusoidal', 'rope', 'extrapolation', '22_extrapolation, index',
-        key='length_bins.31-40.bleu', metric='test BLEU, sources of 31-40 words'),
-    *[Claim(f'roformer-longtext-{L}-vs-{e}', 'RoFormer', RF_ALT, 'roformer-longtext', 'IMDb as bytes, 2 layers width 32, cpu-small: 600 updates of 16,384 bytes; 2,000 fixed test reviews',
-            'test accuracy', _lt('cpu-small', L, False, e), _lt('cpu-small', L, False, 'rope'), +1, 'roformer-longtext-cpu-small', IMDB_MAJ(2000), where='27_long_text, index')
-      for L in (512, 1024) for e in ('sinusoidal', 'learned', 'alibi', 't5', 'none')],
-    Claim('roformer-longtext-protocol', 'RoFormer', RF_LONG, 'roformer-longtext', 'IMDb as bytes, 2 layers width 32, cpu-small, pre-trained with 600 MLM updates at 512',
-          'test accuracy', _lt('cpu-small', 512, True, 'learned'), _lt('cpu-small', 1024, True, 'rope'), +1, 'roformer-longtext-cpu-small', IMDB_MAJ(2000),
-          paper_effect=0.0202, where='27_long_text, index'),
-    Claim('roformer-longtext-protocol-tiny', 'RoFormer', RF_LONG, 'roformer-longtext', 'IMDb as bytes, 2 layers width 32, cpu-tiny: 60 updates; 400 fixed test reviews',
-          'test accuracy', _lt('cpu-tiny', 512, True, 'learned'), _lt('cpu-tiny', 1024, True, 'rope'), +1, 'roformer-longtext-cpu-tiny', IMDB_MAJ(400),
-          paper_effect=0.0202, where='27_long_text, index'),
-    *[Claim(f'roformer-mlm-{size}-vs-{e}', 'RoFormer', RF_MLM, 'roformer-mlm', scale, 'final validation MLM loss (nats per masked byte)',
-            (e, f'roformer-mlm/{size}_{e}_seed*.json', 'final_valid_loss'), ('rope', f'roformer-mlm/{size}_rope_seed*.json', 'final_valid_loss'),
-            -1, 'roformer-mlm', LM_CHANCE, where='26_mlm, index')
-      for size, scale in (('gpu-small', '4 layers width 256, 2,000 updates of 32,768 bytes'), ('cpu-small', '2 layers width 32, 600 updates of 16,384 bytes'))
+    mt_claim('roformer-mt-20min', 'RoFormer', RF_MT, 'multi30k-20min', _MIN20, 'sinusoidal', 'rope',
+             '21_multi30k, index', paper_effect=0.2),
+    mt_claim('roformer-mt-1h', 'RoFormer', RF_MT, 'multi30k-1h', _1H, 'sinusoidal', 'rope', '21_multi30k, index',
+             paper_effect=0.2),
+    mt_claim('roformer-mt-150', 'RoFormer', RF_MT, 'multi30k-steps150', M30K + ', 150 updates', 'sinusoidal', 'rope',
+             'index'),
+    mt_claim('roformer-extrapolation', 'RoFormer', RF_EXT, 'extrapolation', SYN + ' d=64, 600 updates', 'sinusoidal',
+             'rope', '22_extrapolation, index', key=EXT[0], metric=EXT[1]),
+    *[longtext_claim(L, e) for L in (512, 1024) for e in ('sinusoidal', 'learned', 'alibi', 't5', 'none')],
+    Claim('roformer-longtext-protocol', 'RoFormer', RF_LONG, 'roformer-longtext',
+          LT_SMALL + '; pre-trained with 600 MLM updates at 512', 'test accuracy',
+          longtext_arm('cpu-small', 512, True, 'learned'), longtext_arm('cpu-small', 1024, True, 'rope'), +1,
+          'roformer-longtext-cpu-small', imdb_majority(2000), paper_effect=0.0202, where='27_long_text, index'),
+    Claim('roformer-longtext-protocol-tiny', 'RoFormer', RF_LONG, 'roformer-longtext',
+          'IMDb as bytes, 2 layers width 32, cpu-tiny: 60 updates; 400 fixed test reviews', 'test accuracy',
+          longtext_arm('cpu-tiny', 512, True, 'learned'), longtext_arm('cpu-tiny', 1024, True, 'rope'), +1,
+          'roformer-longtext-cpu-tiny', imdb_majority(400), paper_effect=0.0202, where='27_long_text, index'),
+    *[mlm_claim(size, scale, e)
+      for size, scale in (('gpu-small', '4 layers width 256, 2,000 updates of 32,768 bytes'),
+                          ('cpu-small', '2 layers width 32, 600 updates of 16,384 bytes'))
       for e in ('sinusoidal', 'learned')],
-    *[Claim(f'roformer-linear-{size}', 'RoFormer', RF_LIN, 'roformer-linear', scale, 'final validation loss (nats per byte)',
-            ('linear', f'roformer-linear/{size}_linear_seed*.json', 'valid_curve.-1.valid_loss'),
-            ('linear-rope', f'roformer-linear/{size}_linear-rope_seed*.json', 'valid_curve.-1.valid_loss'), -1, 'roformer-linear', LM_CHANCE, where='28_linear_lm, index')
-      for size, scale in (('cpu-small', 'causal ELU+1 linear attention, width 64, 600 updates of 16 windows of 512 bytes'),
-                          ('cpu-tiny', 'causal ELU+1 linear attention, width 32, windows of 256 bytes'))],
-    Claim('roformer-glue-sst2-bpe', 'RoFormer', RF_GLUE, 'glue', 'SST-2 encoder classifiers from scratch (BPE), 500 updates or 3 minutes of one CPU thread', 'validation accuracy',
-          ('sinusoidal', 'glue/sst2/sinusoidal_seed*.json', 'test_accuracy'), ('rope', 'glue/sst2/rope_seed*.json', 'test_accuracy'), +1, 'glue', SST2_MAJ, where='23_glue, index'),
-    Claim('roformer-glue-sst2-pretrained', 'RoFormer', RF_GLUE, 'roformer-glue', 'SST-2 from the cpu-small pre-trained byte encoders (2 layers width 32)', 'validation accuracy',
-          ('sinusoidal pre-trained', 'roformer-glue/sst2256_cpu-small_sinusoidal_pre_seed*.json', 'test_accuracy'),
-          ('rope pre-trained', 'roformer-glue/sst2256_cpu-small_rope_pre_seed*.json', 'test_accuracy'), +1, 'roformer-glue', SST2_MAJ, where='26_mlm, index'),
-    Claim('roformer-glue-cola-pretrained', 'RoFormer', RF_GLUE, 'roformer-glue', 'CoLA from the cpu-small pre-trained byte encoders (2 layers width 32)', 'validation Matthews correlation',
-          ('sinusoidal pre-trained', 'roformer-glue/cola256_cpu-small_sinusoidal_pre_seed*.json', 'test_mcc'),
-          ('rope pre-trained', 'roformer-glue/cola256_cpu-small_rope_pre_seed*.json', 'test_mcc'), +1, 'roformer-glue', MCC_FLOOR, where='26_mlm, index'),
-    _mt('floater-recipe-1h-solved', 'FLOATER', FL_REC, 'floater-recipe-1h', M30K + ': 3,000-update sinusoidal base, then 1,000 updates per arm, FLOATER solved every update',
-        'sinusoidal-continued', 'floater-migrated', 'floater-recipe-1h', '11_floater, 21_multi30k, index'),
-    _mt('floater-recipe-1h-official', 'FLOATER', FL_REC, 'floater-recipe-1h', M30K + ': 3,000-update sinusoidal base, then 1,000 updates per arm, FLOATER_OFFICIAL (refresh every 400)',
-        'sinusoidal-continued', 'floater-official', 'floater-recipe-1h', '11_floater, 21_multi30k, index'),
-    _mt('floater-recipe-cpu', 'FLOATER', FL_REC, 'floater-recipe', M30K + ': 400-update sinusoidal base, then 200 updates per arm, one CPU thread',
-        'sinusoidal-continued', 'floater-migrated', 'floater-recipe', '11_floater, 21_multi30k, index'),
-    _mt('floater-mt-20min', 'FLOATER', FL_MT, 'multi30k-20min', M30K + ', 19 min of 2 CPU cores per run, from scratch', 'sinusoidal', 'floater', 'multi30k-20min', '21_multi30k, index'),
-    _mt('floater-mt-1h', 'FLOATER', FL_MT, 'multi30k-1h', M30K + ', the one-hour recipe, from scratch', 'sinusoidal', 'floater', 'multi30k-1h', '21_multi30k, index'),
-    _mt('floater-mt-150', 'FLOATER', FL_MT, 'multi30k-steps150', M30K + ', 150 updates', 'sinusoidal', 'floater', 'multi30k-steps150', 'index'),
-    _mt('floater-extrapolation', 'FLOATER', FL_EXT, 'extrapolation', 'synthetic BTG corpus, 2+2 layers d=64, 600 updates', 'sinusoidal', 'floater', 'extrapolation',
-        '22_extrapolation, index', key='length_bins.31-40.bleu', metric='test BLEU, sources of 31-40 words'),
-    _mt('xl-input-synthetic', 'XL-PE', XL_MT, 'xl-synthetic', 'synthetic BTG corpus, 2+2 layers, 600 updates; input fusion, reorderer orders',
-        'xl-input@monotone', 'xl-input@predicted', 'xl-synthetic', '25_xl_translation, index'),
-    _mt('xl-input-synthetic-gold', 'XL-PE', XL_MT, 'xl-synthetic-gold', 'synthetic BTG corpus, 2+2 layers, 600 updates; input fusion, reorderer orders (aligner at p0=0.2)',
-        'xl-input@monotone', 'xl-input@predicted', 'xl-synthetic-gold', '25_xl_translation, index'),
-    _mt('xl-headxl-synthetic-gold', 'XL-PE', XL_MT, 'xl-synthetic-gold', 'synthetic BTG corpus, 2+2 layers, 600 updates; HeadXL (2 of 4 heads of layer 0), reorderer orders',
-        'xl-headxl@monotone', 'xl-headxl@predicted', 'xl-synthetic-gold', '25_xl_translation, index'),
-    _mt('xl-input-enja', 'XL-PE', XL_MT, 'xl-enja', 'small_parallel_enja Ja-En, 2+2 layers d=128, 600 updates; input fusion, reorderer orders',
-        'xl-input@monotone', 'xl-input@predicted', 'xl-enja', '25_xl_translation, index'),
-    _mt('xl-input-enja-2400', 'XL-PE', XL_MT, 'xl-enja-2400', 'small_parallel_enja Ja-En, 2+2 layers d=128, 2,400 updates; input fusion, reorderer orders',
-        'xl-input@monotone', 'xl-input@predicted', 'xl-enja-2400', '25_xl_translation, index'),
+    linear_claim('cpu-small', 'causal ELU+1 linear attention, width 64, 600 updates of 16 windows of 512 bytes'),
+    linear_claim('cpu-tiny', 'causal ELU+1 linear attention, width 32, windows of 256 bytes'),
+    Claim('roformer-glue-sst2-bpe', 'RoFormer', RF_GLUE, 'glue',
+          'SST-2 encoder classifiers from scratch (BPE), 500 updates or 3 minutes of one CPU thread',
+          'validation accuracy', ('sinusoidal', 'glue/sst2/sinusoidal_seed*.json', 'test_accuracy'),
+          ('rope', 'glue/sst2/rope_seed*.json', 'test_accuracy'), +1, 'glue', SST2_MAJ, where='23_glue, index'),
+    glue_claim('roformer-glue-sst2-pretrained', 'sst2', 'SST-2', 'validation accuracy', 'test_accuracy', SST2_MAJ),
+    glue_claim('roformer-glue-cola-pretrained', 'cola', 'CoLA', 'validation Matthews correlation', 'test_mcc',
+               MCC_FLOOR),
+    mt_claim('floater-recipe-1h-solved', 'FLOATER', FL_REC, 'floater-recipe-1h', _R1H + ', FLOATER solved every update',
+             'sinusoidal-continued', 'floater-migrated', '11_floater, 21_multi30k, index'),
+    mt_claim('floater-recipe-1h-official', 'FLOATER', FL_REC, 'floater-recipe-1h',
+             _R1H + ', FLOATER_OFFICIAL (refresh every 400)', 'sinusoidal-continued', 'floater-official',
+             '11_floater, 21_multi30k, index'),
+    mt_claim('floater-recipe-cpu', 'FLOATER', FL_REC, 'floater-recipe',
+             M30K + ': 400-update sinusoidal base, then 200 updates per arm, one CPU thread',
+             'sinusoidal-continued', 'floater-migrated', '11_floater, 21_multi30k, index'),
+    mt_claim('floater-mt-20min', 'FLOATER', FL_MT, 'multi30k-20min', _MIN20 + ', from scratch', 'sinusoidal',
+             'floater', '21_multi30k, index'),
+    mt_claim('floater-mt-1h', 'FLOATER', FL_MT, 'multi30k-1h', _1H + ', from scratch', 'sinusoidal', 'floater',
+             '21_multi30k, index'),
+    mt_claim('floater-mt-150', 'FLOATER', FL_MT, 'multi30k-steps150', M30K + ', 150 updates', 'sinusoidal', 'floater',
+             'index'),
+    mt_claim('floater-extrapolation', 'FLOATER', FL_EXT, 'extrapolation', SYN + ' d=64, 600 updates', 'sinusoidal',
+             'floater', '22_extrapolation, index', key=EXT[0], metric=EXT[1]),
+    mt_claim('xl-input-synthetic', 'XL-PE', XL_MT, 'xl-synthetic',
+             SYN + ', 600 updates; input fusion, reorderer orders',
+             'xl-input@monotone', 'xl-input@predicted', '25_xl_translation, index'),
+    mt_claim('xl-input-synthetic-gold', 'XL-PE', XL_MT, 'xl-synthetic-gold',
+             SYN + ', 600 updates; input fusion, reorderer orders (aligner at p0=0.2)',
+             'xl-input@monotone', 'xl-input@predicted', '25_xl_translation, index'),
+    mt_claim('xl-headxl-synthetic-gold', 'XL-PE', XL_MT, 'xl-synthetic-gold',
+             SYN + ', 600 updates; HeadXL (2 of 4 heads of layer 0), reorderer orders',
+             'xl-headxl@monotone', 'xl-headxl@predicted', '25_xl_translation, index'),
+    mt_claim('xl-input-enja', 'XL-PE', XL_MT, 'xl-enja', ENJA + ', 600 updates; input fusion, reorderer orders',
+             'xl-input@monotone', 'xl-input@predicted', '25_xl_translation, index'),
+    mt_claim('xl-input-enja-2400', 'XL-PE', XL_MT, 'xl-enja-2400',
+             ENJA + ', 2,400 updates; input fusion, reorderer orders', 'xl-input@monotone', 'xl-input@predicted',
+             '25_xl_translation, index'),
 ]
+
+# %% ../nbs/29_claims.ipynb #3228f25d
+NGRAM_REF = Regime('the bag-of-n-grams logistic regression on the same 5,000 test reviews, less 10 accuracy points',
+                   value_of=('roformer-longtext/imdb_ngram-logreg.json', 'test_accuracy'), margin=-0.10)
+RF_LONG_BPE = RF_ALT + '; tested with BPE tokens at 128 and 256 tokens, from scratch'
+LIN_SCALES = (('cpu-small', 'causal ELU+1 linear attention, width 64, 600 updates of 16 windows of 512 bytes'),
+              ('cpu-tiny', 'causal ELU+1 linear attention, width 32, 150 updates of 8 windows of 256 bytes'))
+MLM_SCALES = (('cpu-small', '2 layers width 32, 600 updates of 16,384 bytes'),
+              ('cpu-tiny', '2 layers width 32, 150 updates of 4,096 bytes'))
+BPE_SCALE = ('IMDb with a BPE of 8,000 ids, 2 layers width 64, 1,500 updates of 4,096 tokens from scratch; '
+             '5,000 fixed test reviews')
+ENJA_2400 = ENJA + ', 2,400 updates; input fusion'
+LIN_LOSS, MLM_LOSS = 'final validation loss (nats per byte)', 'final validation MLM loss (nats per masked byte)'
+
+def _lin(size, v): return (v, f'roformer-linear/{size}_{v}_seed*.json', 'valid_curve.-1.valid_loss')
+def _mlm(size, e): return (e, f'roformer-mlm/{size}_{e}_seed*.json', 'final_valid_loss')
+def _bpe(L, e): return (f'{e} at {L} tokens', f'roformer-longtext-bpe/imdb{L}_bpe-cpu_{e}_seed*.json', 'test_accuracy')
+
+REGIMES_CLAIMS = [
+    *[Claim(f'roformer-linear-control-{size}-vs-{v}', 'RoFormer', RF_LIN, 'roformer-linear', scale, LIN_LOSS,
+            _lin(size, v), _lin(size, 'linear-rope'), -1, f'roformer-linear-control-{size}', LM_CHANCE,
+            where='28_linear_lm')
+      for size, scale in LIN_SCALES for v in ('linear+sinusoidal', 'linear+learned')],
+    *[Claim(f'roformer-mlm-control-{size}-vs-{e}', 'RoFormer', RF_MLM, 'roformer-mlm', scale, MLM_LOSS,
+            _mlm(size, e), _mlm(size, 'rope'), -1, f'roformer-mlm-control-{size}', LM_CHANCE, where='26_mlm')
+      for size, scale in MLM_SCALES for e in ('none', 'learned-bert')],
+    *[Claim(f'roformer-longtext-bpe-{L}-vs-{e}', 'RoFormer', RF_LONG_BPE, 'roformer-longtext-bpe', BPE_SCALE,
+            'test accuracy', _bpe(L, e), _bpe(L, 'rope'), +1, 'roformer-longtext-bpe', NGRAM_REF, where='27_long_text')
+      for L in (128, 256) for e in ('sinusoidal', 'learned', 'alibi', 't5', 'none')],
+    Claim('roformer-longtext-bpe-protocol', 'RoFormer', RF_LONG, 'roformer-longtext-bpe',
+          BPE_SCALE + '; RoPE at 256 against learned at 128, both from scratch', 'test accuracy',
+          _bpe(128, 'learned'), _bpe(256, 'rope'), +1, 'roformer-longtext-bpe', NGRAM_REF, paper_effect=0.0202,
+          where='27_long_text'),
+    *[Claim(f'roformer-longtext-bpe-length-{e}', 'RoFormer',
+            RF_LONG + ' (the length control: the same encoding at both limits)', 'roformer-longtext-bpe', BPE_SCALE,
+            'test accuracy', _bpe(128, e), _bpe(256, e), +1, 'roformer-longtext-bpe-length', NGRAM_REF,
+            where='27_long_text')
+      for e in ('rope', 'sinusoidal', 'learned', 'alibi', 't5', 'none')],
+    *[mt_claim(f'{exp}-vs-block-bias', 'FLOATER',
+               FL_REC + '; against per-block learned biases at the same sites (block-bias: the ODE isolated)', exp,
+               scale, 'block-bias-migrated', 'floater-migrated', '11_floater, 21_multi30k', family=f'{exp}-ablation')
+      for exp, scale in (('floater-recipe', M30K + ': 400-update sinusoidal base, then 200 updates per arm, 1 CPU thread'),
+                         ('floater-recipe-1h', M30K + ': 3,000-update sinusoidal base, then 1,000 updates per arm'))],
+    mt_claim('xl-input-enja-2400-oracle', 'XL-PE',
+             XL_MT + '; here the aligner\'s oracle orders of the test sentences (the bound of a perfect reorderer)',
+             'xl-enja-2400', ENJA_2400, 'xl-input@monotone', 'xl-input@oracle-aligner', '25_xl_translation',
+             family='xl-enja-2400-orders'),
+    mt_claim('xl-input-enja-2400-vs-random', 'XL-PE',
+             XL_MT + '; the reorderer\'s orders against random orders (no information)', 'xl-enja-2400', ENJA_2400,
+             'xl-input@random', 'xl-input@predicted', '25_xl_translation', family='xl-enja-2400-orders'),
+]
+CLAIMS.extend(REGIMES_CLAIMS)
 
 # %% ../nbs/29_claims.ipynb #04b77992
 def _r(x, nd=6): return None if x is None else round(float(x), nd)
 
 def decide(learns: bool, n_seeds: Sequence[int], p_adjusted: Optional[float], effect: float, direction: int) -> str:
     "The verdict rules (see the top of this notebook)."
-    if not any(n_seeds): return 'untested'
+    if not all(n_seeds): return 'untested'              # an arm without records: nothing to compare yet
     if not learns: return 'no verdict'
     if min(n_seeds) < 3 or p_adjusted is None or p_adjusted >= 0.05: return 'inconclusive'
     return 'reproduces' if effect * direction > 0 else 'contradicts'
 
+def _arm_entry(arm: dict) -> dict:
+    return dict(records=arm['records'], metric_key=arm['metric_key'], scores=[_r(s) for s in arm['scores']])
+
 def evaluate(c: Claim, root='results') -> dict:
-    "One ledger entry without `p_adjusted`/`verdict` (they need the family): arms read from `root`, the seed-level test."
+    "One ledger entry without `p_adjusted`/`verdict` (they need the family): arms read from `root`, the seed test."
     arms = {name: read_arm(root, pattern, key) | {'metric_key': key} for name, pattern, key in (c.a, c.b)}
     A, B = arms[c.a[0]], arms[c.b[0]]
-    paired = A['seeds'] == B['seeds']
-    t = seed_test(A['scores'], B['scores'], paired=paired) if A['seeds'] and B['seeds'] else \
-        dict(test='no records', effect=math.nan, ci=None, p=None, sd=None)
-    hw = sorted(set(A['hardware']) | set(B['hardware']))
+    if A['seeds'] and B['seeds']: t = seed_test(A['scores'], B['scores'], paired=A['seeds'] == B['seeds'])
+    else: t = dict(test='no records', effect=math.nan, ci=None, p=None, sd=None)
+    hw = ', '.join(sorted(set(A['hardware']) | set(B['hardware']))) or 'none'
     return dict(id=c.id, paper=c.paper, paper_claim=c.paper_claim, experiment=c.experiment,
-                scale=f"{c.scale}; hardware: {', '.join(hw) if hw else 'none'}", metric=c.metric,
-                arms={n: dict(records=v['records'], metric_key=v['metric_key'], scores=[_r(s) for s in v['scores']]) for n, v in arms.items()},
-                effect=_r(t['effect']) if t['effect'] == t['effect'] else None, ci=None if t['ci'] is None else [_r(x) for x in t['ci']],
+                scale=f'{c.scale}; hardware: {hw}', metric=c.metric,
+                arms={n: _arm_entry(v) for n, v in arms.items()},
+                effect=_r(t['effect']) if t['effect'] == t['effect'] else None,
+                ci=None if t['ci'] is None else [_r(x) for x in t['ci']],
                 test=t['test'], p=_r(t['p']), p_adjusted=None, family=c.family,
                 regime=regime_of(c.regime, root, A['scores'] + B['scores']), verdict=None)
 
@@ -220,16 +349,41 @@ def build_ledger(root='results', # the results folder the records are read from
                 ) -> list:
     "Every claim's ledger entry: seed-level test, Holm per family, regime and verdict."
     claims = list(CLAIMS if claims is None else claims)
-    if len({c.id for c in claims}) != len(claims): raise ValueError("two claims share an id; give each claim its own id")
+    if len({c.id for c in claims}) != len(claims):
+        raise ValueError("two claims share an id; give each claim its own id")
     out = [evaluate(c, root) for c in claims]
     for fam in dict.fromkeys(e['family'] for e in out):
         members = [e for e in out if e['family'] == fam]
         for e, q in zip(members, holm([e['p'] for e in members])): e['p_adjusted'] = _r(q)
     for c, e in zip(claims, out):
-        e['verdict'] = decide(e['regime']['learns'], [len(a['scores']) for a in e['arms'].values()], e['p_adjusted'], e['effect'] or 0.0, c.direction)
+        n_seeds = [len(a['scores']) for a in e['arms'].values()]
+        e['verdict'] = decide(e['regime']['learns'], n_seeds, e['p_adjusted'], e['effect'] or 0.0, c.direction)
     return out
 
 # %% ../nbs/29_claims.ipynb #a6ea9337
+def _score_problems(where: str, name: str, arm: dict, root) -> list:
+    "An arm's records and scores: as many of each, and every score the record's value at the metric key."
+    if len(arm['records']) != len(arm['scores']):
+        return [f"{where}: arm {name} has {len(arm['records'])} records and {len(arm['scores'])} scores"]
+    out = []
+    for path, s in zip(arm['records'], arm['scores']):
+        got = _r(metric_value(json.loads((Path(root) / path).read_text()), arm['metric_key']))
+        if got != s: out.append(f"{where}: arm {name} score {s} is not {arm['metric_key']} = {got} of {path}")
+    return out
+
+def _verdict_problems(e: dict, c: Optional[Claim]) -> list:
+    "The rules a 'reproduces' or 'contradicts' entry must meet."
+    where, v, out = e['id'], e['verdict'], []
+    if min(len(a['scores']) for a in e['arms'].values()) < 3:
+        out.append(f'{where}: {v} with fewer than 3 seeds in an arm')
+    if not e['test'].startswith(('paired t-test over', 'Welch t-test over')):
+        out.append(f"{where}: {v} without a seed-level test ({e['test']})")
+    if e['p_adjusted'] is None or e['p_adjusted'] >= 0.05: out.append(f"{where}: {v} with p_adjusted {e['p_adjusted']}")
+    if not e['regime']['learns']: out.append(f'{where}: {v} from models that do not learn')
+    if c is not None and (e['effect'] * c.direction > 0) != (v == 'reproduces'):
+        out.append(f'{where}: {v} with an effect of the other sign')
+    return out
+
 def check_rules(ledger: list, # entries as `build_ledger` returns them (or as read from claims.json)
                 root='results', # where the records are
                 claims: Sequence[Claim] = None, # the specs (for the paper's direction); default CLAIMS
@@ -238,21 +392,14 @@ def check_rules(ledger: list, # entries as `build_ledger` returns them (or as re
     spec, bad = {c.id: c for c in (CLAIMS if claims is None else claims)}, []
     for e in ledger:
         where = e.get('id', '?')
-        if tuple(e) != LEDGER_KEYS: bad.append(f"{where}: keys {list(e)} are not the ledger's {list(LEDGER_KEYS)}"); continue
+        if tuple(e) != LEDGER_KEYS:
+            bad.append(f"{where}: keys {list(e)} are not the ledger's {list(LEDGER_KEYS)}")
+            continue
         if e['verdict'] not in VERDICTS: bad.append(f"{where}: unknown verdict {e['verdict']!r}")
-        for name, arm in e['arms'].items():
-            if len(arm['records']) != len(arm['scores']): bad.append(f"{where}: arm {name} has {len(arm['records'])} records and {len(arm['scores'])} scores")
-            for path, s in zip(arm['records'], arm['scores']):
-                got = _r(metric_value(json.loads((Path(root) / path).read_text()), arm['metric_key']))
-                if got != s: bad.append(f"{where}: arm {name} score {s} is not {arm['metric_key']} = {got} of {path}")
-        if e['verdict'] in ('reproduces', 'contradicts'):
-            c = spec.get(e['id'])
-            if min(len(a['scores']) for a in e['arms'].values()) < 3: bad.append(f"{where}: {e['verdict']} with fewer than 3 seeds in an arm")
-            if not e['test'].startswith(('paired t-test over', 'Welch t-test over')): bad.append(f"{where}: {e['verdict']} without a seed-level test ({e['test']})")
-            if e['p_adjusted'] is None or e['p_adjusted'] >= 0.05: bad.append(f"{where}: {e['verdict']} with p_adjusted {e['p_adjusted']}")
-            if not e['regime']['learns']: bad.append(f"{where}: {e['verdict']} from models that do not learn")
-            if c is not None and (e['effect'] * c.direction > 0) != (e['verdict'] == 'reproduces'): bad.append(f"{where}: {e['verdict']} with an effect of the other sign")
-        if not e['regime']['learns'] and e['verdict'] not in ('no verdict', 'untested'): bad.append(f"{where}: models that do not learn, verdict {e['verdict']}")
+        for name, arm in e['arms'].items(): bad += _score_problems(where, name, arm, root)
+        if e['verdict'] in ('reproduces', 'contradicts'): bad += _verdict_problems(e, spec.get(where))
+        if not e['regime']['learns'] and e['verdict'] not in ('no verdict', 'untested'):
+            bad.append(f"{where}: models that do not learn, verdict {e['verdict']}")
     return bad
 
 # %% ../nbs/29_claims.ipynb #9b738239
@@ -262,24 +409,33 @@ def ledger_text(ledger: list) -> str:
     "The ledger as the committed file's text."
     return json.dumps(ledger, indent=1, ensure_ascii=False) + '\n'
 
+def _differences(path: Path, ledger: list, root) -> list:
+    "Why the committed ledger at `path` is not the rebuilt one: its broken rules, and the entries that differ."
+    committed = json.loads(path.read_text())
+    old, new = {e['id']: e for e in committed}, {e['id'] for e in ledger}
+    diff = [e['id'] for e in ledger if old.get(e['id']) != e] + [i for i in old if i not in new]
+    return check_rules(committed, root) + [f"{path} differs from the records for {', '.join(diff) or 'its layout'}; "
+                                           "regenerate it with python -m posenc_nb.claims"]
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    "`python -m posenc_nb.claims [--root results] [--check]`: write `ROOT/claims.json`, or check it (status 1 on a difference or a broken rule)."
-    ap = argparse.ArgumentParser(prog='python -m posenc_nb.claims', description='Build (or check) the claims ledger from the committed records.')
+    "`python -m posenc_nb.claims [--root results] [--check]`: write ROOT/claims.json, or check it (status 1: unsound)."
+    ap = argparse.ArgumentParser(prog='python -m posenc_nb.claims',
+                                 description='Build (or check) the claims ledger from the committed records.')
     ap.add_argument('--root', default='results', help='the results folder (default: results)')
-    ap.add_argument('--check', action='store_true', help='rebuild, compare with the committed ledger and check the rules; write nothing')
+    ap.add_argument('--check', action='store_true',
+                    help='rebuild, compare with the committed ledger and check the rules; write nothing')
     args = ap.parse_args(argv)
     root = Path(args.root)
-    if not root.is_dir(): print(f"error: no results folder {root}; run from the repository root or pass --root", file=sys.stderr); return 2
+    if not root.is_dir():
+        print(f'error: no results folder {root}; run from the repository root or pass --root', file=sys.stderr)
+        return 2
     ledger, path = build_ledger(root), root / LEDGER
     bad = check_rules(ledger, root)
     if not args.check:
-        atomic_write(path, ledger_text(ledger)); print(f'{path}: {len(ledger)} claims')
+        atomic_write(path, ledger_text(ledger))
+        print(f'{path}: {len(ledger)} claims')
     elif not path.exists(): bad.append(f'{path} is missing; run python -m posenc_nb.claims')
-    elif path.read_text() != ledger_text(ledger):
-        bad += check_rules(json.loads(path.read_text()), root)
-        old = {e['id']: e for e in json.loads(path.read_text())}
-        diff = [e['id'] for e in ledger if old.get(e['id']) != e] + [i for i in old if i not in {e['id'] for e in ledger}]
-        bad.append(f"{path} differs from the records for {', '.join(diff) or 'its layout'}; regenerate it with python -m posenc_nb.claims")
+    elif path.read_text() != ledger_text(ledger): bad += _differences(path, ledger, root)
     for b in bad: print(b, file=sys.stderr)
     return 1 if bad else 0
 
@@ -288,26 +444,34 @@ if __name__ == '__main__' and 'IPython' not in sys.modules: sys.exit(main())
 
 # %% ../nbs/29_claims.ipynb #ef0ac1d2
 def _fmt(v, nd=2): return '-' if v is None else f'{v:+.{nd}f}'
+def _pfmt(v): return '-' if v is None else f'{v:.3f}'
+def _mean(s): return sum(s) / len(s) if s else None
+
+def _power(a: list, b: list, c: Optional[Claim], nd: int) -> tuple:
+    "The detectable effect at the observed spread of the per-seed differences, and the seeds the paper's effect needs."
+    if c is None or len(a) != len(b) or len(a) < 2: return '-', '-'
+    d = [y - x for x, y in zip(a, b)]
+    sd = math.sqrt(sum((x - _mean(d)) ** 2 for x in d) / (len(d) - 1))
+    need = '-' if c.paper_effect is None else str(seeds_needed(c.paper_effect, sd) or '>1000')
+    return f'{min_detectable_effect(sd, len(a)):.{nd}f}', need
 
 def claims_table(ledger: list, paper: str, claims: Sequence[Claim] = None) -> str:
-    "One paper's verdicts as a markdown table: the paper's claim, this package's arms and effect, the tests and the verdict."
+    "One paper's verdicts as a markdown table: the paper's claim, this package's arms and effect, tests and verdict."
     spec = {c.id: c for c in (CLAIMS if claims is None else claims)}
     rows = []
     for e in (x for x in ledger if x['paper'] == paper):
         (na, a), (nb, b) = e['arms'].items()
-        mean = lambda s: sum(s) / len(s) if s else None
-        nd = 3 if abs(mean(a['scores'] or [0]) or 0) < 5 else 2
-        c = spec.get(e['id']); sd = None
-        if c is not None and len(a['scores']) == len(b['scores']) >= 2 and len(a['scores']) > 1:
-            d = [y - x for x, y in zip(a['scores'], b['scores'])]; m = sum(d) / len(d)
-            sd = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1))
-        mde = '-' if sd is None else f'{min_detectable_effect(sd, len(a["scores"])):.{nd}f}'
-        need = '-' if sd is None or c.paper_effect is None else str(seeds_needed(c.paper_effect, sd) or '>1000')
-        ours = (f"{nb} {mean(b['scores']):.{nd}f} vs {na} {mean(a['scores']):.{nd}f} ({len(b['scores'])}+{len(a['scores'])} seeds): "
-                f"{_fmt(e['effect'], nd)}" if a['scores'] and b['scores'] else 'no records')
+        nd = 3 if abs(_mean(a['scores'] or [0]) or 0) < 5 else 2
+        mde, need = _power(a['scores'], b['scores'], spec.get(e['id']), nd)
+        ours = 'no records'
+        if a['scores'] and b['scores']:
+            ours = (f"{nb} {_mean(b['scores']):.{nd}f} vs {na} {_mean(a['scores']):.{nd}f} "
+                    f"({len(b['scores'])}+{len(a['scores'])} seeds): {_fmt(e['effect'], nd)}")
         ci = '-' if e['ci'] is None else f"[{_fmt(e['ci'][0], nd)}, {_fmt(e['ci'][1], nd)}]"
-        reg = f"{e['regime']['reference']}: {e['regime']['value']:.3g}, learns: {'yes' if e['regime']['learns'] else 'no'}"
-        p = lambda v: '-' if v is None else f'{v:.3f}'
-        rows.append([e['id'], e['paper_claim'], e['experiment'] + ', ' + e['metric'], ours, ci, f"{e['test']}: {p(e['p'])}", p(e['p_adjusted']), mde, need, reg, f"**{e['verdict']}**"])
-    return format_table(['claim', "the paper's claim", 'experiment, metric', 'this package', '95% interval', 'seed-level test, p', 'p (Holm)',
-                         'detectable (80%)', "seeds for the paper's effect", 'regime', 'verdict'], rows, markdown=True)
+        reg = e['regime']
+        reg = f"{reg['reference']}: {reg['value']:.3g}, learns: {'yes' if reg['learns'] else 'no'}"
+        rows.append([e['id'], e['paper_claim'], e['experiment'] + ', ' + e['metric'], ours, ci,
+                     f"{e['test']}: {_pfmt(e['p'])}", _pfmt(e['p_adjusted']), mde, need, reg, f"**{e['verdict']}**"])
+    head = ['claim', "the paper's claim", 'experiment, metric', 'this package', '95% interval', 'seed-level test, p',
+            'p (Holm)', 'detectable (80%)', "seeds for the paper's effect", 'regime', 'verdict']
+    return format_table(head, rows, markdown=True)

@@ -13,6 +13,7 @@ import numpy as np
 import torch, torch.nn as nn, torch.nn.functional as F
 from .core import Positions, list_posencs, encoding_streams
 from .model import ModelConfig, Classifier
+from .store import check_budget, check_fields, check_writable
 from .data import load_glue, get_tokenizer, pad_batch, TokenBatchSampler, GLUE_TASKS, UNK
 from .engine import inverse_sqrt, autocast_for, fused_adam
 from .utils import atomic_write, provenance, mean_sd, read_records
@@ -65,6 +66,8 @@ class ClassifyConfig:
     def __post_init__(self):
         if self.max_steps is None and self.max_minutes is None:
             raise ValueError("give a budget: max_steps and/or max_minutes")
+        check_budget(self.max_steps, self.max_minutes, 'max_steps', 'max_minutes')   # an untrained model is no result
+        check_fields(self)            # lr, warmup, weight_decay, label_smoothing, dropout, grad_clip, base
         if self.max_len < 2: raise ValueError(f"max_len={self.max_len} is too small; use at least 2")
 
     def model_config(self, vocab: int) -> ModelConfig:
@@ -209,8 +212,11 @@ def glue_run(*, task: Param('', str, choices=list(GLUE_TASKS)) = 'cola', # the G
     Examples:
       python -m posenc_nb.classify --task cola --encoding rope --minutes 1.5
       python -m posenc_nb.classify --task sst2 --encoding all --steps 500 --seed 1"""
-    use_threads(threads)
-    for enc in (glue_encodings() if encoding == 'all' else encoding.split(',')):
+    use_threads(threads); check_budget(steps, minutes); check_writable(Path(out) / task)     # before any work
+    encs = glue_encodings() if encoding == 'all' else encoding.split(',')
+    bad = [e for e in encs if e not in list_posencs()]
+    if bad: raise ValueError(f"--encoding: unknown encoding(s) {bad}; choose from {', '.join(list_posencs())}")
+    for enc in encs:
         path = Path(out) / task / f'{enc}_seed{seed}.json'
         r = train_classifier(task, enc, seed, minutes=minutes, steps=steps, out=path, command=command_line())
         print(f"{task} {enc} seed={seed}: test {r['metric']}={r['test_' + r['metric']]:.4f} steps={r['steps']} -> {path}", flush=True)

@@ -12,28 +12,28 @@ from fastcore.docments import docments
 from fastcore.script import Param
 from . import __version__
 from .core import list_posencs, encoding_streams
-from .utils import atomic_write, mean_sd, fmt_mean_sd, provenance, format_table as text_table
+from .utils import atomic_write
+from .store import COLUMNS, SUMMARY_KEYS, check_budget, check_output, checkpoint_paths, format_table
+from .store import load_records, lock_folder, one_line, record_run, summarize
 from .utils import MissingExtra, extra_for, install_hint, missing_modules
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
 from .engine import read_metrics
 from .train import RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_stream_provider, train
+from .train import train_and_log
 
 # %% auto #0
-__all__ = ['COMMANDS', 'INPUT_ERRORS', 'COMMAND_EXTRAS', 'RECORD_KEYS', 'SUMMARY_KEYS', 'COLUMNS', 'COMPARE_KEYS', 'CLIError',
-           'add_params', 'add_command', 'command', 'build_parser', 'parse_sets', 'make_config', 'check_device',
-           'use_threads', 'exit_status', 'command_line', 'main', 'run_cli', 'cmd_list', 'default_run_dir', 'cmd_train',
-           'find_checkpoint', 'cmd_translate', 'cmd_evaluate', 'finished_record', 'write_record', 'record_run',
-           'load_records', 'summarize', 'format_table', 'compare_runs', 'plot_compare', 'cmd_compare']
+__all__ = ['COMMANDS', 'INPUT_ERRORS', 'COMMAND_EXTRAS', 'COMPARE_KEYS', 'CLIError', 'add_params', 'add_command', 'command',
+           'build_parser', 'parse_sets', 'make_config', 'check_device', 'use_threads', 'exit_status', 'command_line',
+           'main', 'run_cli', 'cmd_list', 'default_run_dir', 'cmd_train', 'find_checkpoint', 'cmd_translate',
+           'cmd_evaluate', 'compare_runs', 'plot_compare', 'cmd_compare']
 
 # %% ../nbs/06_cli.ipynb #9d5373ff
 class CLIError(ValueError):
     "Bad command-line input: the message names the problem and the fix; `main` prints it on one line and returns 2."
 
 # %% ../nbs/06_cli.ipynb #335d20fe
-def _one_line(msg) -> str: return ' '.join(str(msg).split())
-
-def _err(msg, prog: str = 'posenc'): print(f"{prog}: error: {_one_line(msg)}", file=sys.stderr, flush=True)
+def _err(msg, prog: str = 'posenc'): print(f"{prog}: error: {one_line(msg)}", file=sys.stderr, flush=True)
 
 # %% ../nbs/06_cli.ipynb #30da6299
 def _read_text(path, # a text file, or '-' for stdin
@@ -211,8 +211,8 @@ def _check_encoding(name: str, flag: str):
         raise CLIError(f"unknown encoding {name!r} for {flag}; choose one of: {', '.join(list_posencs())} (see `posenc list`)")
 
 def _check_budget(over: dict):
-    if over.get('max_steps') is not None and over['max_steps'] < 1: raise CLIError(f"max_steps={over['max_steps']}: give at least 1 update")
-    if over.get('max_minutes') is not None and not over['max_minutes'] > 0: raise CLIError(f"max_minutes={over['max_minutes']}: give a positive number of minutes")
+    try: check_budget(over.get('max_steps'), over.get('max_minutes'), 'max_steps=', 'max_minutes=')
+    except ValueError as e: raise CLIError(str(e).replace('= ', '=')) from None
 
 # %% ../nbs/06_cli.ipynb #8700a21a
 def make_config(name: str, # a named config (`posenc_nb.train.CONFIGS`)
@@ -302,7 +302,7 @@ def main(argv: Optional[Sequence[str]] = None, # the arguments (default: `sys.ar
     argv = list(sys.argv[1:] if argv is None else argv)
     token = _ARGV.set((prog, tuple(argv)))
     with warnings.catch_warnings():
-        warnings.showwarning = lambda m, c, *a, **k: print(f"{prog}: warning: {_one_line(m)}", file=sys.stderr)
+        warnings.showwarning = lambda m, c, *a, **k: print(f"{prog}: warning: {one_line(m)}", file=sys.stderr)
         try: return _dispatch(build_parser(commands, prog), argv)
         except BaseException as e: return exit_status(e, prog)
         finally: _ARGV.reset(token)
@@ -398,7 +398,7 @@ def find_checkpoint(path) -> Path:
     "The checkpoint file `path`, or for a run folder its up-to-date `averaged.pt` or latest `ckpt_*.pt`."
     p = Path(path)
     if p.is_dir():
-        cks = sorted(p.glob('ckpt_*.pt'), key=lambda q: int(q.stem.split('_')[1]) if q.stem.split('_')[1].isdigit() else -1)
+        cks = checkpoint_paths(p)
         avg = p / 'averaged.pt'
         if avg.is_file() and (not cks or avg.stat().st_mtime >= cks[-1].stat().st_mtime): return avg
         if not cks: raise CLIError(f"no checkpoint (ckpt_*.pt) in folder {p}; pass a run folder written by `posenc train --out DIR` or a .pt file")
@@ -440,10 +440,12 @@ def _write_lines(hyps: list, output: Optional[str]):
     else: sys.stdout.write(text); sys.stdout.flush()
 
 # %% ../nbs/06_cli.ipynb #271de60e
-def _check_decoding(beam: int, batch_tokens: int, output: Optional[str]):
+def _check_decoding(beam: int, batch_tokens: int, output: Optional[str], input: str = '-'):
     if beam < 1: raise CLIError(f"--beam {beam}: use 1 (greedy) or more")
     if batch_tokens < 1: raise CLIError(f"--batch-tokens {batch_tokens}: use a positive number")
-    if output and Path(output).is_dir(): raise CLIError(f"--output {output} is a folder; pass a file name")
+    if output:
+        try: check_output(output, [('--input', input)])       # a folder, the input, an unwritable place: refused now
+        except ValueError as e: raise CLIError(e) from None
 
 # %% ../nbs/06_cli.ipynb #e4aaa8e5
 @command
@@ -461,7 +463,7 @@ def cmd_translate(*, ckpt: str, # a checkpoint file, or a run folder (its averag
     Examples:
       posenc translate --ckpt runs/synthetic-tiny-sinusoidal-s0 --input src.txt --output hyp.txt
       echo 'the cat saw the dog' | posenc translate --ckpt run/ckpt_0000100.pt --beam 1"""
-    _check_decoding(beam, batch_tokens, output); use_threads(threads)
+    _check_decoding(beam, batch_tokens, output, input); use_threads(threads)
     model, tok, cfg = _load(ckpt, check_device(device))         # check the checkpoint before waiting on stdin
     lines = _read_lines(input)
     hyps = translate(model, tok, lines, beam=beam, len_penalty=len_penalty, batch_tokens=batch_tokens,
@@ -497,141 +499,20 @@ def cmd_evaluate(*, hyp: str, # hypotheses, one a line; - reads stdin
     print(json.dumps(res) if json_ else f"BLEU {res['bleu']:.2f}  chrF {res['chrf']:.2f}  ({res['n']} sentences)\n{b['signature']}\n{c['signature']}")
     return 0
 
-# %% ../nbs/06_cli.ipynb #bcaa17d0
-RECORD_KEYS = ('bleu', 'chrf', 'valid_loss', 'valid_nll', 'valid_ppl', 'valid_bleu', 'step', 'tokens_seen', 'tok_s', 'train_time_s',
-               'wall_time_s', 'segments', 'decode_s', 'test_sents', 'n_params', 'bleu_signature', 'chrf_signature')   # kept from the results
-
-def _write_json(obj, path): atomic_write(path, json.dumps(obj, indent=1, default=str) + '\n')
-
-# %% ../nbs/06_cli.ipynb #5278683f
-def _curve_subset(recs: list, max_lines: int = 200) -> list:
-    "All evaluation records plus evenly spaced training-log records, at most ~max_lines in all."
-    ev = [r for r in recs if 'valid_loss' in r or 'valid_bleu' in r]
-    tr = [r for r in recs if 'loss' in r]
-    k = max(1, -(-len(tr) // max(1, max_lines - len(ev))))
-    keep = tr[::k] + ([tr[-1]] if tr and (len(tr) - 1) % k else []) + ev
-    return sorted(keep, key=lambda r: (r['step'], 'valid_loss' in r))
-
-# %% ../nbs/06_cli.ipynb #b6caeba3
-def finished_record(rdir, # a run's record folder
-                    cfg: TrainConfig = None, # if given: only a run of this config counts
-                   ) -> Optional[dict]:
-    "The metrics of the finished run in `rdir`, or None (not finished, or another config)."
-    rdir = Path(rdir)
-    if not (rdir / 'metrics.json').is_file(): return None
-    if cfg is not None:
-        try: same = TrainConfig.from_dict(json.loads((rdir / 'config.json').read_text())) == cfg
-        except (ValueError, TypeError, OSError): same = False
-        if not same: return None
-    return json.loads((rdir / 'metrics.json').read_text())
-
-# %% ../nbs/06_cli.ipynb #bcce6ec3
-def _metrics(cfg: TrainConfig, res: dict, label: str, evaluate: Optional[Callable], extra: dict) -> dict:
-    "The `metrics.json` of a run: the kept results, the encoding, seed, steps and budget, `extra`, and `evaluate`'s numbers."
-    m = {k: res[k] for k in RECORD_KEYS if k in res}
-    m.update(encoding=label or cfg.enc_pe, seed=cfg.seed, steps=res['step'],
-             budget=dict(minutes=cfg.max_minutes, steps=cfg.max_steps, kind='wall-clock' if cfg.max_minutes else 'updates'), **extra)
-    if evaluate is not None: m.update(evaluate(res, cfg))
-    return m
-
-# %% ../nbs/06_cli.ipynb #8f4e5df5
-def write_record(rdir, cfg: TrainConfig, metrics: dict, run: dict, hyps: list, log: list):
-    "Write a run's record files into `rdir`; `metrics.json` last, so that it marks the run as finished."
-    rdir = Path(rdir); rdir.mkdir(parents=True, exist_ok=True)
-    _write_json(cfg.flat_dict(), rdir / 'config.json')
-    _write_json(run, rdir / 'run.json')
-    atomic_write(rdir / 'test.hyp', ''.join(h + '\n' for h in hyps))
-    atomic_write(rdir / 'curve.jsonl', ''.join(json.dumps(r) + '\n' for r in _curve_subset(log)))
-    _write_json(metrics, rdir / 'metrics.json')
-
-# %% ../nbs/06_cli.ipynb #53ca2589
-def record_run(cfg: TrainConfig, # the run's config
-               rdir, # its record folder
-               work=None, # where it trains (checkpoints, log); default `rdir`, and then the checkpoints are kept
-               label: str = None, # the record's `encoding` (default: `cfg.enc_pe`)
-               command: str = '', # the command that reproduces the run, for `run.json`
-               device=None, # torch device (default: CUDA when available)
-               evaluate: Callable = None, # extra evaluation, `(train results, cfg) -> dict`, merged into the metrics
-               keep_checkpoints: bool = False, # keep a separate `work` folder after the run
-               progress: bool = False, # show a progress bar while training
-               **extra, # more fields for `metrics.json`
-              ) -> dict:
-    "Train `cfg` (resuming in `work`) and write its record into `rdir`; returns the metrics. A finished run of `cfg` is not retrained."
-    rdir = Path(rdir); work = rdir if work is None else Path(work)
-    if (m := finished_record(rdir, cfg)) is not None: return m
-    run = provenance(seed=cfg.seed, device=device, command=command)
-    res = train(cfg, work, resume=True, device=device, progress=progress)
-    if int(os.environ.get('RANK', '0')) != 0: return {}          # torchrun: rank 0 writes the record
-    m = _metrics(cfg, res, label, evaluate, extra)
-    run.update(finished_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), device=res.get('device'), train_hardware=res.get('hardware'),
-               precision=res.get('precision'))                  # the arithmetic training used (`train.precision_name`)
-    write_record(rdir, cfg, m, run, res['hyps'], read_metrics(work))
-    if work != rdir and not keep_checkpoints: shutil.rmtree(work, ignore_errors=True)
-    return m
-
-# %% ../nbs/06_cli.ipynb #e76ef178
-def load_records(folder, # a folder of run records (`*/metrics.json`)
-                ) -> list:
-    "The finished runs under `folder`: each run's metrics, with `dir` (its folder) and `run` (its `run.json`, when there is one)."
-    rows = []
-    for f in sorted(Path(folder).glob('*/metrics.json')):
-        m = json.loads(f.read_text()); m['dir'] = str(f.parent)
-        if (f.parent / 'run.json').exists(): m['run'] = json.loads((f.parent / 'run.json').read_text())
-        rows.append(m)
-    return rows
-
-# %% ../nbs/06_cli.ipynb #cafaa6c8
-SUMMARY_KEYS = ('bleu', 'chrf', 'valid_loss', 'steps', 'tok_s')
-
-def _summary_row(enc: str, rs: list, keys: Sequence) -> dict:
-    ok = [r for r in rs if 'error' not in r]
-    s = {'encoding': enc, 'n': len(ok), 'seeds': [r['seed'] for r in ok]}
-    for k in keys: s[f'{k}_mean'], s[f'{k}_std'] = mean_sd([r.get(k) for r in ok])
-    if len(ok) < len(rs): s.update(failed=len(rs) - len(ok), error=next(r['error'] for r in rs if 'error' in r))
-    return s
-
-# %% ../nbs/06_cli.ipynb #f277e142
-def summarize(rows: list, # run records; a failed run is `{'encoding', 'seed', 'error'}`
-              keys: Sequence = SUMMARY_KEYS, # the metrics to average
-             ) -> list:
-    "One row per encoding (first-seen order): `n` finished seeds, `seeds`, and `KEY_mean`/`KEY_std` (std None with one seed); failures counted."
-    by = {}
-    for r in rows: by.setdefault(r['encoding'], []).append(r)
-    return [_summary_row(e, rs, keys) for e, rs in by.items()]
-
-# %% ../nbs/06_cli.ipynb #61e1091a
-COLUMNS = {'bleu': ('BLEU', 2), 'chrf': ('chrF', 2), 'valid_loss': ('valid loss', 3), 'steps': ('steps', 0), 'tok_s': ('tok/s', 0),
-           'train_time_s': ('train time', 1), 'n_params': ('params', 2)}    # key: (plain-text header, decimals)
-
-def _cell(s: dict, k: str) -> str:
-    m, sd = s[f'{k}_mean'], s[f'{k}_std']
-    if k == 'n_params': return '-' if m is None else f'{m / 1e6:.2f}M'
-    return fmt_mean_sd(m, sd, COLUMNS.get(k, ('', 2))[1]) + ('s' if k == 'train_time_s' and m is not None else '')
-
-# %% ../nbs/06_cli.ipynb #128a15af
-def format_table(summary: list, # `summarize` rows
-                 keys: Sequence = SUMMARY_KEYS, # the columns
-                 markdown: bool = True, # a markdown table (keys as headers) or aligned plain text (readable headers)
-                ) -> str:
-    "Mean ± sd per encoding and key; a failed encoding's row says so."
-    if markdown: return text_table(['encoding', 'n', *keys], [[s['encoding'], s['n'], *(_cell(s, k) for k in keys)] for s in summary], markdown=True)
-    body = [[s['encoding'], *(_cell(s, k) for k in keys), s['n']] if s['n'] else
-            [s['encoding'], 'failed: ' + _one_line(s['error'])[:60], *[''] * len(keys)] for s in summary]
-    return text_table(['encoding', *(COLUMNS.get(k, (k,))[0] for k in keys), 'seeds'], body)
-
 # %% ../nbs/06_cli.ipynb #919fdaca
 COMPARE_KEYS = ('bleu', 'chrf', 'valid_loss', 'train_time_s', 'n_params', 'steps')    # the columns of `posenc compare`
 
 def _compare_one(cfg: TrainConfig, out: Path, device, command: str) -> dict:
     "One run of a comparison: its record, or `{'encoding', 'seed', 'error'}` when it failed (the others still run)."
-    try: return {**record_run(cfg, out / f'{cfg.enc_pe}-s{cfg.seed}', command=command, device=device), 'dir': str(out / f'{cfg.enc_pe}-s{cfg.seed}')}
+    rdir = out / f'{cfg.enc_pe}-s{cfg.seed}'
+    try: return {**record_run(cfg, rdir, train_and_log, command=command, device=device), 'dir': str(rdir)}
     except (KeyboardInterrupt, DataUnavailable): raise
     except CLIError as err: return {'encoding': cfg.enc_pe, 'seed': cfg.seed, 'error': str(err)}
     except Exception as err: return {'encoding': cfg.enc_pe, 'seed': cfg.seed, 'error': f'{type(err).__name__}: {err}'}
 
 # %% ../nbs/06_cli.ipynb #87d85688
 def _progress_line(i: int, n: int, r: dict, seconds: float) -> str:
-    msg = (f"failed: {_one_line(r['error'])[:200]}" if 'error' in r else f"BLEU {r['bleu']:.2f} chrF {r['chrf']:.2f} after {r['step']} steps")
+    msg = (f"failed: {one_line(r['error'])[:200]}" if 'error' in r else f"BLEU {r['bleu']:.2f} chrF {r['chrf']:.2f} after {r['step']} steps")
     return f"[{i + 1}/{n}] {r['encoding']} seed {r['seed']}: {msg} ({seconds:.0f}s)"
 
 def _check_failures(runs: list):
@@ -744,7 +625,9 @@ def cmd_compare(*, config: str, # a named config (see `posenc list`)
     out = Path(out) if out else Path('runs') / f'compare-{config}'
     if out.exists() and not out.is_dir(): raise CLIError(f"--out {out} is a file; pass a folder")
     t0 = time.time()
-    runs = compare_runs(base, encs, seeds, out, device, command_line(), save=lambda runs: _save_compare(out, config, base, encs, seeds, runs))
+    with lock_folder(out):       # one comparison at a time in `out`: a second one is refused, before any work
+        save = lambda runs: _save_compare(out, config, base, encs, seeds, runs)
+        runs = compare_runs(base, encs, seeds, out, device, command_line(), save=save)
     _check_failures(runs)
     rows = summarize(runs, COMPARE_KEYS)
     print(json.dumps({'runs': runs, 'summary': rows}, default=str) if json_ else format_table(_by_bleu(rows), COMPARE_KEYS, markdown=False)

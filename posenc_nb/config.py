@@ -11,6 +11,7 @@ from fastcore.basics import patch
 from .model import ModelConfig
 from .streams import list_stream_providers
 from .engine import LR_SCHEDULES
+from .store import check_fields
 
 # %% auto #0
 __all__ = ['TOKENIZERS', 'CONFIGS', 'TrainConfig', 'upgrade_config_dict', 'config_fields', 'config_from_name']
@@ -90,6 +91,7 @@ def check(self: TrainConfig):
         raise ValueError(f"lr_schedule={self.lr_schedule!r}: use one of {', '.join(LR_SCHEDULES)}")
     if self.max_steps is None and self.max_minutes is None:
         raise ValueError("set max_steps or max_minutes (or both) so training ends")
+    check_fields(self)       # lr, betas, adam_eps, weight_decay, label_smoothing, warmup, max_train_len, budget, base
     for k in ('max_tokens', 'log_every', 'eval_every', 'ckpt_every', 'keep_ckpts', 'n_avg', 'beam', 'vocab_size'):
         if getattr(self, k) < 1: raise ValueError(f"{k} must be >= 1, got {getattr(self, k)}")
     if self.tokenizer not in TOKENIZERS:

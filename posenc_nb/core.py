@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #c6463148
 from __future__ import annotations
-import ast, importlib, importlib.util, math, pkgutil, re, sys
+import ast, contextlib, importlib, importlib.util, math, pkgutil, re, sys
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -14,9 +14,12 @@ from torch import Tensor
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SITE_KINDS', 'ENTRY_POINT_GROUP', 'Positions', 'host_fact', 'note_fact', 'whole_base', 'known_range', 'positions_max',
-           'HostReads', 'Site', 'PosEnc', 'register_posenc', 'registering_modules', 'import_registering',
-           'list_posencs', 'make_posenc', 'encoding_streams', 'attention_mask', 'head_input_proj', 'Attention']
+__all__ = ['SITE_KINDS', 'ENTRY_POINT_GROUP', 'BIAS_BLOCK_ELEMENTS', 'Positions', 'host_fact', 'note_fact', 'whole_base',
+           'known_range', 'positions_max', 'HostReads', 'Site', 'BiasRows', 'PosEnc', 'register_posenc',
+           'registering_modules', 'import_registering', 'list_posencs', 'make_posenc', 'encoding_streams',
+           'attention_mask', 'row_block', 'shared_rows', 'column_offsets', 'dense_logit_bias', 'row_attention',
+           'causal_mask_mod', 'padding_mask_mod', 'flex_block_mask', 'flex_available', 'flex_attend', 'head_input_proj',
+           'Attention']
 
 # %% ../nbs/00_core.ipynb #28c4ebe3
 def _check_int(t: Tensor, what: str):
@@ -187,6 +190,30 @@ class Site:
     @property
     def is_self(self) -> bool: return self.kind != 'cross'
 
+# %% ../nbs/00_core.ipynb #bb4beb4b
+@dataclass
+class BiasRows:
+    """Hook 5's bias handed out by blocks (`PosEnc.logit_bias_rows`): `rows(q, start, end, k_start, k_end)` is the
+    dense bias's rows start:end and columns k_start:k_end, broadcastable to (B,H,end-start,k_end-k_start), computed
+    from `q` (those rows' queries, (B,H,end-start,dh)) and `params`. With `reach`, the rows promise that the bias of
+    query column i and key column j depends on j - i only through clip(j - i, -reach, reach), and `far(q, start, end)`
+    gives its two outer values per row, `(left, right)`, each broadcastable to (B,H,end-start): attention then needs
+    the dense bias on a band only."""
+    rows: Callable                          # (q rows, start, end, k_start, k_end) -> bias block, differentiable
+    params: tuple = ()                      # the tensors besides q the bias is computed from: they get its gradient
+    uses_q: bool = False                    # the bias reads q (Shaw): its gradient reaches q too
+    score_mod: Optional[Callable] = None    # the same bias as a FlexAttention score_mod, or None
+    reach: Optional[int] = None             # bias constant beyond column offsets +-reach (see above), or None
+    far: Optional[Callable] = None          # (q rows, start, end) -> (bias left of -reach, right of +reach)
+
+def _defined_in(cls: type, name: str) -> type:
+    "The class of `cls`'s MRO whose own namespace defines `name`."
+    return next(c for c in cls.__mro__ if name in vars(c))
+
+def _rows_follow_bias(cls: type, hook: str) -> bool:
+    "False for `logit_bias_rows` defined above the class defining `logit_bias` (a subclass changed the bias alone)."
+    return hook != 'logit_bias_rows' or issubclass(_defined_in(cls, 'logit_bias_rows'), _defined_in(cls, 'logit_bias'))
+
 # %% ../nbs/00_core.ipynb #6adb3f8c
 class PosEnc(nn.Module):
     "Base class of every position encoding: five hooks, declared in the order a model calls them, each a no-op unless overridden."
@@ -201,8 +228,9 @@ class PosEnc(nn.Module):
                  causal:bool=False): # built for a decoder
         super().__init__()
         self.d_model, self.n_heads, self.n_layers, self.max_len, self.causal = d_model, n_heads, n_layers, max_len, causal
-        self.own_hooks = frozenset(h for h in ('head_positions', 'transform_qk', 'logit_bias', 'decoding_step')   # callers skip the base
-                                   if getattr(type(self), h) is not getattr(PosEnc, h))              # no-ops (read from the class when built)
+        hooks = ('head_positions', 'transform_qk', 'logit_bias', 'logit_bias_rows', 'decoding_step')
+        own = lambda h: getattr(type(self), h) is not getattr(PosEnc, h) and _rows_follow_bias(type(self), h)
+        self.own_hooks = frozenset(filter(own, hooks))  # callers skip the base no-ops (read from the class when built)
 
     def embed(self, x: Tensor, p: Positions) -> Tensor:
         "Hook 1: `x` (B,L,D) with position information added; called once per stack, after the token embedding."
@@ -218,6 +246,12 @@ class PosEnc(nn.Module):
         return q, k
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
         "Hook 5: additive attention-logit bias broadcastable to (B,H,Lq,Lk), or None."
+        return None
+    def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[BiasRows]:
+        """Hook 5 by rows, asked before `logit_bias`: a `BiasRows` giving the rows of `logit_bias(q, q_pos, k_pos,
+        site)` a block of queries at a time, so attention need not hold the whole bias; or None (then `logit_bias` is
+        called). Counted as overridden only where its class also defines or inherits the `logit_bias` in use: a
+        subclass that changes `logit_bias` alone is never bypassed."""
         return None
     def qkv_out_bias(self, q_p: Positions, kv_p: Positions, site: Site,
                      proj: nn.Linear) -> Optional[Union[Tensor, tuple]]:
@@ -416,6 +450,263 @@ def _attend(q, k, v, bias, allowed, k_mask, drop: float = 0.0):
     if allowed is not None: bias = bias.masked_fill(~allowed, float('-inf'))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop)
 
+# %% ../nbs/00_core.ipynb #88e710ab
+BIAS_BLOCK_ELEMENTS = 1 << 22      # elements of one block's (B,H,rows,Lk) bias: sets the rows per block
+
+def row_block(batch: int, # B
+              heads: int, # H
+              q_len: int, # Lq
+              k_len: int, # Lk
+              budget: Optional[int] = None # elements per block (default `BIAS_BLOCK_ELEMENTS`)
+             ) -> int:
+    "Query rows per block: one block of a (B,H,rows,Lk) tensor holds at most `budget` elements (1 to Lq rows)."
+    return max(1, min(q_len, (budget or BIAS_BLOCK_ELEMENTS) // max(1, batch * heads * k_len)))
+
+# %% ../nbs/00_core.ipynb #89672b53
+def shared_rows(*pos: Tensor # head positions, each (B,1|H,L)
+               ) -> tuple:
+    """`pos` cut to their first batch row when every row of every one holds the same positions (a bias computed
+    from them is then (1,H,Lq,Lk), broadcast over the batch); else `pos` unchanged. Read from the strides (an
+    expanded tensor), else on the CPU with one read per tensor (`host_fact`: later layers read nothing); on an
+    accelerator (where a read syncs) not read at all."""
+    def same(t):
+        if t.shape[0] <= 1 or t.stride(0) == 0: return True
+        if t.device.type != 'cpu': return False
+        return host_fact(whole_base(t), f'rows_equal{t.dim()}', lambda _: bool((t == t[:1]).all()))
+    return tuple(t[:1] for t in pos) if all(same(t) for t in pos) else pos
+
+# %% ../nbs/00_core.ipynb #8b51ebc5
+def column_offsets(q_pos: Tensor, # query head positions (B,1|H,Lq)
+                   k_pos: Tensor # key head positions (B,1|H,Lk)
+                  ) -> bool:
+    """Whether every offset k_pos[j] - q_pos[i] is the column offset j - i: queries and keys are the same tensor,
+    one row of consecutive positions shared by the batch and the heads (an unpadded self-attention without a cache).
+    Read once per tensor on the CPU (`host_fact`); False on an accelerator (no host sync)."""
+    if q_pos is not k_pos or q_pos.device.type != 'cpu' or q_pos.shape[1] != 1 or not q_pos.numel(): return False
+    (row,) = shared_rows(q_pos)
+    consecutive = lambda _: bool((row[0, 0].diff() == 1).all())
+    return row.shape[0] == 1 and host_fact(whole_base(q_pos), 'consecutive', consecutive)
+
+# %% ../nbs/00_core.ipynb #6685e966
+_DENSE_BIAS = [False]
+
+@contextlib.contextmanager
+def dense_logit_bias():
+    "Within it, `Attention` builds hook 5's whole bias (`logit_bias`) even where it is given by rows (the reference)."
+    old, _DENSE_BIAS[0] = _DENSE_BIAS[0], True
+    try: yield
+    finally: _DENSE_BIAS[0] = old
+
+# %% ../nbs/00_core.ipynb #4aa0bf83
+_FLASH_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu                   # -> (output, log-sum-exp)
+_FLASH_CPU_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward  # -> (dq, dk, dv)
+
+def _rows_of(t: Optional[Tensor], s: int, e: int, k0: int = 0, k1: Optional[int] = None) -> Optional[Tensor]:
+    "Rows s:e and columns k0:k1 of a (...,Lq|1,Lk) tensor; a broadcast row dimension of 1 stays as it is."
+    if t is None: return None
+    return (t if t.shape[-2] == 1 else t[..., s:e, :])[..., k0:k1]
+
+def _masked_rows(bias: BiasRows, q: Tensor, s: int, e: int, allowed: Optional[Tensor], k0: int = 0,
+                 k1: Optional[int] = None) -> Tensor:
+    "Rows s:e, columns k0:k1 of the bias in q's dtype, -inf where `allowed` is False: the additive mask of one block."
+    b = bias.rows(q, s, e, k0, k1).to(q.dtype)
+    a = _rows_of(allowed, s, e, k0, k1)
+    return b if a is None else torch.where(a, b, float('-inf'))
+
+_FUSED_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+def _fused_cpu(q: Tensor) -> bool: return q.device.type == 'cpu' and q.dtype in _FUSED_DTYPES
+
+def _rows_forward(q, k, v, m, scale):
+    "Output and log-sum-exp of a block of query rows with additive mask `m` (or None): fused on the CPU, else in steps."
+    if _fused_cpu(q): return _FLASH_CPU(q, k, v, 0.0, False, attn_mask=m, scale=scale)
+    s = torch.matmul(q, k.transpose(-1, -2)).mul_(scale)
+    if m is not None: s = s + m
+    lse = torch.logsumexp(s, -1)
+    return torch.matmul(torch.exp(s - lse[..., None]), v), lse
+
+def _band(bias: BiasRows, s: int, e: int, k_len: int, causal: bool) -> tuple:
+    "Key columns (k0, k1) of a block's dense band, and whether keys left of k0 / right of k1 are far keys (`reach`)."
+    if bias.reach is None: return 0, k_len, False, False
+    k0, k1 = max(0, s - bias.reach), min(k_len, e + bias.reach)
+    return k0, k1, k0 > 0, k1 < k_len and not causal        # causal: keys right of the band are masked for every row
+
+# %% ../nbs/00_core.ipynb #1e527924
+class _RowAttention(torch.autograd.Function):
+    "softmax(q k^T/sqrt(dh) + bias, masked) v a block of query rows at a time, forward and backward (`row_attention`)."
+    @staticmethod
+    def forward(ctx, q, k, v, allowed, bias, block, causal, *params):
+        scale, Lq, Lk = q.shape[-1] ** -0.5, q.shape[2], k.shape[2]
+        out = q.new_empty(*q.shape[:3], v.shape[-1])
+        lse = q.new_empty(q.shape[:3], dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
+        far_o, far_l = [], []                                   # (range, rows, output, lse) of every far range
+        for s in range(0, Lq, block):
+            e = min(s + block, Lq)
+            qs = q[:, :, s:e]
+            k0, k1, left, right = _band(bias, s, e, Lk, causal)
+            m = _masked_rows(bias, qs, s, e, allowed, k0, k1)
+            o, l = _rows_forward(qs, k[:, :, k0:k1], v[:, :, k0:k1], m, scale)
+            if left or right:
+                fl, fr = (t.to(l.dtype) for t in bias.far(qs, s, e))
+                for ok, (a, b), c in ((left, (0, k0), fl), (right, (k1, Lk), fr)):
+                    if not ok: continue
+                    of, lf = _rows_forward(qs, k[:, :, a:b], v[:, :, a:b], None, scale)
+                    lf = lf + c                                 # the range's constant bias, folded into its log-sum-exp
+                    far_o.append((a, b, s, e, of, lf))
+                    m = torch.maximum(l, lf)
+                    wa, wb = torch.exp(l - m), torch.exp(lf - m)
+                    o = (o * wa[..., None] + of * wb[..., None]) / (wa + wb)[..., None]
+                    l = m + torch.log(wa + wb)
+            out[:, :, s:e], lse[:, :, s:e] = o, l
+        ctx.save_for_backward(q, k, v, out, lse, allowed, *params)
+        ctx.bias, ctx.block, ctx.scale, ctx.causal, ctx.far = bias, block, scale, causal, far_o
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout):
+        q, k, v, out, lse, allowed, *params = ctx.saved_tensors
+        bias, block, scale, need = ctx.bias, ctx.block, ctx.scale, ctx.needs_input_grad[7:]
+        wants = [t for t, n in zip(params, need) if n]
+        bias_grad = bool(wants) or (bias.uses_q and ctx.needs_input_grad[0])
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        dparams = [torch.zeros_like(t) if n else None for t, n in zip(params, need)]
+        dout, Lk = dout.contiguous(), k.shape[2]
+        delta = (dout * out).sum(-1, keepdim=True)                            # rowsum(dO * O)
+        far = {}
+        for a, b, s, e, of, lf in ctx.far: far.setdefault(s, []).append((a, b, of, lf))
+        for s in range(0, q.shape[2], block):
+            e = min(s + block, q.shape[2])
+            qs, dos = q[:, :, s:e], dout[:, :, s:e]
+            k0, k1, _, _ = _band(bias, s, e, Lk, ctx.causal)
+            kb, vb = k[:, :, k0:k1], v[:, :, k0:k1]
+            fused = _fused_cpu(q) and not bias_grad                    # no gradient for the bias: the fused backward
+            with torch.enable_grad():
+                qg = qs.detach().requires_grad_(bias.uses_q and bias_grad)
+                b = None if fused else bias.rows(qg, s, e, k0, k1)
+                fl, fr = bias.far(qg, s, e) if s in far else (None, None)
+            outs, grads_out = [b], []
+            if fused:
+                m = _masked_rows(bias, qs, s, e, allowed, k0, k1)
+                dqs, dks, dvs = _FLASH_CPU_BACKWARD(dos, qs, kb, vb, out[:, :, s:e], lse[:, :, s:e], 0.0, False,
+                                                    attn_mask=m, scale=scale)
+                dq[:, :, s:e] += dqs
+                dk[:, :, k0:k1] += dks
+                dv[:, :, k0:k1] += dvs
+            else:
+                a_ = _rows_of(allowed, s, e, k0, k1)
+                m = b.detach().to(q.dtype) if a_ is None else torch.where(a_, b.detach().to(q.dtype), float('-inf'))
+                p = torch.matmul(qs, kb.transpose(-1, -2)).mul_(scale).add_(m)
+                p = p.sub_(lse[:, :, s:e, None].to(q.dtype)).exp_()                              # probabilities
+                dv[:, :, k0:k1] += torch.matmul(p.transpose(-1, -2), dos)
+                ds = p.mul_(torch.matmul(dos, vb.transpose(-1, -2)).sub_(delta[:, :, s:e]))      # dS = P (dP - delta)
+                dq[:, :, s:e] += torch.matmul(ds, kb).mul_(scale)
+                dk[:, :, k0:k1] += torch.matmul(ds.transpose(-1, -2), qs).mul_(scale)
+                grads_out.append(ds.sum_to_size(b.shape).to(b.dtype))
+            for a, b_, of, lf in far.get(s, ()):                       # far keys: fused backward with the merged lse
+                c = fl if a == 0 else fr
+                lr = (lse[:, :, s:e] - c.detach().to(lse.dtype)).to(lse.dtype).contiguous()
+                ka, va = k[:, :, a:b_], v[:, :, a:b_]
+                dqs, dks, dvs = _FLASH_CPU_BACKWARD(dos, qs, ka, va, out[:, :, s:e], lr, 0.0, False, scale=scale)
+                dq[:, :, s:e] += dqs
+                dk[:, :, a:b_] += dks
+                dv[:, :, a:b_] += dvs
+                if bias_grad:                                                  # sum of dS over the range, per row
+                    g = torch.exp(lf - lse[:, :, s:e]).to(q.dtype) * ((dos * of).sum(-1) - delta[:, :, s:e, 0])
+                    outs.append(c)
+                    grads_out.append(g.sum_to_size(c.shape).to(c.dtype))
+            if not bias_grad: continue
+            ins = ([qg] if bias.uses_q else []) + wants
+            pairs = [(o_, g_) for o_, g_ in zip(outs, grads_out) if o_.requires_grad]
+            if not pairs: continue
+            grads = list(torch.autograd.grad([o_ for o_, _ in pairs], ins, [g_ for _, g_ in pairs], allow_unused=True))
+            if bias.uses_q and grads[0] is not None: dq[:, :, s:e] += grads[0]
+            it = iter(grads[1:] if bias.uses_q else grads)
+            for j, n in enumerate(need):
+                g = next(it) if n else None
+                if g is not None: dparams[j] += g
+        return (dq, dk, dv, None, None, None, None, *dparams)
+
+# %% ../nbs/00_core.ipynb #7caf3324
+def row_attention(q: Tensor, # queries (B,H,Lq,dh)
+                  k: Tensor, # keys (B,H,Lk,dh)
+                  v: Tensor, # values (B,H,Lk,dv)
+                  bias: BiasRows, # hook 5's bias, by rows
+                  allowed: Optional[Tensor] = None, # boolean (B|1,1,Lq|1,Lk) mask of allowed keys, or None
+                  block: Optional[int] = None, # query rows per block (default `row_block`)
+                  causal: bool = False # `allowed` holds a causal mask (keys right of a block's band are never seen)
+                 ) -> Tensor: # (B,H,Lq,dv)
+    """softmax(q k^T/sqrt(dh) + bias, masked by `allowed`) v, a block of query rows at a time, forward and backward:
+    no tensor of (B,H,Lq,Lk) is ever held. Gradients reach q, k, v and the bias's `params` (and q through the bias
+    when `bias.uses_q`). A bias with `reach` is dense only on each block's band: `allowed` must then pad nothing (far
+    keys are not masked)."""
+    if block is None: block = row_block(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    if bias.reach is not None and not (_fused_cpu(q) and q.shape[2] == k.shape[2]): bias = replace(bias, reach=None)
+    return _RowAttention.apply(q, k, v, allowed, bias, block, causal, *bias.params)
+
+# %% ../nbs/00_core.ipynb #563b825c
+def causal_mask_mod(offset: int = 0 # Lk - Lq: the queries are the last Lq of the Lk keys
+                   ) -> Callable:
+    "FlexAttention `mask_mod` of the causal mask: key `kv_idx` allowed for query `q_idx` when kv_idx <= q_idx + offset."
+    def mask_mod(b, h, q_idx, kv_idx): return kv_idx <= q_idx + offset
+    return mask_mod
+
+def padding_mask_mod(k_mask: Tensor, # (B,Lk) True on real keys
+                     self_attn: bool = True, # each query also sees its own key (as in `attention_mask`)
+                     offset: int = 0 # Lk - Lq (self-attention with a cache)
+                    ) -> Callable:
+    "FlexAttention `mask_mod` of a key padding mask; in self-attention a query always sees its own key (no empty row)."
+    def mask_mod(b, h, q_idx, kv_idx):
+        ok = k_mask[b, kv_idx]
+        return (ok | (kv_idx == q_idx + offset)) if self_attn else ok
+    return mask_mod
+
+# %% ../nbs/00_core.ipynb #d03aa51c
+def flex_block_mask(q_len: int, # Lq
+                    k_mask: Optional[Tensor], # (B,Lk) True on real keys, or None
+                    causal: bool, # a causal mask
+                    self_attn: bool, # self-attention (a padding query sees its own key)
+                    batch: int, # B
+                    device=None,
+                    k_len: Optional[int] = None): # Lk (default: k_mask's length, else Lq)
+    "The `BlockMask` of `attention_mask(q_len, k_mask, causal, self_attn, k_len=k_len)`; None: all keys allowed."
+    from torch.nn.attention.flex_attention import and_masks, create_block_mask
+    if k_len is None: k_len = k_mask.shape[-1] if k_mask is not None else q_len
+    mods = [causal_mask_mod(k_len - q_len)] if causal else []
+    if k_mask is not None: mods.append(padding_mask_mod(k_mask, self_attn, k_len - q_len))
+    if not mods: return None
+    return create_block_mask(and_masks(*mods), batch if k_mask is not None else None, None, q_len, k_len, device=device)
+
+# %% ../nbs/00_core.ipynb #a57095c3
+_FLEX = {}
+
+def flex_available(device) -> bool:
+    "Whether `Attention` uses FlexAttention on `device`: CUDA with a torch that has it (on the CPU it has no backward)."
+    if torch.device(device).type != 'cuda': return False
+    return importlib.util.find_spec('torch.nn.attention.flex_attention') is not None
+
+def flex_attend(q: Tensor, # (B,H,Lq,dh)
+                k: Tensor, # (B,H,Lk,dh)
+                v: Tensor, # (B,H,Lk,dv)
+                score_mod: Optional[Callable], # (score, b, h, q_idx, kv_idx) -> biased score
+                block_mask=None # from `flex_block_mask`, or None
+               ) -> Tensor: # (B,H,Lq,dv)
+    "FlexAttention with `score_mod` and `block_mask`: compiled on CUDA (once per process), else eager (CPU: no grad)."
+    from torch.nn.attention.flex_attention import flex_attention
+    if q.device.type != 'cuda': return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+    if 'cuda' not in _FLEX: _FLEX['cuda'] = torch.compile(flex_attention)
+    return _FLEX['cuda'](q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+# %% ../nbs/00_core.ipynb #fcc4b425
+def _attend_rows(q, k, v, rows: BiasRows, allowed, k_mask, causal: bool, self_attn: bool):
+    "Hook 5 by rows: FlexAttention on CUDA (whole sequences, with a `score_mod`), row kernels on the CPU, else dense."
+    if rows.score_mod is not None and q.shape[2] == k.shape[2] and flex_available(q.device):
+        block_mask = flex_block_mask(q.shape[2], k_mask, causal, self_attn, q.shape[0], q.device)
+        return flex_attend(q, k, v, rows.score_mod, block_mask)
+    if k_mask is not None: rows = replace(rows, reach=None)                # far keys are never masked: no reach
+    if q.device.type == 'cpu': return row_attention(q, k, v, rows, allowed, causal=causal)
+    return _attend(q, k, v, rows.rows(q, 0, q.shape[2], 0, k.shape[2]), allowed, k_mask)
+
 # %% ../nbs/00_core.ipynb #e6d8e25b
 def head_input_proj(x: Tensor, # the projection's shared input (B,L,D)
                     b: Tensor, # per-head additive input (B|1,H,L,D): head h's projection reads x + b[:, h]
@@ -518,9 +809,13 @@ class Attention(nn.Module):
             if cache is not None: cache.update(k=k, v=v, k_pos=k_pos, k_mask=k_mask)     # before hook 4
         if 'transform_qk' in own: q, k = pe.transform_qk(q, k, q_pos, k_pos, site)
         if self_attn and cache is not None: k, v, k_pos, k_mask = _extend_cache(cache, k, v, k_pos, k_mask)
-        bias = pe.logit_bias(q, q_pos, k_pos, site) if 'logit_bias' in own else None
+        drop = self.dropout if self.training else 0.0
+        by_rows = 'logit_bias_rows' in own and not (drop or _DENSE_BIAS[0] or torch.compiler.is_compiling())
+        rows = pe.logit_bias_rows(q, q_pos, k_pos, site) if by_rows else None
+        bias = pe.logit_bias(q, q_pos, k_pos, site) if rows is None and 'logit_bias' in own else None
         allowed = attention_mask(q.shape[2], k_mask, site.causal and self_attn, self_attn, x.device, k_len=k.shape[2])
-        out = _attend(q, k, v, bias, allowed, k_mask, self.dropout if self.training else 0.0)
+        if rows is not None: out = _attend_rows(q, k, v, rows, allowed, k_mask, site.causal and self_attn, self_attn)
+        else: out = _attend(q, k, v, bias, allowed, k_mask, drop)
         return self.out_proj(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.d_model))
 
     def _blocks(self, i, n=1):

@@ -13,13 +13,14 @@ from fastcore.basics import patch
 import torch, torch.nn as nn
 import torch.distributed as dist
 from .utils import atomic_save, atomic_write, WriteFailed, _write_failed
+from .store import LOCK_FILE, RunLock, RunLocked, lock_folder, checkpoint_paths, checkpoint_step
 
 # %% auto #0
-__all__ = ['LR_SCHEDULES', 'CKPT_FORMAT', 'LOCK_FILE', 'pick_device', 'seed_all', 'inverse_sqrt', 'lr_multiplier',
-           'budget_progress', 'RunState', 'Clock', 'Budget', 'Task', 'Callback', 'Learner', 'train_step', 'fit',
-           'BatchStream', 'TrainLog', 'ProgressBar', 'Evaluator', 'KeepBest', 'Checkpointer', 'latest_checkpoint',
-           'restore', 'cpu_bf16_supported', 'autocast_for', 'precision_name', 'fused_adam', 'jsonl_logger',
-           'read_metrics', 'RunLocked', 'RunLock', 'OnStep', 'NonFiniteLoss', 'StopOnNonFinite']
+__all__ = ['LR_SCHEDULES', 'CKPT_FORMAT', 'pick_device', 'seed_all', 'inverse_sqrt', 'lr_multiplier', 'budget_progress',
+           'RunState', 'Clock', 'Budget', 'Task', 'Callback', 'Learner', 'train_step', 'fit', 'BatchStream', 'TrainLog',
+           'ProgressBar', 'Evaluator', 'KeepBest', 'Checkpointer', 'latest_checkpoint', 'restore', 'cpu_bf16_supported',
+           'autocast_for', 'precision_name', 'fused_adam', 'jsonl_logger', 'read_metrics', 'OnStep', 'NonFiniteLoss',
+           'StopOnNonFinite']
 
 # %% ../nbs/05_engine.ipynb #a58fffb3
 def _dist_setup(device):
@@ -172,7 +173,7 @@ class Callback:
 # %% ../nbs/05_engine.ipynb #451719d8
 class Learner:
     "A model, its optimizer, a `Task`, a `Budget` and `Callback`s: everything `fit` uses and callbacks read."
-    def __init__(self, model, opt, task: Task, budget: Budget, cbs=(), sched=None, scaler=None,
+    def __init__(self, model, opt, task: Task, budget: Budget, cbs=(), *, sched=None, scaler=None,
                  grad_clip: Optional[float] = None,
                  net=None, # the model as trained (e.g. wrapped in DistributedDataParallel); default `model`
                  state: Optional[RunState] = None, exclude_pauses: bool = False,
@@ -337,8 +338,7 @@ def _read_ckpt(path) -> dict:
     return ckpt
 
 # %% ../nbs/05_engine.ipynb #7e1e51e3
-def _ckpt_paths(out_dir) -> list:
-    return sorted(Path(out_dir).glob('ckpt_*.pt'), key=lambda p: int(p.stem.split('_')[1]))
+def _ckpt_paths(out_dir) -> list: return checkpoint_paths(out_dir)     # `ckpt_NNNNNNN.pt` only, by update number
 
 def _gather(obj) -> list:
     "`obj` of every rank, in rank order (a one-element list without torch.distributed)."
@@ -364,7 +364,7 @@ class Checkpointer(Callback):
 # %% ../nbs/05_engine.ipynb #c2898e98
 @patch
 def save(self: Checkpointer, learn: Learner):
-    "Write the checkpoint of `learn`'s state (all ranks call this; rank 0 writes), then drop all but the newest `keep`."
+    "Write the checkpoint of `learn`'s state (all ranks call this; rank 0 writes), then keep the newest `keep` to it."
     rng, data = _gather(_rng_state(self.device)), _gather(learn.task.state_dict())
     if not self.is_main: return
     state, sched, scaler = learn.state, learn.sched, learn.scaler
@@ -376,7 +376,8 @@ def save(self: Checkpointer, learn: Learner):
             'tokens_seen': state.tokens_seen, 'world_size': len(rng),
             'wall_time': state.wall_time + time.time() - learn.started, 'segments': state.segments}
     atomic_save(ckpt, self.folder / f'ckpt_{state.step:07d}.pt')
-    for old in self.paths()[:-self.keep]: old.unlink()
+    upto = [p for p in self.paths() if checkpoint_step(p) <= state.step]    # a later (corrupt) file never evicts it
+    for old in upto[:-self.keep]: old.unlink()
 
 # %% ../nbs/05_engine.ipynb #bf7480ab
 def latest_checkpoint(folder) -> Optional[dict]:
@@ -490,65 +491,10 @@ def read_metrics(out_dir) -> list:
     path = Path(out_dir) / 'metrics.jsonl'
     return _read_records(path)[0] if path.exists() else []
 
-# %% ../nbs/05_engine.ipynb #f1a4d763
-LOCK_FILE = '.lock'
-
-class RunLocked(ValueError):
-    "`out_dir` is in use by another training process `pid`: two runs in one folder would mix their files."
-    def __init__(self, out_dir, pid: str):
-        self.out_dir, self.pid = Path(out_dir), pid
-        super().__init__(f"{out_dir} is in use by another training (pid {pid or 'unknown'}); "
-                         "wait for it to end, or pass another --out")
-
-# %% ../nbs/05_engine.ipynb #95a9aed3
-class RunLock:
-    "An exclusive `flock` on `folder/.lock` holding this process id; `acquire` raises `RunLocked` when it is taken."
-    def __init__(self, folder): self.folder, self.path, self.f = Path(folder), Path(folder) / LOCK_FILE, None
-    def __enter__(self): return self if self.f is not None else self.acquire()
-    def __exit__(self, *exc): self.release()
-    def release(self):
-        "Remove the lock file, then let go (removing it first means no one can lock the old file in between)."
-        if self.f is None: return
-        with contextlib.suppress(OSError): os.unlink(self.path)
-        self.f.close()
-        self.f = None
-
-# %% ../nbs/05_engine.ipynb #d2eb2728
-def _holder(f) -> str:
-    "The pid written in an open lock file."
-    f.seek(0)
-    return f.read().strip()
-
-@patch
-def acquire(self: RunLock) -> RunLock:
-    "Take the lock (without waiting) and write this pid into the lock file."
-    while True:
-        f = open(self.path, 'a+')
-        try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid = _holder(f)
-            f.close()
-            raise RunLocked(self.folder, pid) from None
-        with contextlib.suppress(FileNotFoundError):
-            if os.stat(self.path).st_ino == os.fstat(f.fileno()).st_ino: break    # not a file its holder removed
-        f.close()
-    f.seek(0)
-    f.truncate()
-    f.write(f'{os.getpid()}\n')
-    f.flush()
-    self.f = f
-    return self
-
 # %% ../nbs/05_engine.ipynb #28dfe0bd
 def _lock_run(out_dir: Path, is_main: bool):
     "The folder's lock for rank 0 (created if needed), or a no-op for the other ranks; an unwritable folder is named."
-    if not is_main: return contextlib.nullcontext()
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        return RunLock(out_dir).acquire()
-    except OSError as e:
-        raise WriteFailed(e.errno or errno.EACCES, f"run folder {out_dir} is not writable ({e.strerror or e}); "
-                          "pass another out_dir, or fix its permissions") from None
+    return lock_folder(out_dir, 'out_dir') if is_main else contextlib.nullcontext()
 
 # %% ../nbs/05_engine.ipynb #452fea0e
 @contextlib.contextmanager

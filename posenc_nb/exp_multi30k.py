@@ -58,31 +58,38 @@ def plot_learning_curves(rows: list, keys=('loss', 'valid_loss'), axes=None, tit
 FLOATER_RECIPE = dict(base_steps=400, base_warmup=100, finetune_steps=200, finetune_warmup=25)   # updates of the sinusoidal base and of each arm
 
 register_experiment(Experiment('floater-recipe', 'multi30k-1h', seeds=(0, 1, 2), ci=False,
-    encodings=('sinusoidal-base', 'floater-migrated', 'sinusoidal-continued'),
+    encodings=('sinusoidal-base', 'floater-migrated', 'sinusoidal-continued', 'block-bias-migrated'),
+    extra_seeds={arm: (3, 4) for arm in ('sinusoidal-base', 'floater-migrated', 'sinusoidal-continued', 'block-bias-migrated')},
     overrides=dict(max_minutes=None, max_tokens=1024, dropout=0.1, eval_every=200, ckpt_every=100, eval_bleu_sents=0),
     variants={'sinusoidal-base': dict(enc_pe='sinusoidal', max_steps=FLOATER_RECIPE['base_steps'], warmup=FLOATER_RECIPE['base_warmup']),
               'floater-migrated': dict(enc_pe='floater', pe_options={**FLOATER_OFFICIAL, 'refresh_every': 1, 'adjoint': False},
                                        max_steps=FLOATER_RECIPE['finetune_steps'], warmup=FLOATER_RECIPE['finetune_warmup'], ckpt_every=50),
               'sinusoidal-continued': dict(enc_pe='sinusoidal', max_steps=FLOATER_RECIPE['finetune_steps'],
-                                           warmup=FLOATER_RECIPE['finetune_warmup'], ckpt_every=50)},
-    starts_from={'floater-migrated': 'sinusoidal-base', 'sinusoidal-continued': 'sinusoidal-base'},
+                                           warmup=FLOATER_RECIPE['finetune_warmup'], ckpt_every=50),
+              'block-bias-migrated': dict(enc_pe='block-bias', pe_options={'prior': 'sinusoidal'}, max_steps=FLOATER_RECIPE['finetune_steps'],
+                                          warmup=FLOATER_RECIPE['finetune_warmup'], ckpt_every=50)},
+    starts_from={arm: 'sinusoidal-base' for arm in ('floater-migrated', 'sinusoidal-continued', 'block-bias-migrated')},
     description='Multi30k en-de: the official FLOATER recipe at CPU scale: the multi30k-1h model trained 400 updates of 1024-token batches with sinusoidal positions, then '
-                'migrated to FLOATER (official options, refresh every update) or continued with sinusoidal positions for 200 more '
-                '(warmup 25, linear decay, last 3 checkpoints averaged, beam 4); 1 CPU thread, 3 seeds',
+                'migrated to FLOATER (official options, refresh every update) or continued with sinusoidal positions for 200 more, '
+                'or migrated to per-block learned position biases at FLOATER\'s sites (block-bias, the ODE ablation) '
+                '(warmup 25, linear decay, last 3 checkpoints averaged, beam 4); 1 CPU thread, 3 seeds (5 with extra_seeds)',
     command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run floater-recipe --full --threads 1 --work runs/experiments'))
 
 # %% ../nbs/21_multi30k.ipynb #da2a2790
 FLOATER_RECIPE_1H = dict(base_steps=3000, base_warmup=400, finetune_steps=1000, finetune_warmup=100)   # the one-hour scale
 
 register_experiment(Experiment('floater-recipe-1h', 'multi30k-1h', seeds=(0, 1, 2), ci=False,
-    encodings=('sinusoidal-base', 'floater-migrated', 'floater-official', 'sinusoidal-continued'),
+    encodings=('sinusoidal-base', 'floater-migrated', 'floater-official', 'sinusoidal-continued', 'block-bias-migrated'),
+    extra_seeds={arm: (3, 4) for arm in ('sinusoidal-base', 'floater-migrated', 'sinusoidal-continued', 'block-bias-migrated')},
     overrides=dict(max_minutes=None, eval_every=500, ckpt_every=250, eval_bleu_sents=0),
     variants={'sinusoidal-base': dict(enc_pe='sinusoidal', max_steps=FLOATER_RECIPE_1H['base_steps'], warmup=FLOATER_RECIPE_1H['base_warmup']),
               **{arm: dict(enc_pe=enc, pe_options=opts, max_steps=FLOATER_RECIPE_1H['finetune_steps'], warmup=FLOATER_RECIPE_1H['finetune_warmup'])
                  for arm, enc, opts in [('floater-migrated', 'floater', {**FLOATER_OFFICIAL, 'refresh_every': 1, 'adjoint': False}),
-                                        ('floater-official', 'floater', FLOATER_OFFICIAL), ('sinusoidal-continued', 'sinusoidal', {})]}},
-    starts_from={arm: 'sinusoidal-base' for arm in ('floater-migrated', 'floater-official', 'sinusoidal-continued')},
+                                        ('floater-official', 'floater', FLOATER_OFFICIAL), ('sinusoidal-continued', 'sinusoidal', {}),
+                                        ('block-bias-migrated', 'block-bias', {'prior': 'sinusoidal'})]}},
+    starts_from={arm: 'sinusoidal-base' for arm in ('floater-migrated', 'floater-official', 'sinusoidal-continued', 'block-bias-migrated')},
     description='Multi30k en-de: the official FLOATER recipe at the one-hour scale: the multi30k-1h model (4096-token batches, dropout 0.2) trained 3000 updates '
                 'with sinusoidal positions, then fine-tuned 1000 updates (warmup 100, linear decay, last 3 checkpoints averaged, beam 4) as FLOATER '
-                'with a solve every update, as FLOATER exactly as officially configured (refresh every 400), or continued with sinusoidal positions; one GPU, 3 seeds',
+                'with a solve every update, as FLOATER exactly as officially configured (refresh every 400), continued with sinusoidal positions, '
+                'or migrated to per-block learned position biases (block-bias, the ODE ablation); one GPU, 3 seeds (5 with extra_seeds)',
     command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run floater-recipe-1h --full --device cuda --work runs/experiments'))

@@ -38,12 +38,14 @@ register_experiment(Experiment('xl-enja', 'enja-base', steps=600, encodings=XL_V
     command='python -m posenc_nb.experiments run xl-enja --threads 1'))
 
 # %% ../nbs/25_xl_translation.ipynb #00394268
-register_experiment(Experiment('xl-enja-2400', 'enja-base', steps=2400, encodings=('xl-input@predicted', 'xl-input@monotone', 'sinusoidal'),
+register_experiment(Experiment('xl-enja-2400', 'enja-base', steps=2400,
+    encodings=('xl-input@predicted', 'xl-input@monotone', 'sinusoidal', 'xl-input@oracle-aligner', 'xl-input@random'),
     variants=xl_variants(), seeds=(0, 1, 2), ci=False,
     overrides=dict(dec_pe='sinusoidal', d_model=128, n_enc=2, n_dec=2, d_ff=512, max_tokens=1500, lr=2e-3, warmup=200,
                    log_every=20, eval_every=400, ckpt_every=400, keep_ckpts=1, n_avg=1, eval_bleu_sents=0, beam=4),
     description='Japanese->English small_parallel_enja as xl-enja, with 2400 updates per run (4x the pilot): the reorderer\'s orders '
-                'against the monotone control and sinusoidal; 1 CPU thread',
+                'against the monotone control and sinusoidal, and the controls that bound it: the aligner\'s oracle orders of the test '
+                'sentences (what a perfect reorderer of this aligner would give) and random orders; 1 CPU thread',
     command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run xl-enja-2400 --full --threads 1'))
 
 # %% ../nbs/25_xl_translation.ipynb #08153bdc
@@ -114,8 +116,8 @@ def format_xl_summary(summary: list, reference: str = 'sinusoidal') -> str:
 
 # %% ../nbs/25_xl_translation.ipynb #f6769479
 def seed_significance(experiment, baseline: str = 'sinusoidal', root='results', n_samples: int = 1000, alpha: float = 0.05) -> list:
-    """For every variant: per-seed BLEU deltas and sentence-bootstrap p-values against `baseline`, how many seeds are significantly
-    better/worse, and the mean delta and p-value of the paired t-test over the seeds (`pooled_*`; None for a single seed)."""
+    """For every variant: per-seed BLEU deltas and sentence-bootstrap p-values against `baseline`, how many seeds are
+    significantly better/worse, and the mean delta and p of the paired t-test over seeds (`pooled_*`)."""
     seeds = sorted({r['seed'] for r in load_results(experiment, root) if r['encoding'] == baseline})
     per = {}
     for sd in seeds:
@@ -132,7 +134,8 @@ def format_seed_significance(sig: list) -> str:
     "One line per variant."
     return '\n'.join(f"{s['variant']} vs {s['baseline']}: deltas " + ', '.join(f'{d:+.2f} (p={p:.3f})' for d, p in zip(s['deltas'], s['p']))
                      + f"; significantly better in {s['better']}/{len(s['seeds'])} seeds, worse in {s['worse']}/{len(s['seeds'])}"
-                     + (f"; over seeds {s['pooled_delta']:+.2f} (t-test p={s['pooled_p']:.3f})" if s['pooled_p'] is not None else '') for s in sig)
+                     + (f"; over seeds {s['pooled_delta']:+.2f} (t-test p={s['pooled_p']:.3f})"
+                        if s['pooled_p'] is not None else '') for s in sig)
 
 # %% ../nbs/25_xl_translation.ipynb #bca8701e
 def plot_xl(runs: dict, metric: str = 'bleu', axes=None):

@@ -15,17 +15,18 @@ from fastcore.script import Param
 from .core import list_posencs, import_registering
 from .data import load_parallel, cache_dir
 from .decode import translate, bleu, chrf
-from .train import TrainConfig, CONFIGS, config_from_name
+from .train import TrainConfig, CONFIGS, config_from_name, train_and_log
 from .utils import provenance, atomic_write
-from .cli import (CLIError, command, command_line, check_device, use_threads, parse_sets, record_run, load_records,
-                           summarize, format_table, main as cli_main)
+from .store import check_budget, finished_record, format_table, load_records, lock_folder, read_json
+from .store import record_run, recover, summarize
+from .cli import CLIError, command, command_line, check_device, use_threads, parse_sets, main as cli_main
 
 # %% auto #0
 __all__ = ['ENCODINGS', 'LENGTH_BINS', 'EVAL_FNS', 'EXPERIMENTS', 'EXP_COMMANDS', 'Experiment', 'length_bins', 'eval_length_bins',
-           'register_experiment', 'list_experiments', 'run_record', 'run_one', 'run_experiment', 'load_results',
-           'paired_bootstrap', 'seed_test', 'min_detectable_effect', 'seeds_needed', 'two_level_bootstrap',
-           'accuracy_stats', 'accuracy_score', 'holm', 'test_references', 'significance', 'format_significance',
-           'exp_list', 'exp_run', 'exp_summarize', 'exp_compare', 'main']
+           'register_experiment', 'list_experiments', 'run_record', 'run_config', 'run_one', 'run_experiment',
+           'load_results', 'paired_bootstrap', 'seed_test', 'min_detectable_effect', 'seeds_needed',
+           'two_level_bootstrap', 'accuracy_stats', 'accuracy_score', 'holm', 'test_references', 'significance',
+           'format_significance', 'exp_list', 'exp_run', 'exp_summarize', 'exp_compare', 'main']
 
 # %% ../nbs/20_experiments.ipynb #06ee6ad2
 ENCODINGS = ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'rope', 'floater', 'floater-input')
@@ -168,18 +169,25 @@ def run_record(seed: int, # the run's seed
     return provenance(seed=seed, device=device, command=command)
 
 # %% ../nbs/20_experiments.ipynb #908ecb99
+def _work_root(exp: Experiment, work=None) -> Path:
+    return Path(work if work is not None else cache_dir() / 'experiments') / exp.name
+
+def run_config(exp: Experiment, encoding: str, seed: int, work=None, minutes=None, steps=None,
+               overrides=None) -> TrainConfig:
+    "The `TrainConfig` of one run of `exp` as the harness trains it: budget, overrides, a warm start from `work`."
+    start = exp.starts_from.get(encoding)                     # a warm start from an earlier run of the same seed
+    extra = {**(overrides or {}), **({'init_from': str(_work_root(exp, work) / f'{start}-s{seed}')} if start else {})}
+    return exp.train_config(encoding, seed, minutes=minutes, steps=steps, **extra)
+
 def run_one(exp: Experiment, encoding: str, seed: int, out, work=None, minutes=None, steps=None, overrides=None,
             keep_checkpoints: bool = False, device=None, command: str = '', progress: bool = False) -> dict:
-    "Train one (encoding, seed) of `exp` and write its record (`record_run`); returns the metrics (skips a finished run)."
-    rdir = Path(out) / f'{encoding}-s{seed}'
-    if (rdir / 'metrics.json').exists(): return json.loads((rdir / 'metrics.json').read_text())
-    wroot = Path(work if work is not None else cache_dir() / 'experiments') / exp.name
-    start = exp.starts_from.get(encoding)                     # a warm start from an earlier run of the same seed
-    extra = {**(overrides or {}), **({'init_from': str(wroot / f'{start}-s{seed}')} if start else {})}
-    cfg = exp.train_config(encoding, seed, minutes=minutes, steps=steps, **extra)
+    "Train one (encoding, seed) of `exp` and write its record (`record_run`); returns the metrics (a finished run's too)."
+    cfg = run_config(exp, encoding, seed, work, minutes, steps, overrides)
     keep = keep_checkpoints or encoding in exp.starts_from.values()   # a run that others start from keeps its checkpoints
-    return record_run(cfg, rdir, work=wroot / f'{encoding}-s{seed}', label=encoding, command=command, device=device, evaluate=EVAL_FNS.get(exp.eval_fn),
-                      keep_checkpoints=keep, progress=progress, experiment=exp.name, description=exp.description)
+    run = f'{encoding}-s{seed}'
+    return record_run(cfg, Path(out) / run, train_and_log, work=_work_root(exp, work) / run, label=encoding,
+                      command=command, device=device, evaluate=EVAL_FNS.get(exp.eval_fn), keep_checkpoints=keep,
+                      progress=progress, experiment=exp.name, description=exp.description)
 
 # %% ../nbs/20_experiments.ipynb #72c1f951
 def _get_experiment(name) -> Experiment:
@@ -196,11 +204,17 @@ def _checked_plan(exp: Experiment, encodings, seeds) -> list:
 
 # %% ../nbs/20_experiments.ipynb #244dc27c
 def _run_logged(exp: Experiment, enc: str, seed: int, out: Path, report: dict, log: Callable, **kw):
-    "One run of a sweep: skipped when finished, else trained; a failure is recorded in `report` and the sweep goes on."
+    """One run of a sweep: skipped when its record (of the same config) is finished, else trained; a failure (a record
+    of another config, an unreadable one, a training error) is recorded in `report` and the sweep goes on."""
     run = f'{enc}-s{seed}'
-    if (out / run / 'metrics.json').exists(): report['skipped'].append(run); log(f'[skip] {run}: finished'); return
+    cfg_kw = {k: kw.get(k) for k in ('work', 'minutes', 'steps', 'overrides')}
+    try: done = finished_record(out / run, run_config(exp, enc, seed, **cfg_kw)) is not None
+    except Exception as e: done = e
+    if done is True: report['skipped'].append(run); log(f'[skip] {run}: finished'); return
     t0 = time.time(); log(f'[run ] {exp.name}/{run} ...')
-    try: m = run_one(exp, enc, seed, out, **kw)
+    try:
+        if isinstance(done, Exception): raise done
+        m = run_one(exp, enc, seed, out, **kw)
     except Exception as e:
         report['failed'].append((run, f'{type(e).__name__}: {e}')); log(f'[FAIL] {run}: {type(e).__name__}: {e}'); return
     report['done'].append(run)
@@ -212,12 +226,16 @@ def run_experiment(name, encodings=None, seeds=None, minutes=None, steps=None, o
                    keep_checkpoints: bool = False, device=None, command: str = '', log: Callable = print) -> dict:
     "Run every (encoding, seed) of experiment `name`; returns {'done': [...], 'skipped': [...], 'failed': [(run, error)]}."
     exp = _get_experiment(name)
+    check_budget(steps, minutes, 'steps', 'minutes')
     plan = _checked_plan(exp, encodings, seeds)
+    for enc, seed in plan: run_config(exp, enc, seed, work, minutes, steps, overrides)   # every config checked first
     out = Path(out if out is not None else Path('results') / exp.name)
     report = {'done': [], 'skipped': [], 'failed': []}
-    for enc, seed in plan:
-        _run_logged(exp, enc, seed, out, report, log, work=work, minutes=minutes, steps=steps, overrides=overrides,
-                    keep_checkpoints=keep_checkpoints, device=device, command=command)
+    with lock_folder(out):          # one sweep at a time in `out`, for its whole life; a second is refused at once
+        recover(out)                # a publish a kill interrupted: finished or undone
+        for enc, seed in plan:
+            _run_logged(exp, enc, seed, out, report, log, work=work, minutes=minutes, steps=steps, overrides=overrides,
+                        keep_checkpoints=keep_checkpoints, device=device, command=command)
     return report
 
 # %% ../nbs/20_experiments.ipynb #a63a328f
@@ -263,7 +281,7 @@ def seed_test(a: Sequence[float], # per-seed scores of the reference arm
               paired: bool = True, # the arms share seeds (same data order, same start): test the per-seed differences
               alpha: float = 0.05, # the interval is the 1 - alpha t interval of the difference
              ) -> dict:
-    "Seed-level test of b - a, one trained model per seed as the unit: paired t-test (`ttest_rel`) or Welch's (`ttest_ind`)."
+    "Seed-level test of b - a, one trained model per seed the unit: paired t-test (`ttest_rel`) or Welch (`ttest_ind`)."
     from scipy import stats
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if paired and a.shape != b.shape:
@@ -286,7 +304,7 @@ def min_detectable_effect(sd: float, # seed-level sd: of the per-seed difference
                           power: float = 0.8, # probability of detecting the effect
                           paired: bool = True, # paired differences (df n-1) or two independent arms (df 2n-2)
                          ) -> float:
-    "Smallest true difference a two-sided t-test over `n` seeds detects with probability `power`: (t(1-alpha/2) + t(power)) * se."
+    "Smallest true difference a two-sided t-test over `n` seeds detects with probability `power`: (t + t_power) * se."
     from scipy import stats
     if n < 2: return math.inf
     df, se = (n - 1, sd / math.sqrt(n)) if paired else (2 * n - 2, sd * math.sqrt(2 / n))
@@ -297,18 +315,20 @@ def seeds_needed(effect: float, # the difference to detect (e.g. the paper's), i
                  alpha: float = 0.05, power: float = 0.8, paired: bool = True,
                  max_seeds: int = 1000, # give up (None) beyond this many
                 ) -> Optional[int]:
-    "Fewest seeds per arm whose `min_detectable_effect` is at most |effect|; None when more than `max_seeds` would be needed."
+    "Fewest seeds per arm whose `min_detectable_effect` is at most |effect|; None beyond `max_seeds`."
     if sd == 0: return 2
-    return next((n for n in range(2, max_seeds + 1) if min_detectable_effect(sd, n, alpha, power, paired) <= abs(effect)), None)
+    enough = lambda n: min_detectable_effect(sd, n, alpha, power, paired) <= abs(effect)
+    return next((n for n in range(2, max_seeds + 1) if enough(n)), None)
 
 # %% ../nbs/20_experiments.ipynb #de87dc82
-def two_level_bootstrap(stats_a: Sequence, # per seed: an (items, k) array of each test item's sufficient statistics, reference arm
-                        stats_b: Sequence, # the same for the compared arm; seed s paired with seed s of `stats_a`, same items
+def two_level_bootstrap(stats_a: Sequence, # per seed: an (items, k) array of each test item's statistics, arm a
+                        stats_b: Sequence, # the same for arm b; seed s paired with seed s of `stats_a`, same items
                         score: Callable, # summed statistics (k,) -> the metric, e.g. corpus BLEU or accuracy
                         n_samples: int = 1000, seed: int = 12345) -> dict:
-    "Mean over seeds of score(b) - score(a), resampling seeds, then test items within each drawn seed (same draws for both arms)."
+    "Mean over seeds of score(b) - score(a), resampling seeds, then items within each drawn seed (same draws for both)."
     A, B = [np.asarray(x, dtype=float) for x in stats_a], [np.asarray(x, dtype=float) for x in stats_b]
-    if not A or len(A) != len(B): raise ValueError(f"two_level_bootstrap needs the same seeds in both arms; got {len(A)} and {len(B)}")
+    if not A or len(A) != len(B):
+        raise ValueError(f"two_level_bootstrap needs the same seeds in both arms; got {len(A)} and {len(B)}")
     if any(x.shape != y.shape for x, y in zip(A, B)):
         raise ValueError("two_level_bootstrap needs both arms scored on the same test items in every seed")
     per_seed = np.array([score(y.sum(0)) - score(x.sum(0)) for x, y in zip(A, B)])
@@ -319,8 +339,9 @@ def two_level_bootstrap(stats_a: Sequence, # per seed: an (items, k) array of ea
             idx = rng.integers(0, len(A[s]), len(A[s]))
             total += score(B[s][idx].sum(0)) - score(A[s][idx].sum(0))
         d[i] = total / len(A)
-    return dict(delta=delta, seed_deltas=per_seed.tolist(), ci=(float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5))),
-                p_value=_p_value(delta, d, n_samples), win_rate=float((d > 0).mean()), n_samples=n_samples, seeds=len(A))
+    ci = (float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5)))
+    return dict(delta=delta, seed_deltas=per_seed.tolist(), ci=ci, p_value=_p_value(delta, d, n_samples),
+                win_rate=float((d > 0).mean()), n_samples=n_samples, seeds=len(A))
 
 def accuracy_stats(correct: Sequence, # 0/1 correctness of each test item
                   ) -> np.ndarray:
@@ -361,27 +382,29 @@ def _baseline_runs(rows: list, experiment, baseline: str, seed) -> dict:
 # %% ../nbs/20_experiments.ipynb #1e0c667e
 def _item_test(hyps_a, hyps_b, refs, n_samples) -> dict:
     "One model per arm: Koehn's paired bootstrap over the test sentences, labelled as such."
-    return dict(**paired_bootstrap(hyps_a, hyps_b, refs, n_samples=n_samples), test='paired bootstrap over sentences (one model per arm)')
+    res = paired_bootstrap(hyps_a, hyps_b, refs, n_samples=n_samples)
+    return dict(**res, test='paired bootstrap over sentences (one model per arm)')
 
 def _seed_level(hyps_a: list, hyps_b: list, refs, n_samples) -> dict:
-    "Per-seed hypotheses of two arms (seed s with seed s): seed-level t-test on corpus BLEU, and the two-level bootstrap."
+    "Per-seed hypotheses of two arms (seed s with seed s): t-test over seeds on corpus BLEU, two-level bootstrap."
     m, _ = _bleu_stats(refs[:1], refs[:1])
     sa, sb = [_bleu_stats(h, refs)[1] for h in hyps_a], [_bleu_stats(h, refs)[1] for h in hyps_b]
     score = lambda st: m._compute_score_from_stats(list(st)).score
     ba, bb = [score(x.sum(0)) for x in sa], [score(x.sum(0)) for x in sb]
     st, tl = seed_test(ba, bb), two_level_bootstrap(sa, sb, score, n_samples=n_samples)
-    return dict(bleu_a=float(np.mean(ba)), bleu_b=float(np.mean(bb)), delta=st['effect'], p_value=st['p'], ci=st['ci'], test=st['test'],
-                win_rate=tl['win_rate'], p_two_level=tl['p_value'], ci_two_level=tl['ci'], seed_deltas=tl['seed_deltas'],
-                n_samples=n_samples, n_sents=len(refs))
+    return dict(bleu_a=float(np.mean(ba)), bleu_b=float(np.mean(bb)), delta=st['effect'], p_value=st['p'],
+                ci=st['ci'], test=st['test'], win_rate=tl['win_rate'], p_two_level=tl['p_value'],
+                ci_two_level=tl['ci'], seed_deltas=tl['seed_deltas'], n_samples=n_samples, n_sents=len(refs))
 
-def significance(experiment, baseline: str = 'sinusoidal', seed: Optional[int] = 0, root='results', n_samples: int = 1000) -> list:
-    """Every other encoding's test BLEU against `baseline`'s on the same test set: the runs of `seed` (paired bootstrap over
-    sentences, one model per arm), or (`seed=None`) the seeds each encoding shares with the baseline (seed-level t-test and
-    two-level bootstrap; a single shared seed falls back to the sentence bootstrap), its `seed` then being that list."""
+def significance(experiment, baseline: str = 'sinusoidal', seed: Optional[int] = 0, root='results',
+                 n_samples: int = 1000) -> list:
+    """Every other encoding's test BLEU against `baseline`'s on the same test set: the runs of `seed` (paired bootstrap
+    over sentences, one model per arm), or (`seed=None`) the seeds each encoding shares with the baseline (t-test over
+    seeds and the two-level bootstrap; a single shared seed falls back to the sentence bootstrap), `seed` that list."""
     rows = load_results(experiment, root)
     base = _baseline_runs(rows, experiment, baseline, seed)
-    refs = test_references(json.loads((Path(next(iter(base.values()))['dir']) / 'config.json').read_text()))
-    read = lambda r: (Path(r['dir']) / 'test.hyp').read_text().split('\n')[:len(refs)]
+    refs = test_references(read_json(Path(next(iter(base.values()))['dir']) / 'config.json'))
+    read = lambda r: (Path(r['dir']) / 'test.hyp').read_text(encoding='utf-8').split('\n')[:len(refs)]   # any locale
     by = {}                                                    # encoding -> its runs with a baseline of the same seed
     for r in rows:
         if r['encoding'] != baseline and r['seed'] in base: by.setdefault(r['encoding'], []).append(r)
@@ -394,19 +417,24 @@ def significance(experiment, baseline: str = 'sinusoidal', seed: Optional[int] =
     return out
 
 # %% ../nbs/20_experiments.ipynb #bd40d3d7
+def _test_detail(s: dict) -> str:
+    "The resampling detail of one comparison: the two-level bootstrap of a seed-level test, else the sentence count."
+    if 'p_two_level' not in s: return f" ({s['n_samples']} resamples of {s['n_sents']} sentences)"
+    per_seed = ' / '.join(f'{x:+.2f}' for x in s['seed_deltas'])
+    return f"; two-level bootstrap over seeds and sentences: p = {s['p_two_level']:.4f}, per seed {per_seed}"
+
 def format_significance(sig: list, alpha: float = 0.05) -> str:
-    "One sentence per comparison, naming the test (how the seeds enter) and, for seed-level tests, the two-level bootstrap."
+    "One sentence per comparison, naming the test (how seeds enter) and, for seed-level tests, the two-level bootstrap."
     out = []
     for s in sig:
-        verdict = 'significantly ' + ('better' if s['delta'] > 0 else 'worse') if (s['p_value'] or 1) < alpha else 'not significantly different'
+        significant = s['p_value'] is not None and s['p_value'] < alpha
+        verdict = 'not significantly different'
+        if significant: verdict = 'significantly ' + ('better' if s['delta'] > 0 else 'worse')
         sd = f"seeds {', '.join(map(str, s['seed']))}" if isinstance(s['seed'], list) else f"seed {s['seed']}"
         ci = '' if s['ci'] is None else f" (95% CI {s['ci'][0]:+.2f} .. {s['ci'][1]:+.2f})"
         p = 'n/a' if s['p_value'] is None else f"{s['p_value']:.4f}"
-        more = (f"; two-level bootstrap over seeds and sentences: p = {s['p_two_level']:.4f}, per seed "
-                f"{' / '.join(f'{x:+.2f}' for x in s['seed_deltas'])}") if 'p_two_level' in s else \
-               f" ({s['n_samples']} resamples of {s['n_sents']} sentences)"
-        out.append(f"{s['system']} vs {s['baseline']} ({sd}): {s['bleu_b']:.2f} vs {s['bleu_a']:.2f} BLEU, delta {s['delta']:+.2f}{ci}, "
-                   f"{s['test']}: p = {p}{more}: {verdict} at alpha = {alpha}")
+        out.append(f"{s['system']} vs {s['baseline']} ({sd}): {s['bleu_b']:.2f} vs {s['bleu_a']:.2f} BLEU, "
+                   f"delta {s['delta']:+.2f}{ci}, {s['test']}: p = {p}{_test_detail(s)}: {verdict} at alpha = {alpha}")
     return '\n'.join(out)
 
 # %% ../nbs/20_experiments.ipynb #87368976
@@ -426,6 +454,7 @@ def exp_list() -> int:
 def _check_run(exp: Experiment, full: bool, minutes, steps):
     if not exp.ci and not full: raise CLIError(f"{exp.name} is a full-scale experiment (never run in CI); add --full to run it: {exp.command}")
     if minutes is not None and steps is not None: raise CLIError("--minutes and --steps: give one budget, not both")
+    check_budget(steps, minutes)        # at least 1 update, a positive finite number of minutes: before any work
 
 # %% ../nbs/20_experiments.ipynb #0e9100f0
 @command(registry=EXP_COMMANDS)

@@ -16,10 +16,10 @@ from .baselines import sinusoidal_table, sinusoidal_codes
 from .model import ModelConfig, Seq2Seq, warm_start_weights
 
 # %% auto #0
-__all__ = ['SOLVERS', 'FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FLOATER_OFFICIAL', 'FloaterDynamics', 'FloaterDivergence',
-           'solve_trajectory', 'sinusoidal_dynamics', 'sinusoidal_floater_dynamics', 'FloaterPE', 'FloaterBlocksPE',
-           'FloaterInputPE', 'floater_from_sinusoidal', 'check_omega_block', 'check_rk4_step', 'check_rk4_order',
-           'check_rk4_unstable']
+__all__ = ['SOLVERS', 'MAX_POSITION', 'FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FLOATER_OFFICIAL', 'FloaterDynamics',
+           'FloaterDivergence', 'solve_trajectory', 'sinusoidal_dynamics', 'sinusoidal_floater_dynamics', 'FloaterPE',
+           'FloaterBlocksPE', 'FloaterInputPE', 'fused_qkv_bias', 'floater_from_sinusoidal', 'BlockBiasPE',
+           'check_omega_block', 'check_rk4_step', 'check_rk4_order', 'check_rk4_unstable']
 
 # %% ../nbs/11_floater.ipynb #e12b9e3b
 from .core import positions_max
@@ -130,6 +130,7 @@ class _RK4Solve(torch.autograd.Function):
 
 # %% ../nbs/11_floater.ipynb #8fd4a902
 SOLVERS = ('rk4', 'midpoint', 'dopri5')
+MAX_POSITION = 1 << 16     # the largest position FLOATER integrates its trajectory to
 
 class FloaterDivergence(ValueError):
     "The FLOATER trajectory became non-finite (NaN or inf)."
@@ -142,7 +143,7 @@ def _check_finite(out: Tensor, start: int, delta: float, where: str = ''):
     raise FloaterDivergence(
         f"FLOATER: the position trajectory is non-finite from position {i} (t={i * delta:g}){where}; the dynamics h "
         f"diverged or its parameters hold NaN/inf: lower the learning rate or clip gradients, use a smaller delta or "
-        f"more substeps, or try solver='dopri5'")
+        f"more substeps, or try solver='dopri5'; or, with finite dynamics, keep positions below {i}")
 
 def _fixed_step(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: float, substeps: int, method: str) -> Tensor:
     "Own fixed-step loop (rk4 or midpoint) from the state `y` at position `start`: the states at `start+1 .. start+n`."
@@ -182,6 +183,10 @@ def solve_trajectory(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: f
         raise ValueError(f"unknown ODE solver {solver!r}; choose one of {SOLVERS}")
     if n <= 0:
         return y.new_zeros(0, *y.shape)
+    if start + n > MAX_POSITION:       # the cost grows with the largest position: refuse at once, not after minutes
+        raise FloaterDivergence(f"FLOATER: position {start + n} is beyond the {MAX_POSITION} positions its trajectory "
+                                f"is solved for (every position up to the largest is integrated); "
+                                f"keep positions below {MAX_POSITION}")
     if solver != 'dopri5' and not adjoint:
         out = _fixed_step(h, y, start, n, delta, substeps, solver)
         _check_finite(out, start, delta)
@@ -246,14 +251,16 @@ FLOATER_INITS = ('default', 'xavier')       # 'default': Linear's init for h, N(
 FLOATER_REFRESH_MODES = ('shift', 'detach') # between refreshes: the cache moved by p(0)'s change; the official constant
 
 # %% ../nbs/11_floater.ipynb #a22d11ba
-def _check_floater_options(n_layers, delta, solver: str, inject: str, prior, substeps, refresh_every, chunk,
-                           rtol: float, atol: float, init: str, refresh_mode: str):
-    "Refuse a bad FLOATER option in one line naming the fix."
+def _check_floater_options(n_layers, delta, solver: str, adjoint: bool, inject: str, prior, substeps, refresh_every,
+                           chunk, rtol: float, atol: float, init: str, refresh_mode: str):
+    "Refuse a bad FLOATER option in one line naming the fix (and a missing solver package: the extra to install)."
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not math.isfinite(delta) or delta <= 0:
         raise ValueError(f"FLOATER delta (time between consecutive positions) must be a positive finite number, "
                          f"got {delta!r}; the default is 0.01")
     if solver not in SOLVERS:
         raise ValueError(f"unknown FLOATER ODE solver {solver!r}; choose one of {SOLVERS}")
+    if solver == 'dopri5' or adjoint:
+        require('torchdiffeq', f"FLOATER with solver={solver!r}, adjoint={adjoint}")
     if inject not in ('blocks', 'input'):
         raise ValueError(f"FLOATER inject must be 'blocks' or 'input', got {inject!r}")
     if prior not in (None, 'sinusoidal'):
@@ -305,9 +312,8 @@ class FloaterPE(PosEnc):
                  prior: Optional[str] = None, base: float = 10000., init_std: float = 0.02, chunk: int = 16,
                  init: str = 'default', cross_kv_flow: bool = False, refresh_mode: str = 'shift'):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
-        _check_floater_options(n_layers, delta, solver, inject, prior, substeps, refresh_every, chunk, rtol, atol,
-                               init, refresh_mode)
-        if solver == 'dopri5' or adjoint: require('torchdiffeq', f"FLOATER with solver={solver!r}, adjoint={adjoint}")
+        _check_floater_options(n_layers, delta, solver, adjoint, inject, prior, substeps, refresh_every, chunk, rtol,
+                               atol, init, refresh_mode)
         self.inject, self.delta, self.solver, self.substeps = inject, float(delta), solver, substeps
         self.adjoint, self.rtol, self.atol, self.refresh_every = bool(adjoint), rtol, atol, refresh_every
         self.prior, self.base, self.chunk = prior, base, chunk
@@ -444,6 +450,7 @@ def _extend(self: FloaterPE, n: int, key: tuple, graph: bool):
     m = self._round(n)
     self._set(torch.cat([cur, self._solve(cur[-1], cur.shape[0] - 1, m - cur.shape[0])]), key, graph, True)
 
+# %% ../nbs/11_floater.ipynb #9531db53
 @patch
 def trajectory(self: FloaterPE, n: int) -> Tensor:
     "States p(t_i) for positions i = 0..>=n-1, shape (T, N, d): cached, extended or recomputed as needed."
@@ -580,6 +587,7 @@ def embed(self: FloaterPE, x: Tensor, p: Positions) -> Tensor:
     traj = self.trajectory(self._need(p))
     return x + F.embedding(p.pos, traj[:, 0]).to(x.dtype)
 
+# %% ../nbs/11_floater.ipynb #aec7491e
 @patch
 def _slot(self: FloaterPE, site: Site) -> int:
     "Row of `p0` holding `site`'s q initial value (k and v follow it), from `_slot_of`."
@@ -795,25 +803,27 @@ def _slot_rows(self: FloaterPE, traj: Tensor, i: int) -> Tensor:
     return self._split[1][i // 3]
 
 # %% ../nbs/11_floater.ipynb #ff907e0e
-@patch
-def fused_qkv_bias(self: FloaterPE,
+def fused_qkv_bias(pe: PosEnc, # an encoding with per-block q/k/v input biases (hook 2): 'floater', 'block-bias'
                    pos: Tensor, # integer position ids (L,) or (B,L) of the projection's input tokens
                    weight: Tensor, # the fused projection's weight (3D, D): rows q, k, v (`nn.Linear(D, 3D).weight`)
                    layer: int = 0, # the block
-                   kind: Optional[str] = None # the block's attention kind, one of `kinds` (default: the first)
+                   kind: Optional[str] = None # the block's attention kind, one of `pe.sites` (default: the first)
                   ) -> Tensor: # (B or 1, L, 3D), in the weight's dtype
     "The block's q/k/v input biases moved to a fused projection's output: `proj(x) + b` equals three split projections."
-    if self.inject == 'input':
-        raise ValueError("'floater-input' adds its positions to the token embeddings (embed), not to q/k/v; "
-                         "use 'floater' for per-block biases")
-    D = self.d_model
+    name = getattr(pe, 'registry_name', type(pe).__name__)
+    if type(pe).qkv_bias is PosEnc.qkv_bias or not pe.sites:
+        raise ValueError(f"{name!r} adds no per-block q/k/v input bias (it acts through its other hooks); "
+                         f"use 'floater' or 'block-bias' here")
+    D = pe.d_model
     if weight.dim() != 2 or tuple(weight.shape) != (3 * D, D):
         raise ValueError(f"weight must be a fused qkv projection's ({3 * D}, {D}) weight, got {tuple(weight.shape)}; "
                          f"pass nn.Linear({D}, {3 * D}).weight")
     p = Positions(pos[None] if pos.dim() == 1 else pos)
-    biases = self.qkv_bias(p, p, Site(kind or self.kinds[0], layer, self.n_heads, D // self.n_heads))
+    biases = pe.qkv_bias(p, p, Site(kind or pe.sites[0], layer, pe.n_heads, D // pe.n_heads))
     if biases is None:                                       # exactly zero (an untouched warm start)
         return weight.new_zeros(1, p.pos.shape[1], 3 * D)
+    if any(b.dim() != 3 for b in biases):
+        raise ValueError(f"{name!r} gives per-head q/k/v inputs (B,H,L,D), which a fused projection cannot take")
     return torch.cat([F.linear(b.to(weight.dtype), w) for b, w in zip(biases, weight.chunk(3))], -1)
 
 # %% ../nbs/11_floater.ipynb #95e880af
@@ -852,6 +862,64 @@ FLOATER_OFFICIAL = dict(
     refresh_mode='detach',   # ... and in between use the cached trajectory as a constant (zero gradient to h and p(0))
     substeps=5,              # rk4 with step delta/5 (delta = 0.01 is the default already) ...
     adjoint=True)            # ... through torchdiffeq's adjoint
+
+# %% ../nbs/11_floater.ipynb #cd35b8ff
+@register_posenc('block-bias')
+class BlockBiasPE(PosEnc):
+    "FLOATER without an ODE: a learned q/k/v bias row per position in every block, zero at first, at FLOATER's sites."
+    bounded = True
+    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
+                 kinds: Optional[Sequence[str]] = None, # attention kinds with biases (default: FLOATER's)
+                 prior: Optional[str] = None, # 'sinusoidal': keep the sinusoidal input encoding (a migrated model)
+                 base: float = 10000.): # the prior's frequency base
+        if not max_len: raise ValueError("'block-bias' needs max_len (rows of each bias table); pass max_len=...")
+        if prior not in (None, 'sinusoidal'):
+            raise ValueError(f"block-bias prior must be None or 'sinusoidal', got {prior!r}")
+        super().__init__(d_model, n_heads, n_layers, max_len, causal)
+        self.kinds = tuple(kinds) if kinds is not None else (('dec', 'cross') if causal else ('enc',))
+        bad = [k for k in self.kinds if k not in ('enc', 'dec', 'cross')]
+        if bad or not self.kinds:
+            raise ValueError(f"block-bias kinds must be a non-empty subset of ('enc','dec','cross'), got {kinds!r}")
+        self.sites = self.kinds
+        self.prior = prior
+        self.base = base
+        self._prior_table = None
+        n_slots = 3 * n_layers * len(self.kinds)
+        self.table = nn.Parameter(torch.zeros(max_len, n_slots, d_model))   # (position, slot, d)
+        self._slot_of = {(k, l): 3 * (j * n_layers + l) for j, k in enumerate(self.kinds) for l in range(n_layers)}
+
+    def embed(self, x: Tensor, p: Positions) -> Tensor:
+        if self.prior is None: return x
+        codes, table = sinusoidal_codes(p.pos, self._prior_table, self.d_model, self.base, self.max_len)
+        if table is not self._prior_table: self._prior_table = table
+        return x + codes.to(x.dtype)
+
+    def qkv_bias(self, q_p: Positions, kv_p: Positions, site: Site):
+        i = self._slot_of.get((site.kind, site.layer))
+        if i is None:
+            raise ValueError(f"block-bias holds tables for {self.kinds} layers 0..{self.n_layers - 1}; "
+                             f"site {site.kind!r} layer {site.layer} asked; build it with those kinds and n_layers")
+        self.check_positions(q_p)
+        self.check_positions(kv_p)
+        rows = self.table[:, i:i + 3]
+        bq = F.embedding(q_p.pos, rows[:, 0])
+        bk, bv = F.embedding(kv_p.pos, rows[:, 1:].flatten(1)).chunk(2, -1)
+        return bq, bk, bv
+
+    def extra_repr(self): return super().extra_repr() + f", kinds={self.kinds}, prior={self.prior}"
+
+@patch
+def start_from(self: BlockBiasPE, name: str, options: dict) -> BlockBiasPE:
+    "Migrate from trained sinusoidal positions as FLOATER does: the sinusoid kept as the input, every block bias zero."
+    if name != 'sinusoidal':
+        raise ValueError(f"block-bias can start only from a model trained with 'sinusoidal' positions, not {name!r}; "
+                         "train a sinusoidal model first")
+    if self.prior != 'sinusoidal' or self.base != options.get('base', 10000.):
+        raise ValueError("a block-bias warm start keeps the trained sinusoidal input: build it with prior='sinusoidal' "
+                         f"and base={options.get('base', 10000.)}, got prior={self.prior!r}, base={self.base}")
+    with torch.no_grad(): self.table.zero_()
+    return self
+
 
 # %% ../nbs/11_floater.ipynb #7b6ad501
 from .exercises import Verdict, check_close

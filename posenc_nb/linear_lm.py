@@ -21,24 +21,36 @@ from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table,
 from .cli import command, command_line, use_threads, main as cli_main
 
 # %% auto #0
-__all__ = ['VARIANTS', 'LM_CONFIGS', 'LM_COMMANDS', 'causal_attention', 'LMBlock', 'ByteLM', 'byte_stream', 'LMConfig', 'LMTask',
-           'train_lm', 'bench_attention', 'attention_memory', 'lm_train', 'lm_bench', 'main', 'load_lm', 'lm_curve',
-           'lm_table']
+__all__ = ['ABSOLUTE', 'VARIANTS', 'LM_CONFIGS', 'LM_COMMANDS', 'split_variant', 'causal_attention', 'LMBlock', 'ByteLM',
+           'byte_stream', 'LMConfig', 'LMTask', 'train_lm', 'bench_attention', 'attention_memory', 'lm_train',
+           'lm_bench', 'main', 'load_lm', 'lm_curve', 'lm_table']
+
+# %% ../nbs/28_linear_lm.ipynb #03541c47i
+from .baselines import sinusoidal_table
+
 
 # %% ../nbs/28_linear_lm.ipynb #03541c47
-VARIANTS = ('linear', 'linear-rope', 'softmax-rope')
+ABSOLUTE = ('sinusoidal', 'learned')   # the absolute encodings of the 'linear+ENC' control arms (added to the embeddings)
+VARIANTS = ('linear', 'linear-rope', 'softmax-rope') + tuple(f'linear+{e}' for e in ABSOLUTE)
+
+def split_variant(variant: str, # one of VARIANTS
+                 ) -> tuple:
+    "(attention variant, absolute encoding or None): 'linear+learned' -> ('linear', 'learned'), 'linear-rope' -> ('linear-rope', None)."
+    if variant not in VARIANTS: raise ValueError(f"unknown variant {variant!r}; choose one of {VARIANTS}")
+    attention, _, absolute = variant.partition('+')
+    return attention, absolute or None
 
 def causal_attention(q, k, v, # (B,H,L,d) queries, keys, values
-                     variant: str, # one of VARIANTS
+                     variant: str, # one of VARIANTS (a 'linear+ENC' arm attends as 'linear')
                      cache=None, # rotary tables (default: the shared cache for head dim d)
                      chunk: int = 64, # block size of the chunked causal linear attention
                     ):
-    "Causal self-attention (B,H,L,d) of one of the three arms."
-    if variant not in VARIANTS: raise ValueError(f"unknown variant {variant!r}; choose one of {VARIANTS}")
+    "Causal self-attention (B,H,L,d) of one of the arms."
+    attention, _ = split_variant(variant)
     cache = cache or get_rotary_cache(q.shape[-1])
-    if variant == 'softmax-rope':
+    if attention == 'softmax-rope':
         return F.scaled_dot_product_attention(apply_rotary(q, None, cache), apply_rotary(k, None, cache, key=True), v, is_causal=True)
-    pos = torch.arange(q.shape[2], device=q.device) * (variant == 'linear-rope')    # all zeros: rotation by 0, i.e. no RoPE
+    pos = torch.arange(q.shape[2], device=q.device) * (attention == 'linear-rope')    # all zeros: rotation by 0, i.e. no RoPE
     return rope_linear_attention(q, k, v, pos, pos, cache, causal=True, chunk=chunk)
 
 # %% ../nbs/28_linear_lm.ipynb #e438cf6a
@@ -56,16 +68,30 @@ class LMBlock(nn.Module):
 
 # %% ../nbs/28_linear_lm.ipynb #db8327cb
 class ByteLM(nn.Module):
-    "A byte-level causal language model: embeddings, `LMBlock`s of one attention variant, output tied to the embeddings."
-    def __init__(self, variant: str, d_model: int = 32, n_heads: int = 2, n_layers: int = 2, d_ff: int = 128, chunk: int = 64):
+    """A byte-level causal language model: embeddings, `LMBlock`s of one attention variant, output tied to the embeddings.
+    A 'linear+ENC' arm adds absolute codes to the scaled embeddings, at the tokens' scale: sinusoidal (entries in [-1, 1]),
+    or a learned row per position initialised like the token rows and scaled by the same sqrt(d) (BERT's equal scales)."""
+    def __init__(self, variant: str, d_model: int = 32, n_heads: int = 2, n_layers: int = 2, d_ff: int = 128, chunk: int = 64,
+                 max_len: int = 1024): # rows of a learned position table (the longest window it reads)
         super().__init__()
-        if variant not in VARIANTS: raise ValueError(f"unknown variant {variant!r}; choose one of {VARIANTS}")
+        _, self.absolute = split_variant(variant)
         self.emb, self.scale = nn.Embedding(BYTE_VOCAB, d_model), math.sqrt(d_model); nn.init.normal_(self.emb.weight, 0., d_model ** -0.5)
         self.blocks = nn.ModuleList(LMBlock(d_model, n_heads, d_ff, variant, chunk) for _ in range(n_layers))
         self.norm = nn.LayerNorm(d_model)
+        self.max_len = max_len
+        if self.absolute == 'learned':
+            self.pos = nn.Embedding(max_len, d_model)
+            nn.init.normal_(self.pos.weight, 0., d_model ** -0.5)
+    def positions(self, L: int, device) -> torch.Tensor:
+        "(L, d_model) absolute codes of positions 0..L-1 added to the scaled embeddings (zeros for arms without them)."
+        if self.absolute is None: return torch.zeros(L, self.norm.normalized_shape[0], device=device)
+        if L > self.max_len: raise ValueError(f"window of {L} bytes exceeds the model's max_len {self.max_len}; build ByteLM with max_len >= {L}")
+        if self.absolute == 'learned': return self.pos.weight[:L] * self.scale
+        return sinusoidal_table(torch.arange(L, device=device), self.norm.normalized_shape[0])
     def forward(self, x):
         "(B,L,V) next-byte logits for ids (B,L)."
         h = self.emb(x) * self.scale
+        if self.absolute is not None: h = h + self.positions(x.shape[1], x.device)
         for b in self.blocks: h = b(h)
         return F.linear(self.norm(h), self.emb.weight)
 

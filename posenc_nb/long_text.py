@@ -14,12 +14,14 @@ from .model import ModelConfig, Classifier
 from .mlm import BYTE_VOCAB, FT_SIZES, clean_text, subset_indices, _rows
 from .experiments import seed_test, two_level_bootstrap, accuracy_stats, accuracy_score
 from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
+from .store import check_output
 from .cli import command, command_line, use_threads, main as cli_main
 
 # %% auto #0
-__all__ = ['LONG_ENCODINGS', 'LONG_TEXT_COMMANDS', 'byte_lengths', 'length_shares', 'load_records', 'test_subset',
+__all__ = ['LONG_ENCODINGS', 'LONG_TEXT_COMMANDS', 'BPE_PLANS', 'byte_lengths', 'length_shares', 'load_records', 'test_subset',
            'accuracy_summary', 'format_accuracy', 'paired_bootstrap_acc', 'significance', 'format_significance',
-           'compare_arms', 'length_gain', 'peak_rss_mb', 'bench_encodings', 'longtext_bench', 'main']
+           'compare_arms', 'length_gain', 'peak_rss_mb', 'bench_encodings', 'longtext_bench', 'ngram_reference',
+           'longtext_ngram', 'bpe_splits', 'longtext_bpe', 'main']
 
 # %% ../nbs/27_long_text.ipynb #2cd38db7
 def byte_lengths(name: str, # a registered labelled data set
@@ -79,13 +81,16 @@ def format_accuracy(rows: list, markdown: bool = False) -> str:
 
 # %% ../nbs/27_long_text.ipynb #66b2321d
 def paired_bootstrap_acc(correct_a: np.ndarray, # (seeds, items) 0/1 correctness of arm a (the baseline), seeds in order
-                         correct_b: np.ndarray, # (seeds, items) of arm b, on the same items, seed s paired with seed s of a
+                         correct_b: np.ndarray, # (seeds, items) of arm b, same items, seed s paired with seed s of a
                          n_samples: int = 2000, seed: int = 12345) -> dict:
-    "Accuracy difference b - a (mean over seeds), with the two-level bootstrap's 95% interval and p over seeds and items."
+    "Accuracy difference b - a (mean over seeds), with the two-level bootstrap's 95% interval and p (seeds, items)."
     a, b = np.atleast_2d(correct_a), np.atleast_2d(correct_b)
-    if a.shape[1] != b.shape[1]: raise ValueError(f"the arms are scored on {a.shape[1]} and {b.shape[1]} items; compare runs on the same test items")
-    if a.shape[0] != b.shape[0]: raise ValueError(f"the arms have {a.shape[0]} and {b.shape[0]} seeds; pair runs of the same seeds")
-    tl = two_level_bootstrap([accuracy_stats(x) for x in a], [accuracy_stats(x) for x in b], accuracy_score, n_samples, seed)
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"the arms are scored on {a.shape[1]} and {b.shape[1]} items; compare runs on the same items")
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(f"the arms have {a.shape[0]} and {b.shape[0]} seeds; pair runs of the same seeds")
+    stats_a, stats_b = [accuracy_stats(x) for x in a], [accuracy_stats(x) for x in b]
+    tl = two_level_bootstrap(stats_a, stats_b, accuracy_score, n_samples, seed)
     return {'diff': tl['delta'], 'lo': tl['ci'][0], 'hi': tl['ci'][1], 'p_boot': tl['p_value']}
 
 # %% ../nbs/27_long_text.ipynb #248f2e22
@@ -96,38 +101,48 @@ def _seed_level(ra: list, rb: list, labels, n_samples: int) -> dict:
     "Arm b against arm a: the seed-level t-test (paired over shared seeds, else Welch) and the two-level bootstrap."
     sa, sb = ({r['seed']: r['test_accuracy'] for r in rs} for rs in (ra, rb))
     shared = sorted(set(sa) & set(sb))
-    paired = len(shared) == len(sa) == len(sb)
-    t = seed_test([sa[s] for s in shared], [sb[s] for s in shared]) if paired else seed_test(list(sa.values()), list(sb.values()), paired=False)
-    boot = paired_bootstrap_acc(_correct(ra, labels), _correct(rb, labels), n_samples) if paired else {'diff': t['effect'], 'lo': None, 'hi': None, 'p_boot': None}
-    return {**boot, 'p': t['p'], 'test': t['test'], 'seed_diff': t['effect'], 'seed_sd': t['sd'], 'seeds': (len(ra), len(rb))}
+    if len(shared) == len(sa) == len(sb):
+        t = seed_test([sa[s] for s in shared], [sb[s] for s in shared])
+        boot = paired_bootstrap_acc(_correct(ra, labels), _correct(rb, labels), n_samples)
+    else:
+        t = seed_test(list(sa.values()), list(sb.values()), paired=False)
+        boot = {'diff': t['effect'], 'lo': None, 'hi': None, 'p_boot': None}
+    return {**boot, 'p': t['p'], 'test': t['test'], 'seed_diff': t['effect'], 'seed_sd': t['sd'],
+            'seeds': (len(ra), len(rb))}
 
 def significance(records: list, labels, # the test subset's labels
                  baseline: str = 'sinusoidal', n_samples: int = 2000) -> list:
-    "Every encoding against `baseline` within each (max length, pre-trained) group: seed-level t-test, two-level bootstrap."
+    "Every encoding against `baseline` per (max length, pre-trained) group: seed-level t-test, two-level bootstrap."
     groups, out = {}, []
     for r in records: groups.setdefault((r['config']['max_len'], r['pretrained']), {}).setdefault(r['encoding'], []).append(r)
     for (L, pre), g in sorted(groups.items()):
         if baseline not in g: continue
         for enc, rs in sorted(g.items()):
-            if enc != baseline: out.append({'max_len': L, 'pretrained': pre, 'encoding': enc, **_seed_level(g[baseline], rs, labels, n_samples)})
+            if enc == baseline: continue
+            test = _seed_level(g[baseline], rs, labels, n_samples)
+            out.append({'max_len': L, 'pretrained': pre, 'encoding': enc, **test})
     return out
 
 # %% ../nbs/27_long_text.ipynb #da67d1be
 def format_significance(sig: list, alpha: float = 0.05) -> str:
-    "The significance rows as a table (differences in accuracy points; p: the seed-level t-test, p boot: the two-level bootstrap)."
+    "The significance rows as a table (accuracy points; p: the seed-level t-test, p boot: the two-level bootstrap)."
     f = lambda v: '-' if v is None else f'{100 * v:+.1f}'
     g = lambda v: '-' if v is None else f'{v:.3f}'
-    return format_table(['max_len', 'init', 'encoding', 'diff ± sd over seeds', '95% interval (two-level)', 'p boot', 'p (seeds)', f'p < {alpha}'],
-                        [[s['max_len'], 'pre-trained' if s['pretrained'] else 'scratch', s['encoding'],
-                          f(s['seed_diff']) + ('' if s['seed_sd'] is None else f" ± {100 * s['seed_sd']:.1f}"), f"[{f(s['lo'])}, {f(s['hi'])}]",
-                          g(s['p_boot']), g(s['p']), 'yes' if s['p'] is not None and s['p'] < alpha else 'no'] for s in sig])
+    sd = lambda s: '' if s['seed_sd'] is None else f" ± {100 * s['seed_sd']:.1f}"
+    head = ['max_len', 'init', 'encoding', 'diff ± sd over seeds', '95% interval (two-level)', 'p boot', 'p (seeds)',
+            f'p < {alpha}']
+    rows = [[s['max_len'], 'pre-trained' if s['pretrained'] else 'scratch', s['encoding'], f(s['seed_diff']) + sd(s),
+             f"[{f(s['lo'])}, {f(s['hi'])}]", g(s['p_boot']), g(s['p']),
+             'yes' if s['p'] is not None and s['p'] < alpha else 'no']
+            for s in sig]
+    return format_table(head, rows)
 
 # %% ../nbs/27_long_text.ipynb #6848ea70
 def compare_arms(records: list, labels, # fine-tuning records; the test items' labels
                  a: tuple, # the reference arm: (max_len, pretrained, encoding)
                  b: tuple, # the arm compared with it
                  n_samples: int = 2000) -> dict:
-    "Accuracy of arm b minus arm a: seed-level t-test (`p`) and the two-level bootstrap over seeds and items (`lo`, `hi`, `p_boot`)."
+    "Accuracy of arm b minus arm a: seed-level t-test (`p`), two-level bootstrap over seeds and items (`p_boot`)."
     arm = lambda k: sorted([r for r in records if (r['config']['max_len'], r['pretrained'], r['encoding']) == tuple(k)], key=lambda r: r['seed'])
     ra, rb = arm(a), arm(b)
     if not ra or not rb: raise ValueError(f"no records for arm {a if not ra else b}; arms are (max_len, pretrained, encoding)")
@@ -193,9 +208,146 @@ def longtext_bench(*, out: str = 'results/roformer-longtext/cost.json', # the re
 
     Examples:
       python -m posenc_nb.long_text bench"""
-    use_threads(1); out = Path(out)
+    use_threads(1)
+    out = check_output(out, flag='--out')     # a folder or an unwritable place: refused before the benchmark
     if not out.exists(): atomic_write(out, json.dumps({'experiment': 'long-text-cost', **bench_encodings(), **provenance(None, 'fp32', 'cpu', command=command_line())}, indent=1) + '\n')
     print(f'{out}: done', flush=True)
+    return 0
+
+# %% ../nbs/27_long_text.ipynb #3c203304
+def ngram_reference(train: Sequence[tuple], # (text, label) pairs the model is fitted on
+                    test: Sequence[tuple], # (text, label) pairs it is scored on
+                    C: float = 4.0, # inverse L2 strength of the logistic regression
+                    ngrams: tuple = (1, 2), # the word n-gram orders used (smallest, largest)
+                    min_df: int = 2, # keep n-grams found in at least this many training texts
+                   ) -> dict:
+    "Fit a tf-idf bag-of-n-grams logistic regression on `train`; its test accuracy, 0/1 predictions and logits."
+    try:
+        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.linear_model import LogisticRegression
+    except ImportError as e:
+        raise ImportError("ngram_reference needs scikit-learn: pip install 'posenc_nb[experiments]'") from e
+    vec = TfidfVectorizer(ngram_range=tuple(ngrams), min_df=min_df, sublinear_tf=True, preprocessor=lambda t: clean_text(t).lower())
+    x_train = vec.fit_transform([t for t, _ in train])
+    clf = LogisticRegression(C=C, max_iter=2000)
+    clf.fit(x_train, np.array([y for _, y in train]))
+    logits = clf.decision_function(vec.transform([t for t, _ in test]))
+    pred = (logits > 0).astype(int)
+    labels = np.array([y for _, y in test])
+    return {'accuracy': float((pred == labels).mean()), 'pred': ''.join(map(str, pred)),
+            'logits': [round(float(v), 4) for v in logits], 'n_features': len(vec.vocabulary_)}
+
+# %% ../nbs/27_long_text.ipynb #153d0b19
+@command(registry=LONG_TEXT_COMMANDS)
+def longtext_ngram(*, n_test: int = 5000, # test reviews scored: the fixed seeded subset (`test_subset`) of this size
+                   subset_seed: int = 0, # the subset's seed
+                   Cs: str = '0.5,2,8,32', # the regularisation values tried; the best on the validation split is kept
+                   out: str = 'results/roformer-longtext/imdb_ngram-logreg.json', # the record (skipped when it exists)
+                  ) -> int:
+    """The bag-of-n-grams reference on IMDb: fitted on the train split, C chosen on the validation split, scored on
+    the fixed test subset (labels in `test_subset_n{n_test}.json` next to the record) and on the whole test split.
+
+    Examples:
+      python -m posenc_nb.long_text ngram
+      python -m posenc_nb.long_text ngram --n-test 2000 --out /tmp/ngram.json"""
+    out = Path(out)
+    if out.exists():
+        print(f'{out}: done', flush=True)
+        return 0
+    t0, prov = time.time(), provenance(None, 'fp64', 'cpu', command=command_line())   # at the start: commit, load, time
+    train, valid, test = _rows('imdb', 'train'), _rows('imdb', 'validation'), _rows('imdb', 'test')
+    grid = [float(c) for c in Cs.split(',')]
+    valid_acc = {c: ngram_reference(train, valid, C=c)['accuracy'] for c in grid}
+    best = max(grid, key=lambda c: (valid_acc[c], -c))
+    sub = test_subset(n_test, subset_seed, out.parent / f'test_subset_n{n_test}.json')
+    full = ngram_reference(train, test, C=best)
+    rec = {'experiment': 'ngram-reference', 'task': 'imdb', 'encoding': 'ngram-logreg', 'model': 'tf-idf word 1-2-grams + logistic regression',
+           'test_accuracy': float(np.mean([full['pred'][i] == str(y) for i, y in zip(sub['indices'], sub['labels'])])),
+           'test_pred': ''.join(full['pred'][i] for i in sub['indices']),
+           'test_logits': [full['logits'][i] for i in sub['indices']],
+           'full_test_accuracy': full['accuracy'], 'valid_accuracy': valid_acc, 'n_features': full['n_features'],
+           'n_train': len(train), 'n_valid': len(valid), 'n_test': n_test, 'n_test_full': len(test),
+           'config': {'C': best, 'Cs': grid, 'ngrams': [1, 2], 'min_df': 2, 'tfidf': 'sublinear', 'n_test': n_test, 'subset_seed': subset_seed},
+           'wall_time_s': round(time.time() - t0, 1), **prov}
+    atomic_write(out, json.dumps(rec, indent=1) + '\n')
+    print(f"{out}: test accuracy {rec['test_accuracy']:.4f} on {n_test} reviews (C={best})", flush=True)
+    return 0
+
+# %% ../nbs/27_long_text.ipynb #50596ce6i
+import functools
+from .data import UNK
+
+
+# %% ../nbs/27_long_text.ipynb #50596ce6
+BPE_PLANS = {   # classifier size and budget of the BPE long-text runs (`train_classifier` options)
+    'cpu': dict(d_model=64, n_heads=4, n_layers=2, d_ff=256, dropout=0.1, max_tokens=4096, lr=1e-3, warmup=100,
+                steps=1500, eval_every=250),
+    'gpu': dict(d_model=256, n_heads=4, n_layers=4, d_ff=1024, dropout=0.1, max_tokens=16384, lr=5e-4, warmup=400,
+                steps=4000, eval_every=500, amp='bf16'),
+}
+
+@functools.lru_cache(maxsize=4)
+def _bpe_ids(vocab_size: int) -> tuple:
+    "(tokenizer, {split: token ids of every cleaned review}); the BPE is trained on the cleaned training reviews."
+    from posenc_nb.data import get_tokenizer
+    texts = {s: [clean_text(t) for t, _ in _rows('imdb', s)] for s in ('train', 'validation', 'test')}
+    tok = get_tokenizer('imdb-clean', texts=texts['train'], vocab_size=vocab_size)
+    return tok, {s: tok.encode_batch(v) for s, v in texts.items()}
+
+def bpe_splits(max_len: int, # tokens kept per review (the first max_len)
+               n_test: int = 5000, # the fixed test subset's size (`test_subset`)
+               subset_seed: int = 0, # its seed
+               vocab_size: int = 8000, # BPE ids, specials included
+              ) -> tuple:
+    "({'train', 'validation', 'test'}: lists of (token ids, label), test = the fixed subset) and the vocabulary size."
+    tok, ids = _bpe_ids(vocab_size)
+    lab = {s: [y for _, y in _rows('imdb', s)] for s in ids}
+    data = {s: [((x or [UNK])[:max_len], y) for x, y in zip(ids[s], lab[s])] for s in ('train', 'validation')}
+    data['test'] = [((ids['test'][i] or [UNK])[:max_len], lab['test'][i]) for i in test_subset(n_test, subset_seed)['indices']]
+    return data, tok.vocab_size
+
+# %% ../nbs/27_long_text.ipynb #5bbaa696
+@command(registry=LONG_TEXT_COMMANDS)
+def longtext_bpe(*, encoding: str = 'rope', # a registered encoding
+                 seed: int = 0, # random seed
+                 max_len: int = 256, # BPE tokens per review
+                 plan: str = 'cpu', # model size and budget (`BPE_PLANS`)
+                 steps: int = None, # updates (default: the plan's)
+                 n_test: int = 5000, # the fixed test subset's size
+                 threads: int = 1, # CPU threads for torch
+                 device: str = 'cpu', # cpu or cuda
+                 out: str = None, # the record (default: results/roformer-longtext-bpe/imdbMAXLEN_bpe-PLAN_ENCODING_seedSEED.json)
+                ) -> int:
+    """Train one BPE long-text classifier from scratch; its record stores the test predictions and logits (skipped when it exists).
+
+    Examples:
+      python -m posenc_nb.long_text bpe --encoding rope --max-len 256 --seed 0
+      python -m posenc_nb.long_text bpe --encoding learned --max-len 128 --plan gpu --device cuda"""
+    if plan not in BPE_PLANS: raise ValueError(f"unknown plan {plan!r}; choose one of {list(BPE_PLANS)}")
+    if encoding not in list_posencs(): raise ValueError(f"unknown encoding {encoding!r}; choose one of {list_posencs()}")
+    use_threads(threads)
+    out = Path(out or f'results/roformer-longtext-bpe/imdb{max_len}_bpe-{plan}_{encoding}_seed{seed}.json')
+    if out.exists():
+        print(f'{out}: done', flush=True)
+        return 0
+    from posenc_nb.classify import train_classifier, _batches, _tensors
+    opts = {k: v for k, v in BPE_PLANS[plan].items() if k != 'steps'}
+    n_steps = steps or BPE_PLANS[plan]['steps']
+    data, vocab = bpe_splits(max_len, n_test)
+    res = train_classifier('imdb', encoding, seed, steps=n_steps, data=data, vocab=vocab, device=device, command=command_line(),
+                           max_len=max_len, **opts)
+    model = res.pop('model').eval()
+    logits = torch.zeros(len(data['test']))
+    with torch.no_grad():
+        for idx in _batches(data['test'], 8192, False, 0):
+            x, p, _ = _tensors(data['test'], idx, model.cfg.pad_id, device)
+            z = model(x, p).float()
+            logits[idx] = (z[:, 1] - z[:, 0]).cpu()
+    rec = {'experiment': 'finetune-bpe', **res, 'seed': seed, 'pretrained': False, 'tokens': 'bpe', 'vocab_size': vocab,
+           'test_pred': ''.join(str(int(v > 0)) for v in logits), 'test_logits': [round(float(v), 4) for v in logits],
+           'n_test_subset_seed': 0, 'plan': plan}
+    atomic_write(out, json.dumps(rec, indent=1) + '\n')
+    print(f"{out}: test accuracy {rec['test_accuracy']:.4f} in {rec['train_time_s']:.0f}s of training", flush=True)
     return 0
 
 # %% ../nbs/27_long_text.ipynb #09db163b

@@ -20,14 +20,15 @@ from .engine import read_metrics, lr_multiplier, inverse_sqrt
 from .engine import jsonl_logger, autocast_for, precision_name, pick_device, seed_all, fused_adam
 from .classify import ClassifyConfig, ClassifyTask, classification_metrics, predict, GLUE_METRIC
 from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
+from .store import check_budget, check_fields, check_output, lock_folder
 from .cli import command, command_line, use_threads, main as cli_main
 
 # %% auto #0
-__all__ = ['BYTE_OFFSET', 'MASK_ID', 'BYTE_VOCAB', 'MLM_CONFIGS', 'FT_SIZES', 'RESULTS', 'MLM_COMMANDS', 'clean_text', 'byte_ids',
-           'subset_indices', 'byte_split', 'mask_tokens', 'encoder_states', 'MLM', 'MLMConfig', 'MLMTask',
-           'pretrain_mlm', 'load_encoder', 'FinetuneConfig', 'finetune', 'runs_dir', 'pretrain_dir', 'mlm_pretrain',
-           'mlm_finetune', 'main', 'load_mlm', 'seed_curve', 'mlm_curve', 'mlm_table', 'load_finetune',
-           'finetune_table']
+__all__ = ['BYTE_OFFSET', 'MASK_ID', 'BYTE_VOCAB', 'MLM_ARMS', 'MLM_CONFIGS', 'FT_SIZES', 'RESULTS', 'MLM_COMMANDS', 'clean_text',
+           'byte_ids', 'subset_indices', 'byte_split', 'mask_tokens', 'encoder_states', 'MLM', 'arm_encoding',
+           'init_positions', 'MLMConfig', 'MLMTask', 'pretrain_mlm', 'load_encoder', 'FinetuneConfig', 'finetune',
+           'runs_dir', 'pretrain_dir', 'mlm_pretrain', 'mlm_finetune', 'main', 'load_mlm', 'seed_curve', 'mlm_curve',
+           'mlm_table', 'load_finetune', 'finetune_table']
 
 # %% ../nbs/26_mlm.ipynb #c5330522
 BYTE_OFFSET = 4                    # ids 0-3 are the specials <pad> <s> </s> <unk> of `posenc_nb.data`; byte b is id b + 4
@@ -108,6 +109,24 @@ class MLM(nn.Module):
         "(B,L,V) logits over the vocabulary at every position."
         return F.linear(encoder_states(self.enc, x, p), self.enc.emb.weight, self.bias)
 
+# %% ../nbs/26_mlm.ipynb #106cf727
+MLM_ARMS = {'learned-bert': 'learned'}   # pre-training arms that are not registered encodings -> the encoding they build
+
+def arm_encoding(arm: str, # a registered encoding or a key of MLM_ARMS
+                ) -> str:
+    "The registered encoding a pre-training arm builds."
+    if arm in MLM_ARMS: return MLM_ARMS[arm]
+    if arm not in list_posencs(): raise ValueError(f"unknown encoding {arm!r}; choose one of {list_posencs() + list(MLM_ARMS)}")
+    return arm
+
+def init_positions(model: MLM, # a freshly built MLM
+                   arm: str, # its arm: a '-bert' arm gets position rows at the scaled tokens' size
+                  ) -> MLM:
+    "The model with the position rows of a '-bert' arm redrawn N(0, 1) (in place; other arms untouched, no random numbers drawn)."
+    if arm.endswith('-bert'):
+        with torch.no_grad(): model.enc.enc_pe.emb.weight.normal_(0., 1.)
+    return model
+
 # %% ../nbs/26_mlm.ipynb #82c9df0a
 @dataclass
 class MLMConfig:
@@ -121,9 +140,10 @@ class MLMConfig:
     n_train: Optional[int] = None; n_valid: int = 64   # reviews used (None: all 22,453); validation reviews (fixed masks)
     log_every: int = 5; eval_every: int = 25; ckpt_every: int = 25
     amp: Optional[str] = 'bf16'     # autocast on CUDA; on a CPU without native bf16 the run is fp32 (recorded)
+    def __post_init__(self): check_fields(self)    # steps, lr, warmup, dropout, mask_p: finite, in range
     def model_config(self) -> ModelConfig:
         return ModelConfig(src_vocab=BYTE_VOCAB, tgt_vocab=BYTE_VOCAB, d_model=self.d_model, n_heads=self.n_heads, n_enc=self.n_layers, n_dec=0,
-                           d_ff=self.d_ff, dropout=self.dropout, enc_pe=self.encoding, max_len=self.pe_len, activation='gelu')
+                           d_ff=self.d_ff, dropout=self.dropout, enc_pe=arm_encoding(self.encoding), max_len=self.pe_len, activation='gelu')
 
 # %% ../nbs/26_mlm.ipynb #e18cea82
 MLM_CONFIGS = {
@@ -192,7 +212,7 @@ def _mlm_learner(cfg: MLMConfig, run_dir: Path, device, stop_after: Optional[int
     "Model, optimizer, schedule, task and callbacks of a pre-training run, restored from the run folder's newest checkpoint."
     train = [x for x, _ in byte_split('imdb', 'train', cfg.max_len, cfg.n_train)]
     task = MLMTask(train, [x for x, _ in byte_split('imdb', 'validation', cfg.max_len, cfg.n_valid)], cfg, device, lambda: autocast_for(device, cfg.amp))
-    model = MLM(cfg.model_config()).to(device)
+    model = init_positions(MLM(cfg.model_config()), cfg.encoding).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01, fused=fused_adam(device))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier('linear', s + 1, cfg.warmup, (s + 1) / cfg.steps))
     ckpter = Checkpointer(run_dir, cfg.ckpt_every, keep=1, extra=lambda: {'mlm_config': asdict(cfg)}, device=device)
@@ -210,11 +230,14 @@ def pretrain_mlm(cfg: MLMConfig, # the run
                  stop_after: Optional[int] = None, # end this process after this many updates (an interruption; the schedule follows cfg.steps)
                 ) -> dict:
     "Pre-train (or resume) `cfg` with masked language modelling; the record: curves, final validation loss, provenance."
-    if cfg.encoding not in list_posencs(): raise ValueError(f"unknown encoding {cfg.encoding!r}; choose one of {list_posencs()}")
-    device, run_dir, t0 = pick_device(device, 1), Path(run_dir), time.time(); run_dir.mkdir(parents=True, exist_ok=True)
-    seed_all(cfg.seed); L = _mlm_learner(cfg, run_dir, device, stop_after); fit(L)
-    rec = _mlm_record(cfg, L, run_dir, device, command, time.time() - t0)
-    if out is not None: atomic_write(out, json.dumps(rec, indent=1) + '\n')
+    arm_encoding(cfg.encoding)   # an unknown arm is refused before any work
+    device, run_dir, t0 = pick_device(device, 1), Path(run_dir), time.time()
+    with lock_folder(run_dir, 'run folder'):          # one pre-training per folder: a second is refused
+        seed_all(cfg.seed)
+        L = _mlm_learner(cfg, run_dir, device, stop_after)
+        fit(L)
+        rec = _mlm_record(cfg, L, run_dir, device, command, time.time() - t0)
+        if out is not None: atomic_write(out, json.dumps(rec, indent=1) + '\n')
     return rec
 
 # %% ../nbs/26_mlm.ipynb #60807bbd
@@ -238,6 +261,10 @@ def load_encoder(clf: Classifier, # a Classifier of the same encoding and sizes 
     "Copy the pre-trained encoder weights into `clf` (in place); its head stays as initialised."
     ck = Checkpointer(run_dir, 1, 1).latest()
     if ck is None: raise FileNotFoundError(f"no pre-training checkpoint in {run_dir}; run pretrain_mlm there first")
+    enc, mine = ck['mlm_config'].get('encoding'), clf.cfg.enc_pe
+    if arm_encoding(enc) != mine:
+        raise ValueError(f"{run_dir} holds a pre-training of {enc!r}, not of {mine!r}: its weights are not this "
+                         f"encoding's; pre-train {mine} into its own folder, or fine-tune with encoding {enc!r}")
     if not _finished(ck):
         raise ValueError(f"the pre-training in {run_dir} stopped at update {ck['step']} of {ck['mlm_config']['steps']}; finish it first (pretrain_mlm resumes it)")
     enc = {k[4:]: v for k, v in ck['model'].items() if k.startswith('enc.') and not k.startswith('enc.head.')}
@@ -341,11 +368,14 @@ def mlm_pretrain(*, encoding: str = 'rope', # the position encoding
     Examples:
       python -m posenc_nb.mlm pretrain --encoding rope --seed 0 --config cpu-tiny"""
     use_threads(threads)
-    cfg = replace(MLM_CONFIGS[config], encoding=encoding, seed=seed, **({'steps': steps} if steps else {}))
-    out, run = Path(out or RESULTS / 'roformer-mlm' / f'{config}_{encoding}_seed{seed}.json'), pretrain_dir(encoding, seed, config)
-    if weights and out.exists() and not _finished(Checkpointer(run, 1, 1).latest()):
-        print(f'{out}: the record exists but {run} holds no finished checkpoint: pre-training again', flush=True); out.unlink()
-    if not out.exists(): pretrain_mlm(cfg, run, out, command=command_line())
+    check_budget(steps)
+    cfg = replace(MLM_CONFIGS[config], encoding=encoding, seed=seed, **({'steps': steps} if steps is not None else {}))
+    out = check_output(out or RESULTS / 'roformer-mlm' / f'{config}_{encoding}_seed{seed}.json', flag='--out')
+    run = pretrain_dir(encoding, seed, config)
+    again = weights and out.exists() and not _finished(Checkpointer(run, 1, 1).latest())
+    if again: print(f'{out}: the record exists but {run} holds no finished checkpoint: pre-training again '
+                    '(the record is replaced at the end)', flush=True)
+    if again or not out.exists(): pretrain_mlm(cfg, run, out, command=command_line())
     print(f'{out}: {"done" if out.exists() else "missing"}', flush=True)
     return 0
 
@@ -380,10 +410,11 @@ def mlm_finetune(*, task: str = 'sst2', # the classification task: a GLUE task o
       python -m posenc_nb.mlm finetune --task cola --encoding rope --seed 0 --pretrained --steps 300
       python -m posenc_nb.mlm finetune --task imdb --max-len 512 --eval-len 1024 --encoding alibi --steps 60"""
     use_threads(threads)
+    check_budget(steps)
     cfg = FinetuneConfig(task=task, encoding=encoding, seed=seed, max_len=max_len, pe_len=max(max_len, eval_len or 0, MLM_CONFIGS[config].pe_len),
-                         max_steps=steps or 150, eval_every=eval_every, max_tokens=max_tokens, lr=lr, warmup=warmup, n_valid=n_valid,
+                         max_steps=150 if steps is None else steps, eval_every=eval_every, max_tokens=max_tokens, lr=lr, warmup=warmup, n_valid=n_valid,
                          n_test=n_test, eval_len=eval_len, **FT_SIZES[config])
-    out = Path(out or _ft_out(task, max_len, config, encoding, pretrained, seed))
+    out = check_output(out or _ft_out(task, max_len, config, encoding, pretrained, seed), flag='--out')
     if not out.exists(): finetune(cfg, pretrain_dir(encoding, seed, config) if pretrained else None, out, command=command_line())
     print(f'{out}: {"done" if out.exists() else "missing"}', flush=True)
     return 0

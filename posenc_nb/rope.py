@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from .core import Positions, Site, PosEnc, register_posenc
+from .baselines import _TABLE_ROWS
 
 # %% auto #0
 __all__ = ['STYLES', 'LAYOUTS', 'DType', 'Device', 'SCALINGS', 'TABLE_FMT', 'ROPE_TYPES', 'rope_inv_freq',
@@ -259,6 +260,8 @@ class RotaryCache:
             cs = self._split_lookup(pos, hi, dtype)
             if fmt == 'planes': cs = cs.transpose(-1, -2).contiguous()
             return self._xpos(cs, pos, key, fmt)
+        if plain and hi + 1 > max(_TABLE_ROWS, 4 * pos.numel()):   # far, sparse positions: their angles only
+            self._need(hi + 1); return self._angles_table(pos, dtype, fmt)
         tab = self.table(hi + 1, pos.device, dtype, fmt)
         L = pos.shape[-1]
         if s is not None and s[2]:

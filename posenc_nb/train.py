@@ -14,21 +14,24 @@ import torch.distributed as dist
 from .config import TrainConfig, CONFIGS, config_from_name, _RESUMABLE_FIELDS
 from .config import config_fields, upgrade_config_dict   # read from here by the CLI and the tests
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll, warm_start_weights
-from .data import load_parallel, get_dataset, get_tokenizer, bpe_tokenizer, collate, TokenBatchSampler, Tokenizer
+from .data import load_parallel, get_dataset, get_tokenizer, bpe_tokenizer, collate, TokenBatchSampler
+from .data import Tokenizer
 from .data import cache_dir
 from .streams import StreamProvider, make_stream_provider, stream_provider_state, stream_provider_from_state
 from .decode import translate, bleu, chrf
 from .utils import atomic_save, atomic_write, provenance
 from .engine import LR_SCHEDULES, lr_multiplier, CKPT_FORMAT, _read_ckpt, _ckpt_paths, latest_checkpoint
 from .engine import BatchStream, pick_device, seed_all, _dist_setup, RunState, Budget, Task, Learner, fit
-from .engine import TrainLog, ProgressBar, Evaluator, Checkpointer, restore, OnStep, NonFiniteLoss, StopOnNonFinite
+from .engine import TrainLog, ProgressBar, Evaluator, Checkpointer, restore
+from .engine import OnStep, NonFiniteLoss, StopOnNonFinite
 from .engine import cpu_bf16_supported, autocast_for, precision_name, fused_adam, _ppl, _dumps
 from .engine import jsonl_logger, read_metrics, _lock_run, _sigterm_as_interrupt
+from .store import checkpoint_paths, own_temp_files
 
 # %% auto #0
 __all__ = ['STREAMS_FILE', 'load_checkpoint', 'init_checkpoint', 'warm_start', 'derived_state_keys', 'average_checkpoints',
            'Process', 'start_process', 'Corpus', 'load_corpus', 'load_stream_provider', 'valid_loss', 'TranslationTask',
-           'translation_task', 'RunFolderConflict', 'train', 'plot_curves']
+           'translation_task', 'RunFolderConflict', 'train', 'train_and_log', 'plot_curves']
 
 # %% ../nbs/05_train.ipynb #55cee765
 def _build_model(ckpt: dict) -> Seq2Seq:
@@ -53,7 +56,7 @@ def init_checkpoint(src, # a checkpoint file, or a run folder
     "The checkpoint a warm start reads: `src` itself, or a run folder's `averaged.pt`, else its latest `ckpt_*.pt`."
     src = Path(src)
     if src.is_file(): return src
-    cands = [src / 'averaged.pt'] if (src / 'averaged.pt').is_file() else sorted(src.glob('ckpt_*.pt'))
+    cands = [src / 'averaged.pt'] if (src / 'averaged.pt').is_file() else checkpoint_paths(src)
     if not cands:
         raise FileNotFoundError(f"init_from={str(src)!r} is neither a checkpoint nor a run folder with one; "
                                 "train that run first (keep its checkpoints) or fix the path")
@@ -246,7 +249,7 @@ def _no_streams(texts) -> None: return None
 
 class TranslationTask(Task):
     "Token-id pairs (and their position streams), a resumable batch stream, label-smoothed loss; valid loss and BLEU."
-    def __init__(self, tok: Tokenizer, pairs: list, stream: BatchStream, valid: dict, device, amp: Callable,
+    def __init__(self, tok: Tokenizer, pairs: list, stream: BatchStream, valid: dict, device, amp: Callable, *,
                  pair_streams: Optional[dict] = None, # extra position streams of the pairs (name -> one per pair)
                  streams_of: Callable = _no_streams, # texts -> their extra position streams (for new text)
                  label_smoothing: float = 0.0, eval_sents: int = 0, eval_beam: int = 1, batch_tokens: int = 4096):
@@ -347,9 +350,9 @@ def _results_config(out_dir: Path) -> Optional[TrainConfig]:
 
 # %% ../nbs/05_train.ipynb #32781d2b
 def _resume_point(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: bool) -> Optional[dict]:
-    "With the folder's lock held: drop stale temp files, check a resumed run matches `cfg`; its checkpoint, or None."
+    "With the folder's lock held: drop the run's stale temp files, check a resumed run matches `cfg`; its checkpoint."
     if is_main:
-        for tmp in out_dir.glob('*.tmp'): tmp.unlink()     # no live run owns them: we hold the lock
+        for tmp in own_temp_files(out_dir, _RUN_FILES + (f'{cfg.test_split}.hyp',)): tmp.unlink()    # ours; locked
     if not resume: return None
     ckpt = latest_checkpoint(out_dir)
     old = TrainConfig.from_dict(ckpt['config']) if ckpt is not None else (_results_config(out_dir) if is_main else None)
@@ -364,9 +367,9 @@ def _resume_point(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: bool) 
 # %% ../nbs/05_train.ipynb #980b030c
 _RUN_FILES = ('metrics.jsonl', 'results.json', 'averaged.pt', STREAMS_FILE)
 
-def _clear_run(out_dir: Path):
+def _clear_run(out_dir: Path, test_split: str = 'test'):
     "A fresh start, once everything is checked: remove an earlier run's checkpoints, log, results and hypotheses."
-    old = _ckpt_paths(out_dir) + [out_dir / f for f in _RUN_FILES] + sorted(out_dir.glob('*.hyp'))
+    old = _ckpt_paths(out_dir) + [out_dir / f for f in (*_RUN_FILES, f'{test_split}.hyp')]   # its own files only
     for path in old: path.unlink(missing_ok=True)
 
 # %% ../nbs/05_train.ipynb #8caddeb5
@@ -480,6 +483,12 @@ def train(cfg: TrainConfig, out_dir, resume: bool = True, device=None, progress:
             return _train_locked(cfg, out_dir, corpus, proc, resume=resume, progress=progress, on_step=on_step)
     finally: proc.close()
 
+# %% ../nbs/05_train.ipynb #592b5428
+def train_and_log(cfg: TrainConfig, out_dir, device=None, progress: Optional[bool] = False) -> tuple:
+    "(results, log records) of `train(cfg, out_dir)`, resuming: the `train` argument of `posenc_nb.store.record_run`."
+    res = train(cfg, out_dir, resume=True, device=device, progress=progress)
+    return res, read_metrics(out_dir)
+
 # %% ../nbs/05_train.ipynb #6d7ebd56
 def _train_locked(cfg: TrainConfig, out_dir: Path, corpus: Corpus, proc: Process, *, resume: bool,
                   progress: Optional[bool], on_step: Optional[Callable]) -> dict:
@@ -491,7 +500,7 @@ def _train_locked(cfg: TrainConfig, out_dir: Path, corpus: Corpus, proc: Process
     tok_json = _tokenizer_json(cfg, corpus.train, ckpt, proc)
     tok = Tokenizer.from_str(tok_json)
     model = _translator(cfg.model_config(tok.vocab_size, tok.vocab_size), cfg.init_from, proc.device)
-    if not resume and proc.is_main: _clear_run(out_dir)       # last: every check has passed, everything is built
+    if not resume and proc.is_main: _clear_run(out_dir, cfg.test_split)     # last: every check passed, all is built
     task = translation_task(cfg, tok, corpus, _stream_provider(cfg, out_dir, corpus.train, proc), proc)
     log = jsonl_logger(out_dir / 'metrics.jsonl', proc.is_main, ckpt['step'] if ckpt is not None else 0)
     evaluator = Evaluator(cfg.eval_every, log, proc.is_main)

@@ -172,8 +172,8 @@ def format_table(header: Sequence, # column names
     return '\n'.join([line(cells[0]), line(['-' * n for n in w])] + [line(r) for r in cells[1:]])
 
 # %% ../nbs/00_utils.ipynb #38e09ce5
-# extra -> the optional modules it installs: data, scoring, plots, statistics; FLOATER's dopri5 and adjoint solvers
-EXTRAS = {'experiments': ('datasets', 'sacrebleu', 'tokenizers', 'matplotlib', 'scipy'), 'floater': ('torchdiffeq',)}
+# extra -> the optional modules it installs: data, scoring, plots, statistics, classifiers; FLOATER's ODE solvers
+EXTRAS = {'experiments': ('datasets', 'sacrebleu', 'tokenizers', 'matplotlib', 'scipy', 'sklearn'), 'floater': ('torchdiffeq',)}
 
 def extra_for(module: str # a module name, dotted or not
              ) -> Optional[str]: # the extra of this package that installs it, or None

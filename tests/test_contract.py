@@ -2,8 +2,9 @@
 
 Every check fails (never skips) when an encoding breaks it: building with default options, incremental (cached) decoding
 equal to full decoding, padding invariance on the left and on the right, a state-dict round trip, checkpoint averaging,
-and moving between dtypes and devices. The second half shows the checks failing on deliberately broken encodings, and an
-encoding defined and registered only in this file being found by `list_posencs()` and passing them with no edit elsewhere.
+moving between dtypes and devices, and hook 5 by rows equal to the dense bias (values and gradients). The second half
+shows the checks failing on deliberately broken encodings, and an encoding defined and registered only in this file
+being found by `list_posencs()` and passing them with no edit elsewhere.
 Encodings that read extra position streams declare their names (`PosEnc.reads_streams`) and get a random order of the
 source under each of those names from the test's own batch, so no encoding is special-cased by name. The last tests define a
 stream provider and a stream-reading encoding in this file and show them found and used by collate, translate and train.
@@ -148,8 +149,28 @@ def check_devices(name: str):
         close(logits(copy.deepcopy(model).cuda(), src, tgt, order).cpu(), ref, 1e-4)
 
 
+def check_bias_rows(name: str):
+    "Hook 5 by rows (`logit_bias_rows`, where given) gives the dense bias's logits and gradients, padded, in training."
+    model, (src, tgt, order) = build(name), make_batch()
+    with torch.no_grad():
+        for t in model.parameters(): t.add_(torch.randn_like(t) * 0.3)           # a trained-looking model: biases not 0
+    sm = torch.ones(B, S, dtype=torch.bool); sm[0, :2] = False
+    tm = torch.ones(B, T, dtype=torch.bool); tm[1, :1] = False
+    sp = Positions.from_mask(sm, streams=streams_for(model, order, sm))
+    def run():
+        model.zero_grad(set_to_none=True)
+        out = model(src, sp, tgt, Positions.from_mask(tm))
+        (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+        return [out.detach()] + [t.grad for t in model.parameters() if t.grad is not None]
+    rows = run()
+    with core.dense_logit_bias(): dense = run()
+    assert len(rows) == len(dense), f"{name}: the row path and the dense path give gradients to different parameters"
+    for a, b in zip(rows, dense): close(a, b, 1e-4)
+
+
 CHECKS = {'build': check_build, 'incremental': check_incremental, 'pad-left': lambda n: check_padding(n, 'left'),
-          'pad-right': lambda n: check_padding(n, 'right'), 'state_dict': check_state_dict, 'devices': check_devices}
+          'pad-right': lambda n: check_padding(n, 'right'), 'state_dict': check_state_dict, 'devices': check_devices,
+          'bias-rows': check_bias_rows}
 
 
 def run_all(name: str, tmp):
@@ -221,14 +242,26 @@ class NeedsOption(ToyOffsetPosEnc):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
 
 
+class RowsDisagree(ToyOffsetPosEnc):
+    "Broken: its bias by rows forgets the clip that its dense `logit_bias` applies."
+    def logit_bias_rows(self, q, q_pos, k_pos, site):
+        def rows(qr, s, e, k0=0, k1=None):
+            rel = k_pos[..., None, k0:k1] - q_pos[..., s:e, None]
+            return rel.to(qr.dtype) * self.slope.to(qr.dtype)[:, None, None]
+        return core.BiasRows(rows, (self.slope,))
+
+
 def test_checks_fail_on_broken_encodings(register):
-    for name, cls in (('broken-columns', ColumnCodes), ('broken-unsaved', UnsavedState), ('broken-options', NeedsOption)):
+    broken = (('broken-columns', ColumnCodes), ('broken-unsaved', UnsavedState), ('broken-options', NeedsOption),
+              ('broken-rows', RowsDisagree))
+    for name, cls in broken:
         register(name, cls)
     for check in ('pad-left', 'incremental'):
         with pytest.raises(AssertionError): CHECKS[check]('broken-columns')
     CHECKS['pad-right']('broken-columns')           # right padding keeps the columns of real tokens: only left padding shows it
     with pytest.raises(AssertionError): check_state_dict('broken-unsaved')
     with pytest.raises(AssertionError, match='does not build'): check_build('broken-options')
+    with pytest.raises(AssertionError): check_bias_rows('broken-rows')
 
 
 def test_third_party_entry_point(tmp_path):

@@ -15,8 +15,8 @@ BUILD_FILES = ('setup.py', 'settings.ini', 'pyproject.toml', 'README.md', 'MANIF
 
 # the core install: what the encodings, the model and the core import; never the experiment or solver stacks
 CORE_REQUIREMENTS = {'torch', 'numpy', 'fastcore', 'tqdm'}
-HEAVY = ('datasets', 'pyarrow', 'pandas', 'scipy', 'matplotlib', 'sacrebleu', 'tokenizers', 'torchdiffeq')
-EXTRAS = {'experiments': {'datasets', 'sacrebleu', 'tokenizers', 'matplotlib', 'scipy'}, 'floater': {'torchdiffeq'}}
+HEAVY = ('datasets', 'pyarrow', 'pandas', 'scipy', 'matplotlib', 'sacrebleu', 'tokenizers', 'torchdiffeq', 'scikit-learn')
+EXTRAS = {'experiments': {'datasets', 'sacrebleu', 'tokenizers', 'matplotlib', 'scipy', 'scikit-learn'}, 'floater': {'torchdiffeq'}}
 
 SNIPPET = textwrap.dedent(r'''
     import importlib.abc, importlib.util, sys
@@ -53,7 +53,7 @@ SNIPPET = textwrap.dedent(r'''
     assert posenc_nb.cli.main(['list']) == 0
     # the lean install: the public modules import, the optional stacks are absent, and asking for them names the extra
     import importlib, posenc_nb.core, posenc_nb.rope, posenc_nb.baselines, posenc_nb.model, posenc_nb.utils
-    for mod in ('datasets', 'pyarrow', 'pandas', 'scipy', 'matplotlib', 'sacrebleu', 'tokenizers', 'torchdiffeq'):
+    for mod in ('datasets', 'pyarrow', 'pandas', 'scipy', 'matplotlib', 'sacrebleu', 'tokenizers', 'torchdiffeq', 'sklearn'):
         assert importlib.util.find_spec(mod) is None, f'{mod} came with the core install'
     assert importlib.resources.files('posenc_nb').joinpath('py.typed').is_file()
     try: make_posenc('floater', 16, 4, adjoint=True); raise AssertionError('FLOATER adjoint built without torchdiffeq')

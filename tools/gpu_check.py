@@ -7,7 +7,10 @@
 On CUDA it runs: every `#| gpu` notebook cell (`nbdev_test --flags gpu`); the encoding contract tests; `synthetic-tiny`
 trained under fp16 and bf16 autocast, each checked for exact resume (a run killed after its first checkpoint and resumed
 ends with the same weights as a straight run); the throughput benchmark against `torch.nn.Transformer`; the RoPE and
-FLOATER benchmarks; and issue 17's table in one run (`benchmarks/issue17.py --device cuda`). Each step's outcome (pass/fail, its figures or output tail, the exact command) goes to one JSON
+FLOATER benchmarks; issue 17's table in one run (`benchmarks/issue17.py --device cuda`); and issue 37's bias-cost
+table (`benchmarks/biascost.py --device cuda`: ALiBi, T5 and Shaw through FlexAttention, record `biascost-cuda.json`;
+the `#| gpu` cell of 01_baselines checks their values and gradients against the dense bias).
+Each step's outcome (pass/fail, its figures or output tail, the exact command) goes to one JSON
 record with the commit, hardware, torch version and precision, so a GPU session commits what it measured. A failing
 step does not stop the others; the exit status is 1 when any step failed.
 """
@@ -104,6 +107,8 @@ def main(argv=None) -> int:
     i17 = [py, 'benchmarks/issue17.py', *dev] + (['--reps', '1', '--train-reps', '1', '--vs-reps', '1', '--vs-steps', '1'] if a.smoke else
                                                  ['--reps', '11', '--train-reps', '11', '--vs-reps', '5', '--out', str(out / 'issue17-cuda.json')])
     save('issue17_bench', run_cmd(i17, timeout=600))    # issue 17's ratios in one run, on this device
+    bc = [py, 'benchmarks/biascost.py', *dev] + (['--quick'] if a.smoke else ['--out', str(out / 'biascost-cuda.json')])
+    save('biascost_bench', run_cmd(bc, timeout=600))    # issue 37: ALiBi, T5, Shaw over sinusoidal (FlexAttention)
     return done()
 
 

@@ -16,6 +16,12 @@
 #   mlm      per (seed, encoding): MLM pre-training, the pre-trained long-text arms, the GLUE arms (notebooks 26, 27)
 #   long     per encoding: the long-text arms from scratch at 512 and 1,024 bytes (notebook 27)
 #   lm       per variant: the byte-level LM with linear or softmax attention (notebook 28)
+#   biascost issue 37's table on CUDA, results/gpu/biascost-cuda.json (benchmarks/biascost.py, about a minute): run
+#            it alone, LANES=biascost LANES_AFTER=mlm, so that no other lane shares the GPU while it times
+#   floater-bb  per seed 0-4: floater-recipe-1h's block-bias-migrated arm (the ODE ablation; a committed base is trained again
+#            into /tmp/rebase for its checkpoint), and seeds 3-4 of floater-migrated and sinusoidal-continued (issue #35)
+#   bpe      per encoding: BPE long text (notebook 27's BPE_PLANS['gpu']) at 256 and 128 tokens, 3 seeds, from scratch
+#   lm-control  per variant: the linear LM's absolute-encoding controls linear+sinusoidal, linear+learned (notebook 28)
 # LANES picks them (default: "mlm", since floater-recipe-1h has its records; gpu_check --no-bench always runs beside, niced); LANES_AFTER (e.g. "long") starts when they finish. A lane killed at the deadline loses only
 # its unfinished run: every finished run has its record under results/.
 # Seen on the first lent H200 (2026-12-04, 540 s): with all four kinds at once (about 25 processes) the GPU was the bottleneck
@@ -43,11 +49,22 @@ lanes() {   # $1, $2: extra arguments of every FLOATER / RoFormer run (smoke: a 
     ( $EXP --encodings sinusoidal-base --seeds $s $fx && for arm in floater-migrated floater-official sinusoidal-continued; do
         $EXP --encodings $arm --seeds $s $fx > /tmp/logs/floater-$arm-$s.log 2>&1 & done; wait ) > /tmp/logs/floater-base-$s.log 2>&1 &
   done
+  [[ " $LANES " == *" floater-bb "* ]] && for s in 0 1 2 3 4; do   # the block-bias ablation (5 seeds) and seeds 3-4 of the other arms
+    base=(--encodings sinusoidal-base --seeds $s); [ -f results/floater-recipe-1h/sinusoidal-base-s$s/metrics.json ] && base+=(--out /tmp/rebase)
+    arms=(block-bias-migrated); [ $s -ge 3 ] && arms+=(floater-migrated sinusoidal-continued)
+    ( $EXP "${base[@]}" $fx && for arm in "${arms[@]}"; do      # a committed base is trained again for its checkpoint (same seed, same run)
+        $EXP --encodings $arm --seeds $s $fx > /tmp/logs/floater-$arm-$s.log 2>&1 & done; wait ) > /tmp/logs/floater-bb-base-$s.log 2>&1 &
+  done
+  [[ " $LANES " == *" bpe "* ]] && for e in rope sinusoidal learned alibi t5 none; do ( for s in 0 1 2; do for L in 256 128; do
+    python3 -m posenc_nb.long_text bpe --plan gpu --device cuda --encoding $e --max-len $L --seed $s; done; done ) > /tmp/logs/bpe-$e.log 2>&1 & done
+  [[ " $LANES " == *" lm-control "* ]] && for v in linear+sinusoidal linear+learned; do $RR linear-control --encodings $v $rx > /tmp/logs/lm-$v.log 2>&1 & done
   [[ " $LANES " == *" mlm "* ]] && for s in 0 1 2; do for e in rope sinusoidal learned; do    # groups first: --encodings takes every word after it
     $RR mlm longtext-pre glue --seeds $s --encodings $e $rx > /tmp/logs/mlm-$e-$s.log 2>&1 &
   done; done
   [[ " $LANES " == *" long "* ]] && for e in rope sinusoidal learned alibi t5 none; do $RR longtext --encodings $e $rx > /tmp/logs/long-$e.log 2>&1 & done
   [[ " $LANES " == *" lm "* ]] && for v in linear linear-rope softmax-rope; do $RR linear --encodings $v $rx > /tmp/logs/lm-$v.log 2>&1 & done
+  [[ " $LANES " == *" biascost "* ]] && python3 benchmarks/biascost.py --device cuda ${3:---reps 5} \
+    --out results/gpu/biascost-cuda.json > /tmp/logs/biascost.log 2>&1 &    # alone on the GPU, or timings mean nothing
   return 0
 }
 
@@ -62,7 +79,7 @@ wait_until() {   # wait for every lane, or kill them all at $1 seconds after the
 if [ "$MODE" = smoke ]; then
   # 1. every chain end to end with a few updates, records into a scratch copy of results/ (thrown away)
   cp -r results /tmp/results_real
-  lanes "--steps 4 --set test_max_sents=16 ckpt_every=2 eval_every=2 --out /tmp/smoke/floater --work /tmp/smokework" "--steps 4"
+  lanes "--steps 4 --set test_max_sents=16 ckpt_every=2 eval_every=2 --out /tmp/smoke/floater --work /tmp/smokework" "--steps 4" "--quick"
   wait_until $(( DEADLINE_S - RATE_S ))
   find results -newer /tmp/start_marker -type f | sort > "$OUT/smoke_records.txt"
   rm -rf results .cache/roformer-runs runs; mv /tmp/results_real results

@@ -7,7 +7,7 @@ split is converted to bytes once). A run whose record exists under results/ is s
     python tools/roformer_runs.py mlm longtext-pre --config gpu-small  # on a CUDA machine (tools/gpu_session.sh runs these lanes in parallel)
     python tools/roformer_runs.py longtext --config gpu-small --seeds 0 --encodings rope   # groups first: --encodings takes every word after it
 
-Groups: longtext, mlm, linear, bench, longtext-pre, glue, longtext-t5 (default: all, in this order). --seeds and --encodings
+Groups: longtext, mlm, linear, linear-control, mlm-control, bench, longtext-pre, glue, longtext-t5 (default: all, in this order). --seeds and --encodings
 keep a subset of a group's runs, so lanes of one plan can run side by side; a pre-trained arm needs its `mlm` run first."""
 import argparse, importlib, sys, time, torch
 
@@ -47,6 +47,11 @@ def mlm(plan, config):
     for s in SEEDS:
         for e in MLM_ENCS: yield 'mlm', ['pretrain', '--encoding', e, '--seed', str(s), *config]
 
+def mlm_control(plan, config):
+    "The pre-training baselines that learn or say why not: no positions, and learned rows at BERT's scale (`mlm.MLM_ARMS`)."
+    for e in ('none', 'learned-bert'):                   # arm-major, as linear_control
+        for s in SEEDS: yield 'mlm', ['pretrain', '--encoding', e, '--seed', str(s), *config]
+
 def glue(plan, config):
     for s in SEEDS:
         for task in ('sst2', 'cola'):
@@ -59,7 +64,12 @@ def linear(plan, config):
         for v in ('linear', 'linear-rope', 'softmax-rope'): yield 'linear_lm', ['train', '--variant', v, '--seed', str(s), *config]
     if not config: yield 'linear_lm', ['bench']                      # the cost benchmark is a CPU record
 
-GROUPS = {'longtext': longtext, 'mlm': mlm, 'linear': linear, 'bench': lambda plan, config: iter([('long_text', ['bench'])] if not config else []),
+def linear_control(plan, config):
+    "The linear LM's absolute-encoding controls (the paper's Performer baseline has absolute positions), against the arms of 'linear'."
+    for v in ('linear+sinusoidal', 'linear+learned'):    # arm-major: a partial run leaves whole arms (3 seeds each)
+        for s in SEEDS: yield 'linear_lm', ['train', '--variant', v, '--seed', str(s), *config]
+
+GROUPS = {'longtext': longtext, 'mlm': mlm, 'linear': linear, 'linear-control': linear_control, 'mlm-control': mlm_control, 'bench': lambda plan, config: iter([('long_text', ['bench'])] if not config else []),
           'longtext-pre': lambda plan, config: longtext(plan, config, pre=True), 'glue': glue,
           'longtext-t5': lambda plan, config: longtext(plan, config, deferred=True)}
 

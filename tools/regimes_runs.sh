@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The runs of issue #35 ("regimes"), in the order they are worth running on a shared CPU, one process, resumable:
+# every command skips a run whose record exists and resumes a pre-training run from its checkpoint, so rerunning
+# this script after an interruption continues where it stopped. Run from a clean checkout (records carry git_dirty).
+#   nice -n 19 bash tools/regimes_runs.sh [STAGE ...]      # default: every CPU stage below, in order
+# Stages and their measured or estimated cost on one core of the 2-core CPU (see each record's wall_time_s):
+#   ngram       the bag-of-n-grams reference on IMDb (one process, minutes)
+#   linear-tiny the same controls at cpu-tiny (150 updates; 6 runs of about 25 s): the scale of the committed cpu-tiny arms
+#   mlm-tiny    none and learned-bert at cpu-tiny (150 updates; 6 runs of about 40 s)
+#   linear      linear+sinusoidal and linear+learned, cpu-small, 3 seeds (6 runs of about 2.5 minutes)
+#   mlm         none and learned-bert pre-training, cpu-small (600 updates), 3 seeds (6 runs of about 3 minutes)
+#   floater     floater-recipe's block-bias-migrated arm, seeds 0-4, and seeds 3-4 of its other arms; a committed sinusoidal
+#               base is trained again into runs/rebase for its checkpoint (about 7 minutes a base, 5 an arm: 80 minutes in all)
+#   bpe-probe   one BPE long-text arm (rope, 256 tokens, seed 0, plan cpu): its time and accuracy size the stage below
+#   bpe         the BPE long-text arms: rope sinusoidal learned alibi t5 none at 128 and 256 tokens, 3 seeds (36 runs, plan cpu)
+#   xl          xl-enja-2400's oracle-aligner and random arms, 3 seeds (6 runs of 2,400 updates, about 20 minutes each)
+#   mlm3000     rope/sinusoidal/learned/learned-bert/none pre-training for 3,000 updates, 2 seeds (the issue's budget: 10 runs
+#               of about 15 minutes; not run on the shared CPU in the session that wrote this)
+set -euo pipefail
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 RAYON_NUM_THREADS=1
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(ngram linear-tiny mlm-tiny linear mlm)
+for st in "${stages[@]}"; do
+  echo "== $st $(date -u +%FT%TZ)"
+  case "$st" in
+    ngram)  python -m posenc_nb.long_text ngram ;;
+    linear) python tools/roformer_runs.py linear-control --config cpu-small ;;
+    linear-tiny) python tools/roformer_runs.py linear-control ;;
+    mlm-tiny) python tools/roformer_runs.py mlm-control ;;
+    mlm)    python tools/roformer_runs.py mlm-control --config cpu-small ;;
+    floater)
+      exp="python -m posenc_nb.experiments run floater-recipe --full --threads 1 --work runs/experiments"
+      for s in 0 1 2 3 4; do
+        arms=(block-bias-migrated); [ $s -ge 3 ] && arms+=(floater-migrated sinusoidal-continued)
+        todo=(); for a in "${arms[@]}"; do [ -f results/floater-recipe/$a-s$s/metrics.json ] || todo+=("$a"); done
+        [ ${#todo[@]} -eq 0 ] && continue
+        if [ -f results/floater-recipe/sinusoidal-base-s$s/metrics.json ]; then
+          $exp --encodings sinusoidal-base --seeds $s --out runs/rebase/floater-recipe    # the committed base again, for its checkpoint
+        else $exp --encodings sinusoidal-base --seeds $s; fi
+        $exp --encodings "${todo[@]}" --seeds $s
+      done ;;
+    bpe-probe) python -m posenc_nb.long_text bpe --encoding rope --max-len 256 --seed 0 ;;
+    bpe)
+      for s in 0 1 2; do for L in 256 128; do for e in rope sinusoidal learned alibi none t5; do
+        python -m posenc_nb.long_text bpe --encoding $e --max-len $L --seed $s
+      done; done; done ;;
+    xl)     python -m posenc_nb.experiments run xl-enja-2400 --full --threads 1 --encodings xl-input@oracle-aligner xl-input@random ;;
+    mlm3000)
+      for s in 0 1; do for e in rope sinusoidal learned learned-bert none; do
+        # its own checkpoint folders: a 600-update run's finished checkpoint would otherwise be resumed with another schedule
+        POSENC_CACHE=${POSENC_CACHE:-$HOME/.cache/posenc_nb}/mlm3000 python -m posenc_nb.mlm pretrain --encoding $e --seed $s --config cpu-small --steps 3000 \
+          --out results/roformer-mlm/cpu-small3000_${e}_seed$s.json
+      done; done ;;
+    *) echo "unknown stage $st; choose from ngram linear-tiny mlm-tiny linear mlm bpe-probe bpe floater xl mlm3000" >&2; exit 2 ;;
+  esac
+done
