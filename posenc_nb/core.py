@@ -469,6 +469,8 @@ def shared_rows(*pos: Tensor # head positions, each (B,1|H,L)
     from them is then (1,H,Lq,Lk), broadcast over the batch); else `pos` unchanged. Read from the strides (an
     expanded tensor), else on the CPU with one read per tensor (`host_fact`: later layers read nothing); on an
     accelerator (where a read syncs) not read at all."""
+    if any(t.shape[-1] == 1 for t in pos):
+        return pos   # one query (a decoding step): its bias is one row, no read to spare it
     def same(t):
         if t.shape[0] <= 1 or t.stride(0) == 0: return True
         if t.device.type != 'cpu': return False
