@@ -138,3 +138,12 @@ def test_experiment_pages_must_show_outputs_and_figures():
     assert cs.output_failures('21_multi30k.html', 5, 0) == ['21_multi30k.html: an experiment page without a figure']
     assert cs.output_failures('28_linear_lm.html', 3, 1) == []
     assert cs.output_failures('10_rope.html', 0, 0) == [] and cs.output_failures('20_experiments.html', 0, 0) == []
+
+
+def test_api_block_data_values_are_yaml_safe():
+    "A data value's repr goes into a directive option: quotes, apostrophes and truncation must not break the YAML."
+    import yaml
+    for v in ("RoPE makes BERT's learned positions converge " * 5, 'a "quoted" word', 3.5, {'k': "it's"}):
+        b = bs.api_block(v, 'X', 'posenc_nb.claims', lambda t: t)
+        opt = next(l for l in b.splitlines() if l.startswith(':value: '))
+        assert isinstance(yaml.safe_load(opt[len(':value: '):]), str)

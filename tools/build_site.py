@@ -162,7 +162,7 @@ def api_block(obj, qualname, module, xref, indexed=True, label=None, source_link
     body = []
     if kind == 'data':
         r = repr(obj)
-        opts.append(f':value: {r if len(r) < 120 else r[:117] + "..."}')
+        opts.append(f':value: {json.dumps(r if len(r) < 120 else r[:117] + "...")}')   # a YAML string, whatever r holds
         opts.append(f':type: {type(obj).__name__}')
     else:
         doc = inspect.getdoc(obj if not isinstance(obj, property) else obj.fget) or ''
