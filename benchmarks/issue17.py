@@ -25,8 +25,9 @@ import torch
 import torch.nn.functional as F
 from posenc_nb.core import HostReads, Positions, list_posencs
 from posenc_nb.model import ModelConfig, Seq2Seq, label_smoothed_nll, dropout
-from posenc_nb.rope import RotaryCache, apply_rotary
-import posenc_nb.rope as _rope
+from posenc_nb.rotary import RotaryCache
+from posenc_nb.rotary_kernel import apply_rotary
+import posenc_nb.rotary_kernel as rotary_kernel_mod
 from posenc_nb.floater import FLOATER_OFFICIAL
 from posenc_nb.utils import atomic_write, provenance
 from posenc_nb.decode import _step_logprobs
@@ -81,7 +82,7 @@ def rope_forward(reps):
         cache = RotaryCache(shape[-1])
         half = lambda x, key=False, **kw: apply_rotary(x, None, cache, style='half', key=key, **kw)
         planes = cache.range(0, shape[2], fmt='planes', device=DEV)       # the (L, 2, h) table the one-table kernel reads for every head
-        one = lambda x: _rope._compiled_half(x.unflatten(-1, (2, shape[-1] // 2)), planes).flatten(-2)
+        one = lambda x: rotary_kernel_mod._compiled_half(x.unflatten(-1, (2, shape[-1] // 2)), planes).flatten(-2)
         fns = {'copy': lambda: (q.clone(), k.clone()),
                'half': lambda: (half(q), half(k, True)),
                'interleaved': lambda: (apply_rotary(q, None, cache), apply_rotary(k, None, cache, key=True)),
@@ -96,8 +97,8 @@ def rope_forward(reps):
             ts = interleaved(fns, reps)
         out[str(shape)] = {k_: ratio(ts, k_, 'copy') for k_ in fns if k_ != 'copy'}
         out[str(shape)]['half, compiled=True'].update(first_call_s=compile_s, max_abs_diff_to_eager=err,
-                                                      kernel='eager fallback' if _rope._COMPILED_HALF.get('failed') else
-                                                      'compiled, angle addition' if _rope._COMPILED_HALF.get(2) else 'compiled, one table')
+                                                      kernel='eager fallback' if rotary_kernel_mod._COMPILED_HALF.get('failed') else
+                                                      'compiled, angle addition' if rotary_kernel_mod._COMPILED_HALF.get(2) else 'compiled, one table')
         out[str(shape)]['half, compiled, one table'].update(max_abs_diff_to_eager=err_one)
     return out
 

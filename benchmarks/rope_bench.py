@@ -15,7 +15,8 @@ Peers are optional: transformers (Llama `apply_rotary_pos_emb`), rotary-embeddin
 import argparse, json, os, platform, statistics, subprocess, sys, time
 from datetime import datetime, timezone
 import torch
-from posenc_nb.rope import RotaryCache, apply_rotary
+from posenc_nb.rotary import RotaryCache
+from posenc_nb.rotary_kernel import apply_rotary
 
 FWD_SHAPES = [(4, 8, 2048, 64), (1, 32, 4096, 128)]
 TRAIN_SHAPES = [(32, 4, 128, 64), (4, 8, 2048, 64)]

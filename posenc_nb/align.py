@@ -35,7 +35,8 @@ def as_corpus(src: Sequence[Sent], tgt: Sequence[Sent]) -> tuple:
     if isinstance(src, (str, bytes)) or isinstance(tgt, (str, bytes)):
         raise TypeError("pass lists of sentences, not a single string; wrap one sentence as [sentence]")
     if len(src) != len(tgt):
-        raise ValueError(f"parallel corpus has {len(src)} source but {len(tgt)} target sentences; pass line-aligned lists of equal length")
+        raise ValueError(f"parallel corpus has {len(src)} source but {len(tgt)} target sentences; pass line-aligned "
+                         "lists of equal length")
     return ([_tokens(s, f'source sentence {k}') for k, s in enumerate(src)],
             [_tokens(t, f'target sentence {k}') for k, t in enumerate(tgt)])
 
@@ -73,7 +74,8 @@ def digamma(x) -> np.ndarray:
     out = np.zeros_like(x)
     small = x < 6
     while small.any():
-        out[small] -= 1.0 / x[small]; x[small] += 1.0
+        out[small] -= 1.0 / x[small]
+        x[small] += 1.0
         small = x < 6
     x2 = 1.0 / (x * x)
     return out + np.log(x) - 0.5 / x - x2 * (1 / 12 - x2 * (1 / 120 - x2 * (1 / 252 - x2 * (1 / 240))))
@@ -84,7 +86,8 @@ def _index(sents: list, vocab: Optional[dict] = None, unk: int = -1):
     lens = np.fromiter((len(s) for s in sents), dtype=np.int64, count=len(sents))
     flat = [w for s in sents for w in s]
     if vocab is None:
-        words, inv = np.unique(np.array(flat, dtype=object).astype(str), return_inverse=True) if flat else (np.array([]), np.array([], dtype=np.int64))
+        words, inv = np.unique(np.array(flat, dtype=object).astype(str),
+                               return_inverse=True) if flat else (np.array([]), np.array([], dtype=np.int64))
         vocab = {w: i + 1 for i, w in enumerate(words.tolist())}
         return inv.astype(np.int64).reshape(-1) + 1, lens, vocab
     ids = np.fromiter((vocab.get(w, unk) for w in flat), dtype=np.int64, count=len(flat))
@@ -144,16 +147,19 @@ class FastAlignModel:
 
 # %% ../nbs/12_align.ipynb #b62833da
 @patch(as_prop=True)
-def _vocabs(self:FastAlignModel): return (self.tgt_vocab, self.src_vocab) if self.reverse else (self.src_vocab, self.tgt_vocab)
+def _vocabs(self:FastAlignModel):
+    return (self.tgt_vocab, self.src_vocab) if self.reverse else (self.src_vocab, self.tgt_vocab)
 
 @patch
 def _prepare(self:FastAlignModel, src, tgt):
     src, tgt = as_corpus(src, tgt)
     e_s, f_s = (tgt, src) if self.reverse else (src, tgt)
     ev, fv = self._vocabs
-    e_ids, e_len, _ = _index(e_s, ev); f_ids, f_len, _ = _index(f_s, fv)
+    e_ids, e_len, _ = _index(e_s, ev)
+    f_ids, f_len, _ = _index(f_s, fv)
     # unknown words (-1) map to the id just past the vocabulary: a key that is never in the table
-    e_ids[e_ids < 0] = len(ev) + 1; f_ids[f_ids < 0] = len(fv) + 1
+    e_ids[e_ids < 0] = len(ev) + 1
+    f_ids[f_ids < 0] = len(fv) + 1
     return _cells(e_ids, e_len, f_ids, f_len)
 
 # %% ../nbs/12_align.ipynb #e905a9ac
@@ -246,7 +252,8 @@ def fast_align(src: Sequence[Sent], tgt: Sequence[Sent], iters: int = 5, p0: flo
     if lam < 0: raise ValueError(f"lam={lam}: the diagonal tension must be >= 0 (0 = uniform distortion, IBM Model 1)")
     src, tgt = as_corpus(src, tgt)
     e_s, f_s = (tgt, src) if reverse else (src, tgt)
-    e_ids, e_len, ev = _index(e_s); f_ids, f_len, fv = _index(f_s)
+    e_ids, e_len, ev = _index(e_s)
+    f_ids, f_len, fv = _index(f_s)
     c = _cells(e_ids, e_len, f_ids, f_len)
     lam = lam if diagonal else 0.0
     learn_lam = learn_lam and diagonal
@@ -289,7 +296,8 @@ def toy_parallel(n: int, min_len: int = 3, max_len: int = 10, vocab: int = 60, p
         L = rng.randint(min_len, max_len)
         s = [f's{min(int(rng.expovariate(0.08)), vocab - 1)}' for _ in range(L)]
         perm = order(0, L)
-        src.append(s); tgt.append([lex[s[i]] for i in perm])
+        src.append(s)
+        tgt.append([lex[s[i]] for i in perm])
         gold.append(sorted((i, k) for k, i in enumerate(perm)))
     return src, tgt, gold
 
@@ -313,20 +321,28 @@ def _sym_one(fwd, rev, method):
             for di, dj in nb:
                 p = (i + di, j + dj)
                 if p in U and p not in A and (p[0] not in sa or p[1] not in ta):
-                    A.add(p); sa.add(p[0]); ta.add(p[1]); grown = True
+                    A.add(p)
+                    sa.add(p[0])
+                    ta.add(p[1])
+                    grown = True
     if method.startswith('grow-diag-final'):
         both = method.endswith('-and')
         for L in (F, R):
             for i, j in sorted(L):
                 if (i not in sa and j not in ta) if both else (i not in sa or j not in ta):
-                    A.add((i, j)); sa.add(i); ta.add(j)
+                    A.add((i, j))
+                    sa.add(i)
+                    ta.add(j)
     return sorted(A)
 
 # %% ../nbs/12_align.ipynb #2e970e66
 def symmetrize(fwd: list, rev: list, method: str = 'grow-diag-final-and') -> list:
     "Combine per-sentence link lists of the two directions (both as (src_idx, tgt_idx)) with a Moses heuristic."
     if method not in SYM_METHODS: raise ValueError(f"unknown symmetrization {method!r}; choose one of {SYM_METHODS}")
-    if len(fwd) != len(rev): raise ValueError(f"fwd has {len(fwd)} sentences but rev has {len(rev)}; pass both directions of the same corpus")
+    if len(fwd) != len(rev):
+        raise ValueError(
+            f"fwd has {len(fwd)} sentences but rev has {len(rev)}; pass both directions of the same corpus"
+        )
     return [_sym_one(a, b, method) for a, b in zip(fwd, rev)]
 
 # %% ../nbs/12_align.ipynb #4ad0febb
@@ -338,12 +354,17 @@ def aer(pred: list, sure: list, possible: Optional[list] = None) -> float:
 def alignment_scores(pred: list, sure: list, possible: Optional[list] = None) -> dict:
     "Corpus AER, precision (against possible) and recall (against sure)."
     if len(pred) != len(sure) or (possible is not None and len(possible) != len(sure)):
-        raise ValueError(f"pred has {len(pred)} sentences, sure {len(sure)}" + ("" if possible is None else f", possible {len(possible)}") + "; score the same corpus")
+        raise ValueError(f"pred has {len(pred)} sentences, sure {len(sure)}" + ("" if possible is None else ", "
+                                                                                f"possible {len(possible)}") + "; "
+                                                                                "score the same corpus")
     nA = nS = AS = AP = 0
     for k, (a, s) in enumerate(zip(pred, sure)):
         A, S = set(map(tuple, a)), set(map(tuple, s))
         P = S | (set(map(tuple, possible[k])) if possible is not None else set())
-        nA += len(A); nS += len(S); AS += len(A & S); AP += len(A & P)
+        nA += len(A)
+        nS += len(S)
+        AS += len(A & S)
+        AP += len(A & P)
     if nA + nS == 0: return dict(aer=0.0, precision=1.0, recall=1.0)
     return dict(aer=1 - (AS + AP) / (nA + nS), precision=AP / nA if nA else 1.0, recall=AS / nS if nS else 1.0)
 
@@ -383,7 +404,8 @@ def check_diagonal_z(z: float, # your value of Z
     want = float(diagonal_z(j, m, n, lam))
     v = check_close(z, want, 'Z', rtol=1e-9)
     zero_based = sum(math.exp(-lam * abs(i / m - j / n)) for i in range(m))
-    if not v and abs(z - zero_based) < 1e-9: return Verdict(False, 'you summed i = 0..m-1: the positions are 1-based, i = 1..m')
+    if not v and abs(z - zero_based) < 1e-9:
+        return Verdict(False, 'you summed i = 0..m-1: the positions are 1-based, i = 1..m')
     return v
 
 # %% ../nbs/12_align.ipynb #7d79ab27
@@ -398,8 +420,10 @@ def check_aer(my_aer, # your function (pred, sure, possible) -> float
     except Exception as e: return Verdict(False, f'my_aer raised {type(e).__name__}: {e}')
     want = aer(pred, sure, poss)
     per_sentence = float(np.mean([aer([a], [s], [p]) for a, s, p in zip(pred, sure, poss)]))
-    if abs(got - want) > 1e-12 and abs(got - aer(pred, sure)) < 1e-12: return Verdict(False, 'you ignored `possible`: P is S plus the possible links')
-    if abs(got - want) > 1e-12 and abs(got - per_sentence) < 1e-12: return Verdict(False, 'you averaged per sentence: sum the counts over the corpus first')
+    if abs(got - want) > 1e-12 and abs(got - aer(pred, sure)) < 1e-12:
+        return Verdict(False, 'you ignored `possible`: P is S plus the possible links')
+    if abs(got - want) > 1e-12 and abs(got - per_sentence) < 1e-12:
+        return Verdict(False, 'you averaged per sentence: sum the counts over the corpus first')
     return check_close(got, want, 'the corpus AER', rtol=1e-12)
 
 # %% ../nbs/12_align.ipynb #5b361c9c
@@ -417,7 +441,8 @@ def check_intersection_break(fwd: list, # forward links [(src, tgt), ...] of the
     "Exercise 12.4: two legal directions whose union finds every sure link and whose intersection finds none."
     sure = [(0, 0), (1, 1)]
     F, R = set(map(tuple, fwd)), set(map(tuple, rev))
-    if not all(0 <= i < 2 and 0 <= j < 2 for i, j in F | R): return Verdict(False, 'links must be (src, tgt) pairs with indices 0 or 1')
+    if not all(0 <= i < 2 and 0 <= j < 2 for i, j in F | R):
+        return Verdict(False, 'links must be (src, tgt) pairs with indices 0 or 1')
     if len({j for _, j in F}) < len(F): return Verdict(False, 'forward gives each target word at most one link')
     if len({i for i, _ in R}) < len(R): return Verdict(False, 'reverse gives each source word at most one link')
     union, inter = symmetrize([sorted(F)], [sorted(R)], 'union'), symmetrize([sorted(F)], [sorted(R)], 'intersection')

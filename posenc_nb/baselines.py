@@ -9,7 +9,8 @@ from functools import lru_cache
 from typing import Optional
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
-from .core import Positions, Site, PosEnc, register_posenc, make_posenc, list_posencs, Attention
+from .core import Positions, Site, PosEnc, register_posenc, make_posenc, list_posencs
+from .attention import Attention
 
 # %% auto #0
 __all__ = ['NoPosEnc', 'sinusoidal_table', 'sinusoidal_codes', 'SinusoidalPosEnc', 'LearnedPosEnc', 'relative_offsets', 'pos_at',
@@ -18,7 +19,8 @@ __all__ = ['NoPosEnc', 'sinusoidal_table', 'sinusoidal_codes', 'SinusoidalPosEnc
 
 # %% ../nbs/01_baselines.ipynb #c6ab0a28
 from typing import Callable
-from .core import known_range, BiasRows, shared_rows, column_offsets, flex_available
+from .core import known_range, BiasRows
+from .attention import shared_rows, column_offsets, flex_available
 
 # %% ../nbs/01_baselines.ipynb #4f929d67
 @register_posenc('none')
@@ -28,9 +30,12 @@ class NoPosEnc(PosEnc):
 # %% ../nbs/01_baselines.ipynb #555b70ad
 @lru_cache(maxsize=64)
 def _inv_freq(d_model: int, base: float, device=torch.device('cpu'), dtype=torch.float64) -> Tensor:
-    "base^(-2i/d) built in fp64 on the CPU, then cast and moved once per (device, dtype): a host-to-device copy syncs, so not on every call."
-    with torch.device('cpu'):   # never built on the device of a caller's `with torch.device(...)` (a meta-device build would poison the cache)
-        inv = torch.pow(torch.tensor(float(base), dtype=torch.float64), -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    """base^(-2i/d) built in fp64 on the CPU, then cast and moved once per (device, dtype): a host-to-device copy syncs,
+    so not on every call."""
+    # never built on the device of a caller's `with torch.device(...)` (a meta-device build would poison the cache)
+    with torch.device('cpu'):
+        inv = torch.pow(torch.tensor(float(base), dtype=torch.float64), -torch.arange(0, d_model, 2,
+                                                                                      dtype=torch.float64) / d_model)
     return inv.to(device=device, dtype=dtype)
 
 # %% ../nbs/01_baselines.ipynb #3a2573c8
@@ -40,11 +45,13 @@ def sinusoidal_table(positions: Tensor, # integer positions, any shape
                      dtype: torch.dtype = torch.float32 # dtype of the angles and the result
                     ) -> Tensor: # positions.shape + (d_model,)
     "Sinusoidal codes (..., d_model) of integer `positions`: sin at even, cos at odd dims; angles computed in `dtype`."
-    if positions.is_floating_point(): raise TypeError(f"positions must be an integer tensor, got {positions.dtype}; pass Positions.pos")
+    if positions.is_floating_point():
+        raise TypeError(f"positions must be an integer tensor, got {positions.dtype}; pass Positions.pos")
     if d_model < 1: raise ValueError(f"d_model must be positive, got {d_model}")
     inv = _inv_freq(d_model, float(base), positions.device, dtype)
     ang = positions.to(dtype)[..., None] * inv                                    # (..., ceil(d/2))
-    return torch.stack((ang.sin(), ang.cos()), -1).flatten(-2)[..., :d_model]    # interleave, drop the last cos if d is odd
+    # interleave, drop the last cos if d is odd
+    return torch.stack((ang.sin(), ang.cos()), -1).flatten(-2)[..., :d_model]
 
 # %% ../nbs/01_baselines.ipynb #9362fab9
 _TABLE_ROWS = 1 << 16     # a table longer than this is built only when the positions fill a quarter of it
@@ -55,15 +62,18 @@ def sinusoidal_codes(pos: Tensor, # integer positions, any shape
                      base: float = 10000., # frequency base (see `sinusoidal_table`)
                      min_rows: int = 0 # the smallest table to build
                     ) -> tuple: # (codes pos.shape + (d_model,), the float32 table they were read from)
-    """Codes of `pos` read from `table` when it is on `pos`'s device and covers every position of `pos`, else from a new float32
+    """Codes of `pos` read from `table` when it is on `pos`'s device and covers every position of `pos`, else from a new
+    float32
     table of the next power of two rows (at least `min_rows`): callers keep the table and pass it back.
     Far, sparse positions (past 2**16 rows and 4 x as many rows as positions) get codes of those positions only."""
     need = known_range(pos)[1] + 1               # read once per positions tensor, or known from the caller
     if need > max(min_rows, _TABLE_ROWS, 4 * pos.numel()):        # e.g. one position of 1e8: no table up to it
         return sinusoidal_table(pos, d_model, base), table
-    same_device = table is not None and (table.is_cpu and pos.is_cpu or table.device == pos.device)   # no device objects on the CPU
+    # no device objects on the CPU
+    same_device = table is not None and (table.is_cpu and pos.is_cpu or table.device == pos.device)
     if not same_device or table.shape[0] < need:
-        table = sinusoidal_table(torch.arange(max(min_rows, 1 << (need - 1).bit_length()), device=pos.device), d_model, base)
+        table = sinusoidal_table(torch.arange(max(min_rows, 1 << (need - 1).bit_length()), device=pos.device), d_model,
+                                 base)
     return F.embedding(pos, table), table
 
 # %% ../nbs/01_baselines.ipynb #0c3cedc6
@@ -80,7 +90,8 @@ class SinusoidalPosEnc(PosEnc):
         self.base, self._table = base, None
 
     def codes(self, pos: Tensor) -> Tensor:
-        "Codes of `pos` read from a cached float32 table on `pos.device`, rebuilt larger when a position exceeds it (`sinusoidal_codes`)."
+        """Codes of `pos` read from a cached float32 table on `pos.device`, rebuilt larger when a position exceeds it
+        (`sinusoidal_codes`)."""
         c, t = sinusoidal_codes(pos, self._table, self.d_model, self.base, self.max_len or 0)
         if t is not self._table: self._table = t
         return c
@@ -95,7 +106,8 @@ class LearnedPosEnc(PosEnc):
     bounded = True      # one row per position: max_len is a hard limit
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
                  causal: bool = False):
-        if not max_len: raise ValueError("'learned' positions need max_len (the number of rows of the table); pass max_len=...")
+        if not max_len:
+            raise ValueError("'learned' positions need max_len (the number of rows of the table); pass max_len=...")
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         self.emb = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.emb.weight, 0., d_model ** -0.5)
@@ -136,11 +148,14 @@ def shaw_score_mod(scores: Tensor, # q·w^K_r/sqrt(dh) of every query and clippe
 @register_posenc('shaw')
 class ShawPosEnc(PosEnc):
     "Relative key embeddings w^K_{clip(j-i,k)} (Shaw et al. 2018) as a logit bias q·w/sqrt(dh); one table per layer."
+    bias_reads_query = True   # the bias depends on the queries (`posenc_nb.interop.reads_query`)
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
                  causal: bool = False,
                  clip: int = 16): # offsets beyond +-clip share the last vector
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
-        if d_model % n_heads: raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pick n_heads that divides d_model")
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pick n_heads that divides "
+                             "d_model")
         if clip < 0: raise ValueError(f"clip must be >= 0, got {clip}")
         self.clip, self.head_dim = clip, d_model // n_heads
         self.rel_k = nn.Parameter(torch.randn(n_layers, 2 * clip + 1, self.head_dim) * self.head_dim ** -0.5)
@@ -180,15 +195,25 @@ def _t5_lut(n_dir: int, max_distance: int) -> Tensor:
     out = []
     for n in range(max_distance + 1):
         if n < exact: out.append(n)
-        else: out.append(min(n_dir - 1, exact + int(math.floor((n_dir - exact) * math.log(n / exact) / math.log(max_distance / exact) + 1e-9))))
+        else:
+            out.append(
+                min(
+                    n_dir - 1,
+                    exact
+                    + int(math.floor((n_dir - exact) * math.log(n / exact) / math.log(max_distance / exact) + 1e-9)),
+                )
+            )
     return torch.tensor(out, dtype=torch.long, device='cpu')   # cached: never on a caller's default device
 
 @lru_cache(maxsize=32)
 def _t5_signed_lut(num_buckets: int, max_distance: int, bidirectional: bool) -> Tensor:
-    "Bucket of every offset j-i from -max_distance to max_distance, stored at index offset + max_distance: both directions in one table."
+    """Bucket of every offset j-i from -max_distance to max_distance, stored at index offset + max_distance: both
+    directions in one table."""
     n_dir = num_buckets // 2 if bidirectional else num_buckets
-    d, n = _t5_lut(n_dir, max_distance), torch.arange(-max_distance, max_distance + 1, device='cpu')   # cached: never on a caller's default device (e.g. meta)
-    return d[n.abs()] + (n > 0).long() * n_dir if bidirectional else d[(-n).clamp_min(0)]   # causal: future offsets -> bucket 0
+    # cached: never on a caller's default device (e.g. meta)
+    d, n = _t5_lut(n_dir, max_distance), torch.arange(-max_distance, max_distance + 1, device='cpu')
+    # causal: future offsets -> bucket 0
+    return d[n.abs()] + (n > 0).long() * n_dir if bidirectional else d[(-n).clamp_min(0)]
 
 # %% ../nbs/01_baselines.ipynb #a1d4605b
 def t5_bucket(rel: Tensor, # relative offsets j - i (key minus query position)
@@ -197,12 +222,15 @@ def t5_bucket(rel: Tensor, # relative offsets j - i (key minus query position)
               max_distance: int = 128, # offsets at or beyond it share the last bucket
               lut: Optional[Tensor] = None # a cached `_t5_signed_lut` on rel's device
              ) -> Tensor: # bucket index, shape of `rel`
-    "T5 bucket index of relative offsets `rel = j - i` (key minus query position); `lut` optionally a cached `_t5_signed_lut`."
+    """T5 bucket index of relative offsets `rel = j - i` (key minus query position); `lut` optionally a cached
+    `_t5_signed_lut`."""
     n_dir = num_buckets // 2 if bidirectional else num_buckets
     if n_dir < 2 or max_distance <= n_dir // 2:
-        raise ValueError(f"t5 buckets need num_buckets >= {4 if bidirectional else 2} and max_distance > {n_dir // 2}; got {num_buckets}, {max_distance}")
+        raise ValueError(f"t5 buckets need num_buckets >= {4 if bidirectional else 2} and max_distance > {n_dir // 2}; "
+                         f"got {num_buckets}, {max_distance}")
     if lut is None: lut = _t5_signed_lut(num_buckets, max_distance, bidirectional).to(rel.device)
-    return lut[rel.clamp(-max_distance, max_distance).add_(max_distance)]     # exact: every |offset| >= max_distance shares its direction's last bucket
+    # exact: every |offset| >= max_distance shares its direction's last bucket
+    return lut[rel.clamp(-max_distance, max_distance).add_(max_distance)]
 
 # %% ../nbs/01_baselines.ipynb #222ddc05
 def t5_score_mod(weight: Tensor, # the bucket table (num_buckets, H): `T5PosEnc.bias.weight`
@@ -237,9 +265,11 @@ class T5PosEnc(PosEnc):
 
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
         lut = self.lut_causal if site.causal else self.lut_bi
-        b = t5_bucket(relative_offsets(q_pos, k_pos), not site.causal, self.num_buckets, self.max_distance, lut)   # (B,1|H,Lq,Lk)
+        # (B,1|H,Lq,Lk)
+        b = t5_bucket(relative_offsets(q_pos, k_pos), not site.causal, self.num_buckets, self.max_distance, lut)
         heads = torch.arange(self.n_heads, device=b.device)[:, None, None]
-        return self.bias.weight.T[heads, b]                                                                  # (B,H,Lq,Lk)
+        # (B,H,Lq,Lk)
+        return self.bias.weight.T[heads, b]
 
     def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[BiasRows]:
         """`logit_bias` by blocks, (1,H,rows,keys) when the batch shares positions; dense only within `max_distance` of
@@ -289,7 +319,8 @@ class ALiBiPosEnc(PosEnc):
 
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
         rel = relative_offsets(q_pos, k_pos)                                   # j - i
-        dist = (-rel) if site.causal else rel.abs()                             # i - j for the decoder (j <= i after masking)
+        # i - j for the decoder (j <= i after masking)
+        dist = (-rel) if site.causal else rel.abs()
         return dist.to(self.slopes.dtype) * -self.slopes[:, None, None]         # (B,H,Lq,Lk)
 
     def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[BiasRows]:

@@ -23,7 +23,8 @@ def _check_perm(perm, where: str = 'perm') -> list:
     try: p = [int(x) for x in perm]
     except (TypeError, ValueError): raise TypeError(f"{where} must be a sequence of ints, got {type(perm).__name__}")
     if sorted(p) != list(range(len(p))):
-        raise ValueError(f"{where}={p[:12]}{'...' if len(p) > 12 else ''} is not a permutation of 0..{len(p) - 1}; every source index must appear exactly once")
+        raise ValueError(f"{where}={p[:12]}{'...' if len(p) > 12 else ''} is not a permutation of 0..{len(p) - 1}; "
+                         "every source index must appear exactly once")
     return p
 
 def inverse_perm(perm) -> list:
@@ -35,21 +36,28 @@ def inverse_perm(perm) -> list:
 # %% ../nbs/13_btg.ipynb #cfd3dad9
 def alignment_to_permutation(n_src: int, alignment, n_tgt: Optional[int] = None, attach: str = 'right') -> list:
     "Target-order permutation of `n_src` source words from (src_idx, tgt_idx) links (see rules above)."
-    if not isinstance(n_src, (int, np.integer)) or n_src < 0: raise ValueError(f"n_src={n_src!r} must be a non-negative int")
-    if attach not in ('left', 'right'): raise ValueError(f"attach={attach!r}: unaligned words attach to the 'left' or 'right' neighbour")
+    if not isinstance(n_src, (int, np.integer)) or n_src < 0:
+        raise ValueError(f"n_src={n_src!r} must be a non-negative int")
+    if attach not in ('left', 'right'):
+        raise ValueError(f"attach={attach!r}: unaligned words attach to the 'left' or 'right' neighbour")
     lo, hi = [math.inf] * n_src, [-math.inf] * n_src
     for link in alignment:
         try: i, j = (int(x) for x in link)
-        except (TypeError, ValueError): raise TypeError(f"alignment link {link!r} must be a pair of ints (src_idx, tgt_idx)")
-        if not 0 <= i < n_src: raise ValueError(f"link {link!r}: source index {i} out of range for a {n_src}-word source sentence")
+        except (TypeError, ValueError):
+            raise TypeError(f"alignment link {link!r} must be a pair of ints (src_idx, tgt_idx)")
+        if not 0 <= i < n_src:
+            raise ValueError(f"link {link!r}: source index {i} out of range for a {n_src}-word source sentence")
         if j < 0 or (n_tgt is not None and j >= n_tgt):
-            raise ValueError(f"link {link!r}: target index {j} out of range" + (f" for a {n_tgt}-word target sentence" if n_tgt is not None else ""))
+            raise ValueError(f"link {link!r}: target index {j} out of range" + (f" for a {n_tgt}-word target sentence"
+                                                                                if n_tgt is not None else ""))
         lo[i], hi[i] = min(lo[i], j), max(hi[i], j)
     aligned = [i for i in range(n_src) if lo[i] != math.inf]
     if not aligned: return list(range(n_src))
     block, blk, end = {}, -1, -math.inf
     for i in sorted(aligned, key=lambda i: (lo[i], hi[i], i)):
-        if lo[i] > end: blk += 1; end = hi[i]          # a new block starts past the current one
+        if lo[i] > end:
+            blk += 1
+            end = hi[i]          # a new block starts past the current one
         else: end = max(end, hi[i])
         block[i] = blk
     key = {i: (block[i], i, 0, i) for i in aligned}
@@ -103,14 +111,16 @@ def _triples(n: int):
     i3, k3, j3 = I[valid], K[valid], J[valid]
     per_len = {}
     for L in range(2, n + 1):
-        i = np.arange(n - L + 1); j = i + L
+        i = np.arange(n - L + 1)
+        j = i + L
         k = i[:, None] + np.arange(1, L)[None, :]
         per_len[L] = (i, k, j, idx[i[:, None], k, j[:, None]])
     return i3, k3, j3, per_len
 
 # %% ../nbs/13_btg.ipynb #5f0ed220
 def cky(s_inv: np.ndarray, s_str: Optional[np.ndarray] = None):
-    "Best BTG trees for a batch: node scores (B, n_triples) for inverted (and straight; default 0) merges. Returns (score (B,), split, inverted)."
+    """Best BTG trees for a batch: node scores (B, n_triples) for inverted (and straight; default 0) merges. Returns
+    (score (B,), split, inverted)."""
     s_inv = np.asarray(s_inv, dtype=np.float64)
     B, N3 = s_inv.shape
     n = next(n for n in range(1, 10_000) if n * (n * n - 1) // 6 >= N3)
@@ -124,7 +134,9 @@ def cky(s_inv: np.ndarray, s_str: Optional[np.ndarray] = None):
         ni = s_inv[:, fl]
         if s_str is None: o, node = ni > 0, np.maximum(ni, 0)
         else:
-            ns = s_str[:, fl]; o = ni > ns; node = np.where(o, ni, ns)
+            ns = s_str[:, fl]
+            o = ni > ns
+            node = np.where(o, ni, ns)
         cand = best[:, i[:, None], k] + best[:, k, j[:, None]] + node        # (B, starts, L-1)
         kb = cand.argmax(-1)
         best[:, i, j] = np.take_along_axis(cand, kb[..., None], -1)[..., 0]
@@ -142,7 +154,8 @@ def _read_tree(split_b, inv_b, n: int, want_tree: bool = False):
         k = sp[i][j]
         (l, lt), (r, rt) = rec(i, k), rec(k, j)
         if iv[i][j]:
-            nodes.append((i, k, j)); return r + l, (('I', lt, rt) if want_tree else None)
+            nodes.append((i, k, j))
+            return r + l, (('I', lt, rt) if want_tree else None)
         return l + r, (('S', lt, rt) if want_tree else None)
     perm, tree = rec(0, n)
     return perm, (tree if want_tree else nodes)
@@ -174,14 +187,16 @@ def kendall_distance(a, b) -> int:
     "Number of element pairs ordered differently in two permutations of the same items."
     pa, pb = np.array(inverse_perm(_check_perm(a))), np.array(inverse_perm(_check_perm(b)))
     if len(pa) != len(pb): raise ValueError(f"permutations of different lengths ({len(pa)} vs {len(pb)})")
-    da = pa[:, None] < pa[None, :]; db = pb[:, None] < pb[None, :]
+    da = pa[:, None] < pa[None, :]
+    db = pb[:, None] < pb[None, :]
     return int((da & ~db).sum())
 
 # %% ../nbs/13_btg.ipynb #3e7207c2
 def kendall_tau(pred, ref) -> float:
     "Kendall's tau in [-1, 1] between a predicted and a reference permutation (1.0 for length <= 1)."
     p, r = _check_perm(pred, 'pred'), _check_perm(ref, 'ref')
-    if len(p) != len(r): raise ValueError(f"pred has {len(p)} words but ref has {len(r)}; compare orders of the same sentence")
+    if len(p) != len(r):
+        raise ValueError(f"pred has {len(p)} words but ref has {len(r)}; compare orders of the same sentence")
     n = len(p)
     if n <= 1: return 1.0
     return 1.0 - 2.0 * kendall_distance(p, r) / (n * (n - 1) / 2)
@@ -190,7 +205,8 @@ def kendall_tau(pred, ref) -> float:
 def fuzzy_reordering_score(pred, ref) -> float:
     "Fuzzy reordering score (Talbot et al. 2011): share of the n+1 boundaries (with sentinels) kept in order."
     p, r = _check_perm(pred, 'pred'), _check_perm(ref, 'ref')
-    if len(p) != len(r): raise ValueError(f"pred has {len(p)} words but ref has {len(r)}; compare orders of the same sentence")
+    if len(p) != len(r):
+        raise ValueError(f"pred has {len(p)} words but ref has {len(r)}; compare orders of the same sentence")
     n = len(p)
     if n <= 1: return 1.0
     pos = inverse_perm(r)
@@ -219,18 +235,31 @@ TEMPLATES = [(v, r1, r2) for v in ('w', 'c') for r1, r2 in _PAIRS]
 def _hash(t: int, u: np.ndarray, v: np.ndarray, bits: int) -> np.ndarray:
     "Multiplicative hash of (template, id, id) into [0, 2**bits)."
     with np.errstate(over='ignore'):
-        h = (np.uint64(t + 1) * _M1) ^ (u.astype(np.uint64) * _M2 + np.uint64(0x632BE59BD9B4E019)) ^ (v.astype(np.uint64) * _M3)
+        h = (
+            (np.uint64(t + 1) * _M1)
+            ^ (u.astype(np.uint64) * _M2 + np.uint64(0x632BE59BD9B4E019))
+            ^ (v.astype(np.uint64) * _M3)
+        )
         h = h * _M1
     return (h >> np.uint64(64 - bits)).astype(np.int64)
 
 # %% ../nbs/13_btg.ipynb #d0a55301
 class BTGReorderer:
     "Discriminative BTG reorderer: predicts a target-order permutation of a source sentence."
-    def __init__(self, max_len: int = 80, epochs: int = 4, batch_size: int = 16, margin: float = 1.0, min_count: int = 2,
+    def __init__(self, max_len: int = 80, epochs: int = 4, batch_size: int = 16, margin: float = 1.0,
+                 min_count: int = 2,
                  n_frequent: int = 100, n_buckets: int = 64, hash_bits: int = 20, seed: int = 0):
-        if not 2 <= max_len <= 150: raise ValueError(f"max_len={max_len}: must lie in [2, 150] (the chart is cubic in length); split longer sentences")
+        if not 2 <= max_len <= 150:
+            raise ValueError(f"max_len={max_len}: must lie in [2, 150] (the chart is cubic in length); split longer "
+                             "sentences")
         self.max_len, self.epochs, self.batch_size, self.margin = max_len, epochs, batch_size, margin
-        self.min_count, self.n_frequent, self.n_buckets, self.bits, self.seed = min_count, n_frequent, n_buckets, hash_bits, seed
+        self.min_count, self.n_frequent, self.n_buckets, self.bits, self.seed = (
+            min_count,
+            n_frequent,
+            n_buckets,
+            hash_bits,
+            seed,
+        )
         self.w = None
         self.log = []
 
@@ -279,12 +308,16 @@ def _scores(self:BTGReorderer, F, w):
 @patch
 def _check_pairs(self:BTGReorderer, src, perms):
     if isinstance(src, str): raise TypeError("pass a list of sentences, not a single string")
-    if len(src) != len(perms): raise ValueError(f"{len(src)} source sentences but {len(perms)} permutations; pass one oracle permutation per sentence")
+    if len(src) != len(perms):
+        raise ValueError(f"{len(src)} source sentences but {len(perms)} permutations; pass one oracle permutation per "
+                         "sentence")
     sents = [_tokens(s, f'source sentence {q}') for q, s in enumerate(src)]
     ps = []
     for q, (s, p) in enumerate(zip(sents, perms)):
         p = _check_perm(p, f'perms[{q}]')
-        if len(p) != len(s): raise ValueError(f"perms[{q}] has {len(p)} entries but sentence {q} has {len(s)} words; the permutation must cover the sentence")
+        if len(p) != len(s):
+            raise ValueError(f"perms[{q}] has {len(p)} entries but sentence {q} has {len(s)} words; the permutation "
+                             "must cover the sentence")
         ps.append(p)
     return sents, ps
 
@@ -307,7 +340,8 @@ def fit(self:BTGReorderer, src: Sequence, perms: Sequence, verbose: bool = False
         t0 = time.perf_counter()
         batches = []
         for n, qs in by_len.items():
-            qs = qs[:]; rng.shuffle(qs)
+            qs = qs[:]
+            rng.shuffle(qs)
             bs = _chunk(n, self.batch_size)
             batches += [qs[s:s + bs] for s in range(0, len(qs), bs)]
         rng.shuffle(batches)
@@ -329,7 +363,9 @@ def fit(self:BTGReorderer, src: Sequence, perms: Sequence, verbose: bool = False
                 n_upd += 1
                 for nodes, sign in ((no, 1.), (np_, -1.)):
                     for (i, k, j) in nodes:
-                        rows.append(b); tris.append(_flat(n, i, k, j)); signs.append(sign)
+                        rows.append(b)
+                        tris.append(_flat(n, i, k, j))
+                        signs.append(sign)
             if rows:
                 ids = F[:, rows, tris]                                     # (T, n_nodes)
                 upd = np.repeat(np.array(signs)[None], ids.shape[0], 0)
@@ -348,11 +384,14 @@ def predict_batch(self:BTGReorderer, src: Sequence, strict: bool = False) -> lis
     if self.w is None: raise ValueError("BTGReorderer is not trained; call fit(src_sents, perms) first")
     if isinstance(src, str): raise TypeError("pass a list of sentences; use predict() for one sentence")
     sents = [_tokens(s, f'source sentence {q}') for q, s in enumerate(src)]
-    out = [list(range(len(s))) for s in sents]           # monotone: the answer for n <= 1 and the long-sentence fallback
+    # monotone: the answer for n <= 1 and the long-sentence fallback
+    out = [list(range(len(s))) for s in sents]
     by_len = {}
     for q, s in enumerate(sents):
         if len(s) > self.max_len:
-            if strict: raise ValueError(f"sentence {q} has {len(s)} words, more than max_len={self.max_len}; raise max_len or split the sentence")
+            if strict:
+                raise ValueError(f"sentence {q} has {len(s)} words, more than max_len={self.max_len}; raise max_len or "
+                                 "split the sentence")
             continue
         if len(s) >= 2: by_len.setdefault(len(s), []).append(q)
     for n, qs in by_len.items():
@@ -394,7 +433,8 @@ def _flat(n: int, i: int, k: int, j: int) -> int:
 def _flat_table(n: int) -> np.ndarray:
     I, K, J = np.meshgrid(np.arange(n + 1), np.arange(n + 1), np.arange(n + 1), indexing='ij')
     valid = (I < K) & (K < J)
-    idx = np.full((n + 1,) * 3, -1, dtype=np.int64); idx[valid] = np.arange(valid.sum())
+    idx = np.full((n + 1,) * 3, -1, dtype=np.int64)
+    idx[valid] = np.arange(valid.sum())
     return idx
 
 # %% ../nbs/13_btg.ipynb #baa472e7
@@ -406,7 +446,8 @@ def check_non_separable_4(perms: list # your two permutations of 0..3
     "Exercise 13.1: the two permutations of length 4 that no BTG tree produces."
     want = {p for p in itertools.permutations(range(4)) if parse_separable(list(p)) is None}
     got = {tuple(p) for p in perms}
-    if any(sorted(p) != [0, 1, 2, 3] for p in got): return Verdict(False, 'each answer must be a permutation of 0, 1, 2, 3')
+    if any(sorted(p) != [0, 1, 2, 3] for p in got):
+        return Verdict(False, 'each answer must be a permutation of 0, 1, 2, 3')
     wrong = [p for p in got if p not in want]
     if wrong: return Verdict(False, f'{list(wrong[0])} has the BTG tree {parse_separable(list(wrong[0]))}')
     if got != want: return Verdict(False, f'{len(got)} of the {len(want)} found: one more')
@@ -424,7 +465,8 @@ def check_kendall_tau(my_tau, # your function (pred, ref) -> float
         except Exception as e: return Verdict(False, f'my_tau({p}, {r}) raised {type(e).__name__}: {e}')
         want = kendall_tau(p, r)
         if abs(got - want) > 1e-12:
-            if abs(got - kendall_distance(p, r)) < 1e-12: return Verdict(False, 'that is the number of discordant pairs; tau rescales it to [-1, 1]')
+            if abs(got - kendall_distance(p, r)) < 1e-12:
+                return Verdict(False, 'that is the number of discordant pairs; tau rescales it to [-1, 1]')
             return Verdict(False, f'my_tau({p}, {r}) = {got:.4f}, expected {want:.4f}')
     return Verdict(True, f'matches kendall_tau on {len(cases)} cases (identity 1, reversal -1)')
 
@@ -435,14 +477,18 @@ def check_separable_share(share: float # your measured share, between 0 and 1
     perms = list(itertools.permutations(range(8)))
     want = sum(parse_separable(list(p)) is not None for p in perms) / len(perms)
     v = check_close(share, want, 'the separable share at n = 8', rtol=1e-9)
-    return Verdict(True, f'{share:.4f}: BTG reaches about a fifth of the orders of 8 words, and the share keeps falling with n') if v else v
+    return Verdict(True, f'{share:.4f}: BTG reaches about a fifth of the orders of 8 words, and the share keeps '
+                   'falling with n') if v else v
 
 # %% ../nbs/13_btg.ipynb #ef31d0c3
 def check_far_from_btg(perm: list # your permutation of 0..n-1, n <= 6
                       ) -> Verdict:
     "Exercise 13.4: a permutation of at most 6 words whose closest BTG tree has Kendall loss >= 2."
     p = list(perm)
-    if sorted(p) != list(range(len(p))) or not 1 <= len(p) <= 6: return Verdict(False, 'give a permutation of 0..n-1 with n <= 6')
+    if sorted(p) != list(range(len(p))) or not 1 <= len(p) <= 6:
+        return Verdict(False, 'give a permutation of 0..n-1 with n <= 6')
     tree, loss = min_loss_btg(p)
-    if loss >= 2: return Verdict(True, f'the closest BTG order {tree_to_perm(tree)} is {loss} swaps away: a reorderer restricted to BTG cannot reach it')
+    if loss >= 2:
+        return Verdict(True, f'the closest BTG order {tree_to_perm(tree)} is {loss} swaps away: a reorderer restricted '
+                       'to BTG cannot reach it')
     return Verdict(False, f'the BTG order {tree_to_perm(tree)} is only {loss} swap(s) away')

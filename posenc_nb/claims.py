@@ -98,9 +98,12 @@ def read_arm(root, # the results folder
 # %% ../nbs/29_claims.ipynb #94c72205
 def _labels_majority(record: dict) -> float:
     "Majority-class rate of a record's test items: from its labels, or from its confusion counts."
-    if 'labels' in record: y = [int(v) for v in record['labels']]; pos = sum(y) / len(y)
+    if 'labels' in record:
+        y = [int(v) for v in record['labels']]
+        pos = sum(y) / len(y)
     elif 'test_confusion' in record:
-        c = record['test_confusion']; c = json.loads(c.replace("'", '"')) if isinstance(c, str) else c
+        c = record['test_confusion']
+        c = json.loads(c.replace("'", '"')) if isinstance(c, str) else c
         pos = (c['tp'] + c['fn']) / (c['tp'] + c['fn'] + c['tn'] + c['fp'])
     else: raise KeyError("a majority-class reference needs a record with 'labels' or 'test_confusion'")
     return max(pos, 1 - pos)
@@ -304,7 +307,8 @@ REGIMES_CLAIMS = [
     *[mt_claim(f'{exp}-vs-block-bias', 'FLOATER',
                FL_REC + '; against per-block learned biases at the same sites (block-bias: the ODE isolated)', exp,
                scale, 'block-bias-migrated', 'floater-migrated', '11_floater, 21_multi30k', family=f'{exp}-ablation')
-      for exp, scale in (('floater-recipe', M30K + ': 400-update sinusoidal base, then 200 updates per arm, 1 CPU thread'),
+      for exp, scale in (('floater-recipe', M30K + ': 400-update sinusoidal base, then 200 updates per arm, 1 CPU '
+                          'thread'),
                          ('floater-recipe-1h', M30K + ': 3,000-update sinusoidal base, then 1,000 updates per arm'))],
     mt_claim('xl-input-enja-2400-oracle', 'XL-PE',
              XL_MT + '; here the aligner\'s oracle orders of the test sentences (the bound of a perfect reorderer)',

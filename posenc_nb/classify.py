@@ -14,7 +14,8 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from .core import Positions, list_posencs, encoding_streams
 from .model import ModelConfig, Classifier
 from .store import check_budget, check_fields, check_writable
-from .data import load_glue, get_tokenizer, pad_batch, TokenBatchSampler, GLUE_TASKS, UNK
+from .data import load_glue, get_tokenizer, GLUE_TASKS, UNK
+from .batches import pad_batch, TokenBatchSampler
 from .engine import inverse_sqrt, autocast_for, fused_adam
 from .utils import atomic_write, provenance, mean_sd, read_records
 
@@ -27,13 +28,16 @@ __all__ = ['GLUE_METRIC', 'classification_metrics', 'ClassifyConfig', 'glue_data
 def classification_metrics(y_true, y_pred) -> dict:
     "Accuracy, Matthews correlation and confusion counts of binary labels/predictions (0/1 sequences)."
     t, p = np.asarray(y_true).astype(np.int64).ravel(), np.asarray(y_pred).astype(np.int64).ravel()
-    if t.shape != p.shape: raise ValueError(f"y_true has {t.size} entries but y_pred has {p.size}; pass one prediction per label")
-    if not set(np.unique(t)) | set(np.unique(p)) <= {0, 1}: raise ValueError("classification_metrics handles binary 0/1 labels only; map your classes to 0/1")
+    if t.shape != p.shape:
+        raise ValueError(f"y_true has {t.size} entries but y_pred has {p.size}; pass one prediction per label")
+    if not set(np.unique(t)) | set(np.unique(p)) <= {0, 1}:
+        raise ValueError("classification_metrics handles binary 0/1 labels only; map your classes to 0/1")
     tp, tn = int(((t == 1) & (p == 1)).sum()), int(((t == 0) & (p == 0)).sum())
     fp, fn = int(((t == 0) & (p == 1)).sum()), int(((t == 1) & (p == 0)).sum())
     den = (tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)
     mcc = (tp * tn - fp * fn) / math.sqrt(den) if den else 0.0
-    return {'accuracy': (tp + tn) / max(t.size, 1), 'mcc': mcc, 'n': int(t.size), 'tp': tp, 'tn': tn, 'fp': fp, 'fn': fn}
+    return {'accuracy': (tp + tn) / max(t.size, 1), 'mcc': mcc, 'n': int(t.size), 'tp': tp, 'tn': tn, 'fp': fp,
+            'fn': fn}
 
 GLUE_METRIC = {'cola': 'mcc', 'sst2': 'accuracy'}   # the official metric of each task, also used for model selection
 
@@ -61,7 +65,8 @@ class ClassifyConfig:
     max_steps: Optional[int] = None
     max_minutes: Optional[float] = None  # training wall-clock budget (evaluation excluded)
     eval_every: int = 100
-    amp: Optional[str] = None        # 'bf16' or 'fp16': autocast where it pays off (CUDA), as `TrainConfig.amp`; None: fp32
+    # 'bf16' or 'fp16': autocast where it pays off (CUDA), as `TrainConfig.amp`; None: fp32
+    amp: Optional[str] = None
 
     def __post_init__(self):
         if self.max_steps is None and self.max_minutes is None:
@@ -71,12 +76,14 @@ class ClassifyConfig:
         if self.max_len < 2: raise ValueError(f"max_len={self.max_len} is too small; use at least 2")
 
     def model_config(self, vocab: int) -> ModelConfig:
-        return ModelConfig(src_vocab=vocab, tgt_vocab=vocab, d_model=self.d_model, n_heads=self.n_heads, n_enc=self.n_layers, n_dec=0,
+        return ModelConfig(src_vocab=vocab, tgt_vocab=vocab, d_model=self.d_model, n_heads=self.n_heads,
+                           n_enc=self.n_layers, n_dec=0,
                            d_ff=self.d_ff, dropout=self.dropout, enc_pe=self.encoding, pe_options=dict(self.pe_options),
                            max_len=self.max_len, n_classes=2)
 
 def glue_data(task: str, vocab_size: int = 8000, max_len: int = 128):
-    "Token-id splits {'train','validation','test'}: lists of (ids, label), with the task's cached BPE tokenizer; also returns the tokenizer."
+    """Token-id splits {'train','validation','test'}: lists of (ids, label), with the task's cached BPE tokenizer; also
+    returns the tokenizer."""
     if task not in GLUE_TASKS: raise ValueError(f"unknown GLUE task {task!r}; choose one of {GLUE_TASKS}")
     tok = get_tokenizer(task, vocab_size=vocab_size)
     out = {}
@@ -99,7 +106,8 @@ def _tensors(pairs, idx, pad_id, device):
 @torch.no_grad()
 def predict(model: Classifier, pairs, max_tokens: int = 4096, device='cpu', amp: Optional[str] = None) -> list:
     "Predicted labels of (ids, label) pairs, in input order (`amp`: autocast as in training, see `autocast_for`)."
-    was = model.training; model.eval()
+    was = model.training
+    model.eval()
     out = [0] * len(pairs)
     for idx in _batches(pairs, max_tokens, False, 0):
         x, p, _ = _tensors(pairs, idx, model.cfg.pad_id, device)
@@ -124,24 +132,29 @@ from .engine import BatchStream, Budget, Evaluator, KeepBest, Learner, Task, fit
 
 # %% ../nbs/23_glue.ipynb #98ab110c
 class ClassifyTask(Task):
-    "Classification of (ids, label) pairs: length-bucketed batches over epochs, cross-entropy, the task metric on validation."
+    """Classification of (ids, label) pairs: length-bucketed batches over epochs, cross-entropy, the task metric on
+    validation."""
     def __init__(self, data: dict, cfg: ClassifyConfig, metric: str, pad_id: int, device):
         self.data, self.cfg, self.metric, self.pad_id, self.device, self.seen = data, cfg, metric, pad_id, device, 0
         self.stream = BatchStream(TokenBatchSampler([len(x) for x, _ in data['train']], cfg.max_tokens, seed=cfg.seed))
         self.batches = map(self._tensors, self.stream)
     def _tensors(self, idx):
-        self.seen += len(idx); return _tensors(self.data['train'], idx, self.pad_id, self.device)
+        self.seen += len(idx)
+        return _tensors(self.data['train'], idx, self.pad_id, self.device)
     def loss(self, model, b):
         with autocast_for(torch.device(self.device), self.cfg.amp): logits = model(b[0], b[1])
         return F.cross_entropy(logits.float(), b[2], label_smoothing=self.cfg.label_smoothing)
     def tokens(self, b) -> int: return int(b[1].mask.sum())
-    def evaluate(self, model) -> dict: return {'valid_' + self.metric: evaluate(model, self.data['validation'], device=self.device, amp=self.cfg.amp)[self.metric]}
+    def evaluate(self, model) -> dict:
+        return {'valid_' + self.metric: evaluate(model, self.data['validation'], device=self.device,
+                                                 amp=self.cfg.amp)[self.metric]}
 
 # %% ../nbs/23_glue.ipynb #ddc7972d
 def _classify_data(task: str, cfg: ClassifyConfig, data: Optional[dict], vocab: Optional[int]):
     "The (ids, label) splits (GLUE `task`'s, or `data` truncated to `max_len`) and the vocabulary size."
     if data is None:
-        data, tok = glue_data(task, cfg.vocab_size, cfg.max_len); return data, tok.vocab_size
+        data, tok = glue_data(task, cfg.vocab_size, cfg.max_len)
+        return data, tok.vocab_size
     if vocab is None: raise ValueError("with `data`, also pass `vocab` (number of token ids)")
     missing = {'train', 'validation', 'test'} - set(data)
     if missing: raise ValueError(f"data lacks split(s) {sorted(missing)}; give train, validation and test")
@@ -151,27 +164,41 @@ def _classify_data(task: str, cfg: ClassifyConfig, data: Optional[dict], vocab: 
 def train_classifier(task: str = 'cola', encoding: str = 'sinusoidal', seed: int = 0, minutes: Optional[float] = None,
                      steps: Optional[int] = None, out=None, data: Optional[dict] = None, vocab: Optional[int] = None,
                      device='cpu', verbose: bool = False, command: Optional[str] = None, **overrides) -> dict:
-    """Train a `Classifier` with position encoding `encoding` on GLUE `task` (or on `data`: splits of (ids, label) with `vocab` ids)
-    for `minutes` of training time and/or `steps` updates; returns metrics (and writes them as JSON to `out` when given)."""
+    """Train a `Classifier` with position encoding `encoding` on GLUE `task` (or on `data`: splits of (ids, label) with
+    `vocab` ids)
+    for `minutes` of training time and/or `steps` updates; returns metrics (and writes them as JSON to `out` when
+    given)."""
     cfg = ClassifyConfig(task=task, encoding=encoding, seed=seed, max_minutes=minutes, max_steps=steps, **overrides)
-    if encoding not in list_posencs(): raise ValueError(f"unknown encoding {encoding!r}; choose one of {list_posencs()}")
+    if encoding not in list_posencs():
+        raise ValueError(f"unknown encoding {encoding!r}; choose one of {list_posencs()}")
     device, t_start = torch.device(device), time.time()
-    random.seed(seed); np.random.seed(seed); torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
     data, vocab = _classify_data(task, cfg, data, vocab)
     metric = GLUE_METRIC.get(task, 'accuracy')
     model = Classifier(cfg.model_config(vocab)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=cfg.weight_decay,
                             fused=fused_adam(device))
-    ev = Evaluator(cfg.eval_every); kb = KeepBest(ev, 'valid_' + metric, verbose=verbose)
-    L = Learner(model, opt, ClassifyTask(data, cfg, metric, model.cfg.pad_id, device), Budget(cfg.max_steps, cfg.max_minutes), [ev, kb],
-                sched=torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt(s + 1, cfg.warmup)), grad_clip=cfg.grad_clip, exclude_pauses=True)
-    st = fit(L); best, best_step = kb.restore_best(L)
+    ev = Evaluator(cfg.eval_every)
+    kb = KeepBest(ev, 'valid_' + metric, verbose=verbose)
+    L = Learner(model, opt, ClassifyTask(data, cfg, metric, model.cfg.pad_id, device),
+                Budget(cfg.max_steps, cfg.max_minutes), [ev, kb],
+                sched=torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt(s + 1, cfg.warmup)),
+                grad_clip=cfg.grad_clip, exclude_pauses=True)
+    st = fit(L)
+    best, best_step = kb.restore_best(L)
     test = evaluate(model, data['test'], device=device)
-    res = {'task': task, 'encoding': encoding, 'metric': metric, 'test_' + metric: test[metric], 'test_accuracy': test['accuracy'],
-           'test_mcc': test['mcc'], 'test_confusion': {k: test[k] for k in ('tp', 'tn', 'fp', 'fn')}, 'valid_' + metric: best,
-           'best_step': best_step, 'steps': st.step, 'epochs': round(L.task.seen / len(data['train']), 2), 'train_time_s': round(st.train_time, 2),
-           'wall_time_s': round(time.time() - t_start, 2), 'train_tok_s': round(st.tokens_seen / max(st.train_time, 1e-9), 1),
-           'n_params': sum(p.numel() for p in model.parameters()), 'n_train': len(data['train']), 'n_test': len(data['test']),
+    res = {'task': task, 'encoding': encoding, 'metric': metric, 'test_' + metric: test[metric],
+           'test_accuracy': test['accuracy'],
+           'test_mcc': test['mcc'], 'test_confusion': {k: test[k] for k in ('tp', 'tn', 'fp', 'fn')},
+           'valid_' + metric: best,
+           'best_step': best_step, 'steps': st.step, 'epochs': round(L.task.seen / len(data['train']), 2),
+           'train_time_s': round(st.train_time, 2),
+           'wall_time_s': round(time.time() - t_start, 2),
+           'train_tok_s': round(st.tokens_seen / max(st.train_time, 1e-9), 1),
+           'n_params': sum(p.numel() for p in model.parameters()), 'n_train': len(data['train']),
+           'n_test': len(data['test']),
            'curve': kb.curve, 'config': asdict(cfg), **provenance(seed, device=device, command=command)}
     if out is not None: write_result(res, out)
     return {**res, 'model': model}
@@ -185,22 +212,26 @@ def order_toy(n_pairs: int, length: int = 8, vocab: int = 12, seed: int = 0) -> 
         x = [rng.randrange(6, vocab) for _ in range(length)]
         i, j = rng.sample(range(length), 2)
         x[i], x[j] = 4, 5
-        twin = list(x); twin[i], twin[j] = 5, 4
+        twin = list(x)
+        twin[i], twin[j] = 5, 4
         out += [(x, int(i < j)), (twin, int(j < i))]
     return out
 
 # %% ../nbs/23_glue.ipynb #1744cf84
 def glue_encodings() -> list:
-    "Registered encodings that apply to a single-sentence encoder: those that read no extra position stream (a classifier has none)."
+    """Registered encodings that apply to a single-sentence encoder: those that read no extra position stream (a
+    classifier has none)."""
     return [e for e in list_posencs() if not encoding_streams(e)]
 
 # %% ../nbs/23_glue.ipynb #560e796d
 from fastcore.script import Param
-from .cli import command_line, use_threads, main as cli_main
+from .cli import command_line, main as cli_main
+from .args import use_threads
 
 # %% ../nbs/23_glue.ipynb #980956f6
 def glue_run(*, task: Param('', str, choices=list(GLUE_TASKS)) = 'cola', # the GLUE task
-             encoding: str = 'sinusoidal', # a registered encoding, a comma-separated list, or "all" for glue_encodings()
+             # a registered encoding, a comma-separated list, or "all" for glue_encodings()
+             encoding: str = 'sinusoidal',
              seed: int = 0, # random seed
              minutes: float = None, # wall-clock training budget per run
              steps: int = None, # update budget per run
@@ -212,20 +243,24 @@ def glue_run(*, task: Param('', str, choices=list(GLUE_TASKS)) = 'cola', # the G
     Examples:
       python -m posenc_nb.classify --task cola --encoding rope --minutes 1.5
       python -m posenc_nb.classify --task sst2 --encoding all --steps 500 --seed 1"""
-    use_threads(threads); check_budget(steps, minutes); check_writable(Path(out) / task)     # before any work
+    use_threads(threads)
+    check_budget(steps, minutes)
+    check_writable(Path(out) / task)     # before any work
     encs = glue_encodings() if encoding == 'all' else encoding.split(',')
     bad = [e for e in encs if e not in list_posencs()]
     if bad: raise ValueError(f"--encoding: unknown encoding(s) {bad}; choose from {', '.join(list_posencs())}")
     for enc in encs:
         path = Path(out) / task / f'{enc}_seed{seed}.json'
         r = train_classifier(task, enc, seed, minutes=minutes, steps=steps, out=path, command=command_line())
-        print(f"{task} {enc} seed={seed}: test {r['metric']}={r['test_' + r['metric']]:.4f} steps={r['steps']} -> {path}", flush=True)
+        print(f"{task} {enc} seed={seed}: test {r['metric']}={r['test_' + r['metric']]:.4f} steps={r['steps']} -> "
+              f"{path}", flush=True)
     return 0
 
 # %% ../nbs/23_glue.ipynb #18a0fe61
 def main(argv=None, # the arguments (default: `sys.argv[1:]`)
         ) -> int:
-    "`python -m posenc_nb.classify`: the `glue_run` command line (`posenc_nb.cli.main`: one-line errors, status 2 on bad input)."
+    """`python -m posenc_nb.classify`: the `glue_run` command line (`posenc_nb.cli.main`: one-line errors, status 2 on
+    bad input)."""
     return cli_main(argv, glue_run, 'python -m posenc_nb.classify')
 
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
@@ -236,14 +271,18 @@ def load_results(folder='results/glue') -> list:
     return read_records(folder, '*/*.json', key=lambda r: (r['task'], r['encoding'], r['seed']))
 
 def glue_summary(records) -> list:
-    "One row per (task, encoding): test metric mean/std over seeds, seeds, mean updates, mean training seconds, valid metric mean."
+    """One row per (task, encoding): test metric mean/std over seeds, seeds, mean updates, mean training seconds, valid
+    metric mean."""
     groups = {}
     for r in records: groups.setdefault((r['task'], r['encoding']), []).append(r)
     rows = []
     for (task, enc), rs in sorted(groups.items()):
-        m = rs[0]['metric']; v = [r['test_' + m] for r in rs]
+        m = rs[0]['metric']
+        v = [r['test_' + m] for r in rs]
         mean, sd = mean_sd(v)
-        rows.append({'task': task, 'encoding': enc, 'metric': m, 'test': mean, 'std': float('nan') if sd is None else sd, 'seeds': len(v),
-                     'valid': float(np.mean([r['valid_' + m] for r in rs])), 'steps': float(np.mean([r['steps'] for r in rs])),
+        rows.append({'task': task, 'encoding': enc, 'metric': m, 'test': mean, 'std': float('nan') if sd is None
+                     else sd, 'seeds': len(v),
+                     'valid': float(np.mean([r['valid_' + m] for r in rs])),
+                     'steps': float(np.mean([r['steps'] for r in rs])),
                      'train_s': float(np.mean([r['train_time_s'] for r in rs]))})
     return rows

@@ -4,7 +4,8 @@
 
 # %% ../nbs/06_cli.ipynb #0e5e715c
 from __future__ import annotations
-import argparse, contextlib, contextvars, dataclasses, difflib, functools, inspect, io, json, os, shlex, shutil, sys, tempfile, time, typing, warnings
+import argparse, contextlib, contextvars, dataclasses, difflib, functools, inspect, io, json, os, shlex, shutil, sys
+import tempfile, time, typing, warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 import torch
@@ -19,236 +20,16 @@ from .utils import MissingExtra, extra_for, install_hint, missing_modules
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
 from .engine import read_metrics
-from .train import RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint, load_stream_provider, train
+from .train import (RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint,
+                             load_stream_provider, train)
 from .train import train_and_log
+from .args import (CLIError, _check_encoding, _err, _lines, _read_text, build_parser, check_device, command,
+                            make_config, use_threads)
 
 # %% auto #0
-__all__ = ['COMMANDS', 'INPUT_ERRORS', 'COMMAND_EXTRAS', 'COMPARE_KEYS', 'CLIError', 'add_params', 'add_command', 'command',
-           'build_parser', 'parse_sets', 'make_config', 'check_device', 'use_threads', 'exit_status', 'command_line',
-           'main', 'run_cli', 'cmd_list', 'default_run_dir', 'cmd_train', 'find_checkpoint', 'cmd_translate',
-           'cmd_evaluate', 'compare_runs', 'plot_compare', 'cmd_compare']
-
-# %% ../nbs/06_cli.ipynb #9d5373ff
-class CLIError(ValueError):
-    "Bad command-line input: the message names the problem and the fix; `main` prints it on one line and returns 2."
-
-# %% ../nbs/06_cli.ipynb #335d20fe
-def _err(msg, prog: str = 'posenc'): print(f"{prog}: error: {one_line(msg)}", file=sys.stderr, flush=True)
-
-# %% ../nbs/06_cli.ipynb #30da6299
-def _read_text(path, # a text file, or '-' for stdin
-               what: str, # what the file holds, for the error message
-              ) -> str:
-    "Text of `path`, or a CLIError naming the file and what it should be."
-    if str(path) == '-':
-        if not hasattr(sys.stdin, 'buffer'): return sys.stdin.read()      # already text (e.g. replaced in tests)
-        try: return sys.stdin.buffer.read().decode('utf-8')
-        except UnicodeDecodeError as e: raise CLIError(f"{what} on stdin is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8") from None
-    p = Path(path)
-    if not p.exists(): raise CLIError(f"{what} file {p} does not exist; check the path")
-    if p.is_dir(): raise CLIError(f"{what} {p} is a folder; pass a text file with one sentence per line")
-    try: return p.read_text(encoding='utf-8')
-    except UnicodeDecodeError as e: raise CLIError(f"{what} file {p} is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8") from None
-
-# %% ../nbs/06_cli.ipynb #18974742
-def _lines(text: str) -> list:
-    "One entry per line; a final newline does not start an extra (empty) line, blank lines inside are kept."
-    return text.split('\n')[:-1] if text.endswith('\n') else (text.split('\n') if text else [])
-
-# %% ../nbs/06_cli.ipynb #dad0fe39
-def _option(name: str) -> str:
-    "The option for parameter `name`: `max_steps` -> `--max-steps`, `json_` -> `--json`."
-    return '--' + name.rstrip('_').replace('_', '-')
-
-# %% ../nbs/06_cli.ipynb #282ac610
-def _base_type(anno):
-    "`Optional[int]` -> `int` (argparse then says 'invalid int value'); other annotations as they are."
-    if typing.get_origin(anno) is typing.Union: return next(a for a in typing.get_args(anno) if a is not type(None))
-    return anno
-
-# %% ../nbs/06_cli.ipynb #dcd1c7f7
-def _arg_kwargs(p: inspect.Parameter, # the parameter
-                d, # its `docments` entry (anno, default, docment)
-               ) -> dict:
-    "argparse keywords for one parameter: help from its docment, type from its annotation, a `Param`'s settings as given."
-    prm = d.anno if isinstance(d.anno, Param) else Param(d.docment, _base_type(d.anno))
-    kw = {k: getattr(prm, k) for k in ('type', 'action', 'nargs', 'choices') if getattr(prm, k) is not None}
-    kw['help'] = prm.help or d.docment or ''
-    if p.default is inspect.Parameter.empty:
-        if p.kind is p.KEYWORD_ONLY: kw['required'] = True
-    elif kw.get('type') is bool: kw.pop('type'); kw.update(action='store_true', default=False)
-    else: kw['default'] = None if kw.get('action') == 'append' else p.default
-    if kw.get('action') != 'store_true' and (getattr(prm, 'metavar', None) or p.name.endswith('_')):
-        kw['metavar'] = getattr(prm, 'metavar', None) or p.name.rstrip('_').upper()
-    if p.default not in (None, False, inspect.Parameter.empty, ()):
-        kw['help'] += f" (default: {' '.join(map(str, p.default)) if isinstance(p.default, (tuple, list)) else p.default})"
-    return kw
-
-# %% ../nbs/06_cli.ipynb #516235d9
-def _unknown_args(extra: list, # the arguments argparse did not recognize
-                  parser: argparse.ArgumentParser, # the (sub)command's parser
-                 ) -> str:
-    "The error for unrecognized arguments, naming the option that was probably meant (`--max-step` -> `--max-steps`)."
-    opt = next((a.split('=')[0] for a in extra if a.startswith('-')), None)
-    near = difflib.get_close_matches(opt, list(parser._option_string_actions), n=1, cutoff=0.6) if opt else []
-    return f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {near[0]}?)" if near else '')
-
-# %% ../nbs/06_cli.ipynb #e470ef14
-class _Parser(argparse.ArgumentParser):
-    "An ArgumentParser that raises a one-line `CLIError` instead of exiting, and accepts no abbreviated options."
-    def __init__(self, *args, **kw):
-        kw.setdefault('allow_abbrev', False); kw.setdefault('formatter_class', argparse.RawDescriptionHelpFormatter)
-        super().__init__(*args, **kw)
-    def error(self, message): raise CLIError(f"{message}; see `{self.prog} --help`")
-    def parse_known_args(self, args=None, namespace=None):
-        ns, extra = super().parse_known_args(args, namespace)
-        if extra: self.error(_unknown_args(extra, self))
-        return ns, extra
-
-# %% ../nbs/06_cli.ipynb #cd3ac227
-def _command_name(func: Callable) -> str: return func.__name__.split('_', 1)[1]   # cmd_train -> train, exp_run -> run
-
-def add_params(parser: argparse.ArgumentParser, # the parser to add to
-               func: Callable, # the command function
-              ) -> argparse.ArgumentParser:
-    "One option (keyword-only parameter) or positional argument (other parameter) of `parser` per parameter of `func`."
-    sig = inspect.signature(func)
-    for name, d in docments(func, full=True, returns=False, eval_str=True).items():
-        p, kw = sig.parameters[name], _arg_kwargs(sig.parameters[name], d)
-        if p.kind is p.KEYWORD_ONLY: parser.add_argument(_option(name), dest=name, **kw)
-        else: parser.add_argument(name, **kw)
-    parser.set_defaults(_func=func)
-    return parser
-
-# %% ../nbs/06_cli.ipynb #5d19d127
-def _about(func: Callable) -> tuple:
-    "(description, examples) from `func`'s docstring: its text, and what follows `Examples:`."
-    about, _, examples = inspect.getdoc(func).partition('\n\nExamples:\n')
-    return about, (f'examples:\n{examples}' if examples else None)
-
-def add_command(sub, # the `add_subparsers()` object
-                func: Callable, # the command function
-                name: str = None, # the subcommand (default: the function's name without its prefix)
-               ) -> argparse.ArgumentParser:
-    "A subparser for `func`: description and examples from its docstring, one option (or argument) per parameter."
-    about, examples = _about(func)
-    return add_params(sub.add_parser(name or _command_name(func), help=about.split('\n')[0], description=about, epilog=examples), func)
-
-# %% ../nbs/06_cli.ipynb #94272d23
-COMMANDS: dict = {}    # the `posenc` subcommands: name -> function, in `--help` order
-
-def command(func: Callable = None, # the command function, named `PREFIX_NAME` (e.g. `cmd_train`)
-            registry: dict = None, # where to register it (default: `COMMANDS`)
-           ):
-    "Decorator: register `func` as a subcommand called NAME."
-    if func is None: return functools.partial(command, registry=registry)
-    (COMMANDS if registry is None else registry)[_command_name(func)] = func
-    return func
-
-# %% ../nbs/06_cli.ipynb #f734f066
-def build_parser(commands=None, # name -> command function (default: `COMMANDS`), or one function
-                 prog: str = 'posenc', # the program name shown in usage and errors
-                ) -> argparse.ArgumentParser:
-    "The parser of `prog`: `--version` and one subcommand per function (or, for one function, its options only)."
-    if callable(commands):
-        about, examples = _about(commands)
-        return add_params(_Parser(prog=prog, description=about, epilog=examples), commands)
-    p = _Parser(prog=prog, description='Position encodings for Transformers: train, translate, evaluate, compare.',
-                epilog=f'Run `{prog} COMMAND --help` for the options and examples of a command.')
-    p.add_argument('--version', action='version', version=f'posenc_nb {__version__}')
-    sub = p.add_subparsers(dest='cmd', metavar='COMMAND', parser_class=_Parser)
-    for name, f in (COMMANDS if commands is None else commands).items(): add_command(sub, f, name)
-    return p
-
-# %% ../nbs/06_cli.ipynb #c6c630fe
-_FIELDS = config_fields()    # the config's own fields and its model's, flat
-_EXAMPLE = {'bool': 'true', 'int': '10', 'float': '0.001', 'dict': '\'{"k": 1}\'', 'tuple': '[0.9,0.98]'}
-
-def _field_type(key: str) -> tuple:
-    "(base type name, optional?) of TrainConfig field `key`, from its annotation."
-    ann = str(_FIELDS[key].type).replace(' ', '')
-    return (ann[len('Optional['):-1] if ann.startswith('Optional[') else ann), (ann.startswith('Optional[') or 'None' in ann)
-
-# %% ../nbs/06_cli.ipynb #1f09b188
-def _parse_value(base: str, raw: str):
-    "`raw` as a value of type `base` (bool, int, float, dict, tuple, list, else str); ValueError when it is not one."
-    if base == 'bool':
-        if raw.lower() in ('1', 'true', 'yes', 'on'): return True
-        if raw.lower() in ('0', 'false', 'no', 'off'): return False
-        raise ValueError(raw)
-    if base in ('int', 'float'): return int(raw) if base == 'int' else float(raw)
-    if base not in ('dict', 'tuple', 'list'): return raw
-    v = json.loads(raw)
-    if not isinstance(v, dict if base == 'dict' else list): raise ValueError(raw)
-    return tuple(v) if base == 'tuple' else v
-
-# %% ../nbs/06_cli.ipynb #16dca873
-def _convert(key: str, raw: str):
-    "The value of `--set key=raw` converted to the type of TrainConfig field `key`."
-    base, optional = _field_type(key)
-    if optional and raw.lower() in ('none', 'null'): return None
-    try: return _parse_value(base, raw)
-    except ValueError:
-        raise CLIError(f"--set {key}={raw}: {key} expects {'an' if base == 'int' else 'a'} {base}"
-                       f"{' (or none)' if optional else ''}, e.g. --set {key}={_EXAMPLE.get(base, 'x')}") from None
-
-# %% ../nbs/06_cli.ipynb #b10d52ef
-def parse_sets(items: Sequence[str], # `KEY=VALUE` strings
-              ) -> dict:
-    "`['key=value', ...]` to a dict of typed TrainConfig overrides."
-    out = {}
-    for it in items or ():
-        if '=' not in it: raise CLIError(f"--set {it!r} is not KEY=VALUE; write e.g. --set lr=0.001")
-        k, v = it.split('=', 1)
-        k = k.strip().replace('-', '_')
-        if k not in _FIELDS: raise CLIError(f"unknown --set key {k!r}; valid keys: {', '.join(_FIELDS)}")
-        out[k] = _convert(k, v.strip())
-    return out
-
-# %% ../nbs/06_cli.ipynb #e33ff9f3
-def _check_encoding(name: str, flag: str):
-    if name is not None and name not in list_posencs():
-        raise CLIError(f"unknown encoding {name!r} for {flag}; choose one of: {', '.join(list_posencs())} (see `posenc list`)")
-
-def _check_budget(over: dict):
-    try: check_budget(over.get('max_steps'), over.get('max_minutes'), 'max_steps=', 'max_minutes=')
-    except ValueError as e: raise CLIError(str(e).replace('= ', '=')) from None
-
-# %% ../nbs/06_cli.ipynb #8700a21a
-def make_config(name: str, # a named config (`posenc_nb.train.CONFIGS`)
-                sets: Sequence[str] = (), # `--set KEY=VALUE` items
-                **flags, # field values from options; None = not given
-               ) -> TrainConfig:
-    "The named config with `--set` items and flag values applied; every encoding name checked."
-    if name not in CONFIGS: raise CLIError(f"unknown config {name!r}; choose one of: {', '.join(CONFIGS)} (see `posenc list`)")
-    over = parse_sets(sets)
-    over.update({k: v for k, v in flags.items() if v is not None})
-    _check_budget(over)
-    cfg = config_from_name(name, **over)
-    _check_encoding(cfg.enc_pe, '--enc-pe' if flags.get('enc_pe') else '--set enc_pe')
-    _check_encoding(cfg.dec_pe, '--dec-pe' if flags.get('dec_pe') else '--set dec_pe')
-    return cfg
-
-# %% ../nbs/06_cli.ipynb #065b817f
-def check_device(device: Optional[str], # a torch device name, or None for the default
-                ) -> Optional[str]:
-    "`device` if this machine has it; else a CLIError saying what to pass instead."
-    if device is None: return None
-    if device.strip().lower() in ('gpu', 'gpus'): raise CLIError(f"--device {device}: PyTorch calls a GPU 'cuda'; pass --device cuda (or cuda:N), or cpu")
-    try: d = torch.device(device)
-    except RuntimeError: raise CLIError(f"--device {device}: not a device name; pass cpu, cuda or cuda:N") from None
-    n = torch.cuda.device_count() if d.type == 'cuda' else 0
-    if d.type == 'cuda' and (n == 0 or (d.index or 0) >= n):
-        raise CLIError(f"--device {device}: this machine has {n or 'no'} CUDA GPU{'' if n == 1 else 's'}"
-                       f"{'' if torch.version.cuda else ' (this torch is a CPU-only build)'}; pass --device cpu or leave --device out")
-    return device
-
-# %% ../nbs/06_cli.ipynb #d49fbfa7
-def use_threads(threads: Optional[int]):
-    "Set torch's CPU threads (None: leave torch's choice)."
-    if threads is None: return
-    if threads < 1: raise CLIError(f"--threads {threads}: give 1 or more")
-    torch.set_num_threads(threads)
+__all__ = ['INPUT_ERRORS', 'COMMAND_EXTRAS', 'COMPARE_KEYS', 'exit_status', 'command_line', 'main', 'run_cli', 'cmd_list',
+           'default_run_dir', 'cmd_train', 'find_checkpoint', 'cmd_translate', 'cmd_evaluate', 'compare_runs',
+           'plot_compare', 'cmd_compare']
 
 # %% ../nbs/06_cli.ipynb #f12dff2d
 INPUT_ERRORS = (ValueError, TypeError, DataUnavailable, FileNotFoundError, IsADirectoryError, NotADirectoryError,
@@ -264,11 +45,18 @@ def exit_status(e: BaseException, # what a command raised
         return 0
     if os.environ.get('POSENC_DEBUG') == '1': raise e
     if isinstance(e, KeyboardInterrupt):
-        _err("interrupted; files written so far are intact (all writes are atomic); rerun the same command to resume", prog); return 130
-    if isinstance(e, (MissingExtra, *INPUT_ERRORS)): _err(e, prog); return 2
+        _err("interrupted; files written so far are intact (all writes are atomic); rerun the same command to resume",
+             prog)
+        return 130
+    if isinstance(e, (MissingExtra, *INPUT_ERRORS)):
+        _err(e, prog)
+        return 2
     if isinstance(e, ModuleNotFoundError) and e.name and extra_for(e.name):        # an optional package
-        _err(f"{e.name.split('.')[0]} is not installed; {install_hint(e.name)}", prog); return 2
-    _err(f"internal error ({type(e).__name__}: {e}); rerun with POSENC_DEBUG=1 for the traceback and please report it", prog); return 1
+        _err(f"{e.name.split('.')[0]} is not installed; {install_hint(e.name)}", prog)
+        return 2
+    _err(f"internal error ({type(e).__name__}: {e}); rerun with POSENC_DEBUG=1 for the traceback and please report it",
+         prog)
+    return 1
 
 # %% ../nbs/06_cli.ipynb #60ca18e9
 _ARGV = contextvars.ContextVar('posenc_argv', default=('posenc', ()))
@@ -284,8 +72,11 @@ COMMAND_EXTRAS = {'train': 'experiments', 'compare': 'experiments', 'evaluate': 
 
 def _dispatch(parser: argparse.ArgumentParser, argv: list) -> int:
     args = vars(parser.parse_args(argv))
-    func = args.pop('_func', None); cmd = args.pop('cmd', None)
-    if func is None: parser.print_help(sys.stderr); return 2
+    func = args.pop('_func', None)
+    cmd = args.pop('cmd', None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return 2
     extra = COMMAND_EXTRAS.get(cmd)
     missing = missing_modules(extra) if extra else []
     if missing:                 # say so before any work, not after a training run that cannot score
@@ -295,10 +86,12 @@ def _dispatch(parser: argparse.ArgumentParser, argv: list) -> int:
 
 # %% ../nbs/06_cli.ipynb #01314aeb
 def main(argv: Optional[Sequence[str]] = None, # the arguments (default: `sys.argv[1:]`)
-         commands=None, # name -> command function (default: `COMMANDS`), or one function (a program without subcommands)
+         # name -> command function (default: `COMMANDS`), or one function (a program without subcommands)
+         commands=None,
          prog: str = 'posenc', # the program name for usage, errors and `command_line()`
         ) -> int:
-    "Entry point of the `posenc` console script; returns the exit status (0 ok, 1 failed run or internal error, 2 bad input, 130 interrupted)."
+    """Entry point of the `posenc` console script; returns the exit status (0 ok, 1 failed run or internal error, 2 bad
+    input, 130 interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     token = _ARGV.set((prog, tuple(argv)))
     with warnings.catch_warnings():
@@ -316,7 +109,8 @@ def run_cli(*argv):
 
 # %% ../nbs/06_cli.ipynb #3d0d85f1
 def _describe(c: TrainConfig) -> str:
-    budget = ', '.join(x for x in (f'{c.max_steps} steps' if c.max_steps else '', f'{c.max_minutes:g} min' if c.max_minutes else '') if x)
+    budget = ', '.join(x for x in (f'{c.max_steps} steps' if c.max_steps else '', f'{c.max_minutes:g} min'
+                                   if c.max_minutes else '') if x)
     return f"{c.data}, d={c.d_model} {c.n_enc}+{c.n_dec} layers, {budget}"
 
 # %% ../nbs/06_cli.ipynb #614a2388
@@ -329,10 +123,14 @@ def cmd_list(*, json_: bool = False, # print JSON (encodings, and every config's
       posenc list
       posenc list --json"""
     encs = list_posencs()
-    if json_: print(json.dumps({'encodings': encs, 'configs': {k: dataclasses.asdict(c) for k, c in CONFIGS.items()}}, indent=1))
+    if json_:
+        print(json.dumps({'encodings': encs, 'configs': {k: dataclasses.asdict(c) for k, c in CONFIGS.items()}},
+                         indent=1))
     else:
-        print('encodings:'); print('\n'.join(f'  {e}' for e in encs))
-        print('configs:'); print('\n'.join(f'  {k:16s} {_describe(c)}' for k, c in CONFIGS.items()))
+        print('encodings:')
+        print('\n'.join(f'  {e}' for e in encs))
+        print('configs:')
+        print('\n'.join(f'  {k:16s} {_describe(c)}' for k, c in CONFIGS.items()))
     return 0
 
 # %% ../nbs/06_cli.ipynb #6866fc0b
@@ -350,7 +148,8 @@ def _train(cfg: TrainConfig, out: Path, resume: bool = True, device=None, progre
     existed = out.exists()
     try: return train(cfg, out, resume=resume, device=device, progress=progress)
     except RunFolderConflict as e:
-        raise CLIError(RunFolderConflict(e.out_dir, e.diff, hint='pass another --out, or --fresh to start over')) from None
+        raise CLIError(RunFolderConflict(e.out_dir, e.diff,
+                                         hint='pass another --out, or --fresh to start over')) from None
     finally:   # a run that failed before writing anything leaves no empty folder behind
         if not existed and out.is_dir() and not any(out.iterdir()): out.rmdir()
 
@@ -358,7 +157,9 @@ def _train(cfg: TrainConfig, out: Path, resume: bool = True, device=None, progre
 _SUMMARY = ('step', 'bleu', 'chrf', 'valid_loss', 'valid_bleu', 'train_time_s', 'wall_time_s', 'n_params')
 
 def _report_train(cfg: TrainConfig, res: dict, out: Path, as_json: bool):
-    if as_json: print(json.dumps({**{k: res.get(k) for k in _SUMMARY}, 'run_dir': str(out)})); return
+    if as_json:
+        print(json.dumps({**{k: res.get(k) for k in _SUMMARY}, 'run_dir': str(out)}))
+        return
     print(f"{cfg.name} [{_run_name(cfg)}, seed {cfg.seed}]: {res['step']} steps in {res['train_time_s']:.1f}s; "
           f"test BLEU {res['bleu']:.2f}, chrF {res['chrf']:.2f}, valid loss {res.get('valid_loss', float('nan')):.3f}")
     print(f"run folder: {out} (results.json, metrics.jsonl, checkpoints)")
@@ -373,11 +174,13 @@ def cmd_train(*, config: str, # a named config (see `posenc list`)
               enc_pe: str = None, # encoder position encoding (default: the config's)
               dec_pe: str = None, # decoder position encoding (default: the encoder's)
               seed: int = None, # random seed (default: the config's)
-              set_: _SET = None, # override a TrainConfig field, e.g. --set lr=1e-3 --set pe_options='{"base": 500}' (repeatable)
+              # override a TrainConfig field, e.g. --set lr=1e-3 --set pe_options='{"base": 500}' (repeatable)
+              set_: _SET = None,
               max_steps: int = None, # training updates (default: the config's)
               max_minutes: float = None, # wall-clock cap of the training loop, minutes
               device: str = None, # cpu, cuda, cuda:1 ... (default: cuda when available)
-              threads: int = None, # CPU threads for torch (default: torch's choice; 1 is often fastest for tiny models or on a busy machine)
+              # CPU threads for torch (default: torch's choice; 1 is often fastest for tiny models or on a busy machine)
+              threads: int = None,
               fresh: bool = False, # start over in --out instead of resuming (deletes its checkpoints)
               json_: bool = False, # print the results as JSON
              ) -> int:
@@ -387,8 +190,10 @@ def cmd_train(*, config: str, # a named config (see `posenc list`)
       posenc train --config synthetic-tiny --max-steps 50
       posenc train --config synthetic-tiny --enc-pe rope --seed 1 --out runs/rope-s1
       posenc train --config multi30k-1h --set lr=5e-4 --threads 2 --json"""
-    device = check_device(device); use_threads(threads)
-    cfg = make_config(config, set_, enc_pe=enc_pe, dec_pe=dec_pe, max_steps=max_steps, max_minutes=max_minutes, seed=seed)
+    device = check_device(device)
+    use_threads(threads)
+    cfg = make_config(config, set_, enc_pe=enc_pe, dec_pe=dec_pe, max_steps=max_steps, max_minutes=max_minutes,
+                      seed=seed)
     run = Path(out) if out else default_run_dir(cfg)
     _report_train(cfg, _train(cfg, run, resume=not fresh, device=device), run, json_)
     return 0
@@ -401,14 +206,20 @@ def find_checkpoint(path) -> Path:
         cks = checkpoint_paths(p)
         avg = p / 'averaged.pt'
         if avg.is_file() and (not cks or avg.stat().st_mtime >= cks[-1].stat().st_mtime): return avg
-        if not cks: raise CLIError(f"no checkpoint (ckpt_*.pt) in folder {p}; pass a run folder written by `posenc train --out DIR` or a .pt file")
+        if not cks:
+            raise CLIError(f"no checkpoint (ckpt_*.pt) in folder {p}; pass a run folder written by `posenc train --out "
+                           "DIR` or a .pt file")
         return cks[-1]
-    if not p.exists(): raise CLIError(f"checkpoint {p} does not exist; pass a .pt file or the run folder given to `posenc train --out`")
+    if not p.exists():
+        raise CLIError(
+            f"checkpoint {p} does not exist; pass a .pt file or the run folder given to `posenc train --out`"
+        )
     return p
 
 # %% ../nbs/06_cli.ipynb #3bb453c7
 def _load(path, device=None):
-    "Model, tokenizer and config of the checkpoint at `path`; a file that is not a usable checkpoint is a CLIError with the fix."
+    """Model, tokenizer and config of the checkpoint at `path`; a file that is not a usable checkpoint is a CLIError
+    with the fix."""
     ck = find_checkpoint(path)
     try: return load_checkpoint(ck, device=device or 'cpu')
     except ValueError as e: raise CLIError(f"{e}; pass a checkpoint written by `posenc train`") from None
@@ -422,13 +233,15 @@ def _read_lines(path) -> list:
     "Source sentences of `path` ('-' = stdin, saying how to end the input when stdin is a terminal), '\\r' stripped."
     if str(path) == '-' and _isatty(sys.stdin):
         print("posenc: reading sentences from the terminal, one per line; end with Ctrl-D "
-              "(or give --input FILE, or pipe text in: posenc translate --ckpt RUN < input.txt)", file=sys.stderr, flush=True)
+              "(or give --input FILE, or pipe text in: posenc translate --ckpt RUN < input.txt)", file=sys.stderr,
+              flush=True)
     return [l.rstrip('\r') for l in _lines(_read_text(path, 'input'))]
 
 # %% ../nbs/06_cli.ipynb #f45420bd
 def _run_streams(cfg: TrainConfig, ckpt, lines: list, tok):
     "Extra position streams for `lines` when the checkpoint's run used them (`cfg.streams`), else None."
-    if not cfg.streams: return None                          # a run with extra position streams: its provider rebuilds them
+    # a run with extra position streams: its provider rebuilds them
+    if not cfg.streams: return None
     return load_stream_provider(find_checkpoint(ckpt).parent).streams(lines, tok)
 
 # %% ../nbs/06_cli.ipynb #b2415749
@@ -436,8 +249,13 @@ def _write_lines(hyps: list, output: Optional[str]):
     "One line per hypothesis, to `output` (atomically) or to stdout as UTF-8."
     text = ''.join(' '.join(h.split('\n')) + '\n' for h in hyps)
     if output: atomic_write(output, text)
-    elif hasattr(sys.stdout, 'buffer'): sys.stdout.flush(); sys.stdout.buffer.write(text.encode('utf-8')); sys.stdout.buffer.flush()
-    else: sys.stdout.write(text); sys.stdout.flush()
+    elif hasattr(sys.stdout, 'buffer'):
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text.encode('utf-8'))
+        sys.stdout.buffer.flush()
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
 
 # %% ../nbs/06_cli.ipynb #271de60e
 def _check_decoding(beam: int, batch_tokens: int, output: Optional[str], input: str = '-'):
@@ -458,12 +276,14 @@ def cmd_translate(*, ckpt: str, # a checkpoint file, or a run folder (its averag
                   device: str = None, # cpu, cuda, cuda:1 ... (default: cpu)
                   threads: int = None, # CPU threads for torch (default: torch's choice)
                  ) -> int:
-    """Translate sentences, one per line, from stdin or a file with a trained checkpoint; progress is shown on a terminal.
+    """Translate sentences, one per line, from stdin or a file with a trained checkpoint; progress is shown on a
+    terminal.
 
     Examples:
       posenc translate --ckpt runs/synthetic-tiny-sinusoidal-s0 --input src.txt --output hyp.txt
       echo 'the cat saw the dog' | posenc translate --ckpt run/ckpt_0000100.pt --beam 1"""
-    _check_decoding(beam, batch_tokens, output, input); use_threads(threads)
+    _check_decoding(beam, batch_tokens, output, input)
+    use_threads(threads)
     model, tok, cfg = _load(ckpt, check_device(device))         # check the checkpoint before waiting on stdin
     lines = _read_lines(input)
     hyps = translate(model, tok, lines, beam=beam, len_penalty=len_penalty, batch_tokens=batch_tokens,
@@ -473,10 +293,12 @@ def cmd_translate(*, ckpt: str, # a checkpoint file, or a run folder (its averag
 
 # %% ../nbs/06_cli.ipynb #a2482073
 def _check_aligned(hyp: str, hyps: list, refs: list):
-    "Hypothesis and reference files (`[(name, lines)]`) must have equally many lines: a dropped line would shift every pair after it."
+    """Hypothesis and reference files (`[(name, lines)]`) must have equally many lines: a dropped line would shift every
+    pair after it."""
     for f, r in refs:
         if len(r) != len(hyps):
-            raise CLIError(f"{hyp} has {len(hyps)} lines but {f} has {len(r)}; give exactly one reference line per hypothesis line")
+            raise CLIError(f"{hyp} has {len(hyps)} lines but {f} has {len(r)}; give exactly one reference line per "
+                           "hypothesis line")
     if not hyps: raise CLIError(f"{hyp} has no lines; nothing to score")
 
 # %% ../nbs/06_cli.ipynb #ef68d0b3
@@ -494,9 +316,11 @@ def cmd_evaluate(*, hyp: str, # hypotheses, one a line; - reads stdin
     refs = [(r, _lines(_read_text(r, 'reference'))) for r in ref]
     _check_aligned(hyp, hyps, refs)
     b, c = bleu(hyps, [r for _, r in refs]), chrf(hyps, [r for _, r in refs])
-    res = {'bleu': b['score'], 'chrf': c['score'], 'n': len(hyps), 'bleu_signature': b['signature'], 'chrf_signature': c['signature'],
+    res = {'bleu': b['score'], 'chrf': c['score'], 'n': len(hyps), 'bleu_signature': b['signature'],
+           'chrf_signature': c['signature'],
            'precisions': b['precisions'], 'bp': b['bp']}
-    print(json.dumps(res) if json_ else f"BLEU {res['bleu']:.2f}  chrF {res['chrf']:.2f}  ({res['n']} sentences)\n{b['signature']}\n{c['signature']}")
+    print(json.dumps(res) if json_ else f"BLEU {res['bleu']:.2f}  chrF {res['chrf']:.2f}  ({res['n']} "
+          f"sentences)\n{b['signature']}\n{c['signature']}")
     return 0
 
 # %% ../nbs/06_cli.ipynb #919fdaca
@@ -512,13 +336,16 @@ def _compare_one(cfg: TrainConfig, out: Path, device, command: str) -> dict:
 
 # %% ../nbs/06_cli.ipynb #87d85688
 def _progress_line(i: int, n: int, r: dict, seconds: float) -> str:
-    msg = (f"failed: {one_line(r['error'])[:200]}" if 'error' in r else f"BLEU {r['bleu']:.2f} chrF {r['chrf']:.2f} after {r['step']} steps")
+    msg = (f"failed: {one_line(r['error'])[:200]}" if 'error' in r else f"BLEU {r['bleu']:.2f} chrF {r['chrf']:.2f} "
+           f"after {r['step']} steps")
     return f"[{i + 1}/{n}] {r['encoding']} seed {r['seed']}: {msg} ({seconds:.0f}s)"
 
 def _check_failures(runs: list):
-    "Every run failing the same way is one problem with the command (e.g. missing data), not a result: a one-line error."
+    """Every run failing the same way is one problem with the command (e.g. missing data), not a result: a one-line
+    error."""
     failed = [r for r in runs if 'error' in r]
-    if failed and len(failed) == len(runs) and len({r['error'] for r in failed}) == 1: raise CLIError(f"every run failed: {failed[0]['error']}")
+    if failed and len(failed) == len(runs) and len({r['error'] for r in failed}) == 1:
+        raise CLIError(f"every run failed: {failed[0]['error']}")
 
 # %% ../nbs/06_cli.ipynb #57ef6e1a
 def compare_runs(base: TrainConfig, # the config every run shares
@@ -528,7 +355,8 @@ def compare_runs(base: TrainConfig, # the config every run shares
                  device=None, command: str = '', # torch device; the command for the run records
                  save: Callable = None, # called with the runs so far after each run
                 ) -> list:
-    "Run (or reuse) every (encoding, seed) into `out/ENCODING-sSEED`; returns their records, failed ones as `{'error'}` entries."
+    """Run (or reuse) every (encoding, seed) into `out/ENCODING-sSEED`; returns their records, failed ones as
+    `{'error'}` entries."""
     runs = []
     for e, s in (jobs := [(e, s) for e in encodings for s in seeds]):
         t = time.time()
@@ -539,8 +367,9 @@ def compare_runs(base: TrainConfig, # the config every run shares
 
 # %% ../nbs/06_cli.ipynb #c1e596ab
 def _compare_encodings(encodings: Optional[list], base: TrainConfig) -> list:
-    # by default, encodings that read extra position streams run only when the config names a provider (--set streams=...):
-    # without their stream they reduce to their base encoding and would be credited with gains they did not earn
+    # by default, encodings that read extra position streams run only when the config names a provider (--set
+    # streams=...): without their stream they reduce to their base encoding and would be credited with gains they did
+    # not earn
     encs = list(dict.fromkeys(encodings or [e for e in list_posencs() if base.streams or not encoding_streams(e)]))
     if not encs: raise CLIError("--encodings is empty; give a comma list such as sinusoidal,learned")
     for e in encs: _check_encoding(e, '--encodings')
@@ -549,10 +378,12 @@ def _compare_encodings(encodings: Optional[list], base: TrainConfig) -> list:
 def _csv(s: str) -> list: return [x.strip() for x in s.split(',') if x.strip()]
 
 # %% ../nbs/06_cli.ipynb #d212645b
-def _by_bleu(rows: list) -> list: return sorted(rows, key=lambda r: -(r['bleu_mean'] if r['bleu_mean'] is not None else -1))
+def _by_bleu(rows: list) -> list:
+    return sorted(rows, key=lambda r: -(r['bleu_mean'] if r['bleu_mean'] is not None else -1))
 
 def _save_compare(out: Path, config: str, base: TrainConfig, encs: list, seeds: list, runs: list):
-    atomic_write(out / 'results.json', json.dumps({'config': config, 'base_config': dataclasses.asdict(base), 'encodings': encs,
+    atomic_write(out / 'results.json', json.dumps({'config': config, 'base_config': dataclasses.asdict(base),
+                                                   'encodings': encs,
         'seeds': seeds, 'runs': runs, 'summary': summarize(runs, COMPARE_KEYS)}, indent=1, default=str))
 
 # %% ../nbs/06_cli.ipynb #5e7b4aff
@@ -561,7 +392,8 @@ def plot_compare(rows: list, # `summarize(runs, COMPARE_KEYS)`
                  fig=None, # a matplotlib figure to draw on (default: a new `Figure`, no pyplot)
                  title: str = '', # the task, for the titles
                 ):
-    "Bars of test BLEU/chrF per encoding (best first, seed sd as error bars) and the training-loss curves. Returns the figure."
+    """Bars of test BLEU/chrF per encoding (best first, seed sd as error bars) and the training-loss curves. Returns the
+    figure."""
     if fig is None:
         from matplotlib.figure import Figure
         fig = Figure(figsize=(11, 4), layout='constrained')
@@ -575,10 +407,13 @@ def _score_bars(ax, ok: list, title: str):
     xs = range(len(ok))
     for j, (k, lab) in enumerate((('bleu', 'BLEU'), ('chrf', 'chrF'))):
         sd = [r[k + '_std'] or 0 for r in ok]
-        ax.bar([x + (j - .5) * .38 for x in xs], [r[k + '_mean'] for r in ok], .38, yerr=sd if any(sd) else None, label=lab, capsize=3)
+        ax.bar([x + (j - .5) * .38 for x in xs], [r[k + '_mean'] for r in ok], .38, yerr=sd if any(sd) else None,
+               label=lab, capsize=3)
     ax.set_xticks(list(xs), [r['encoding'] for r in ok], rotation=30, ha='right')
     ax.set_ylim(0, 1.2 * max([r['chrf_mean'] for r in ok] + [r['bleu_mean'] for r in ok] + [1]))
-    ax.set_ylabel('test score'); ax.legend(ncol=2, loc='upper right'); ax.set_title(f'{title} test BLEU / chrF'.strip())
+    ax.set_ylabel('test score')
+    ax.legend(ncol=2, loc='upper right')
+    ax.set_title(f'{title} test BLEU / chrF'.strip())
 
 # %% ../nbs/06_cli.ipynb #cc3c4895
 def _loss_curves(ax, curves: dict):
@@ -586,7 +421,9 @@ def _loss_curves(ax, curves: dict):
     cmap = mpl.colormaps['tab10' if len(curves) <= 10 else 'tab20']
     for i, (e, c) in enumerate(curves.items()):
         if c: ax.plot(*zip(*c), label=e, color=cmap(i % cmap.N), ls='-' if i < 10 else '--')
-    ax.set_xlabel('update'); ax.set_ylabel('training loss (label-smoothed, per token)'); ax.set_yscale('log')
+    ax.set_xlabel('update')
+    ax.set_ylabel('training loss (label-smoothed, per token)')
+    ax.set_yscale('log')
     ax.set_title('learning curves')
     if any(curves.values()): ax.legend(fontsize=7, ncol=2 if len(curves) > 6 else 1)   # no log record yet: no legend
 
@@ -597,7 +434,8 @@ def _first_curves(runs: list, encs: list) -> dict:
     return {e: [(m['step'], m['loss']) for m in read_metrics(r['dir']) if 'loss' in m] for e, r in first.items() if r}
 
 def _save_plot(out: Path, rows: list, curves: dict, title: str):
-    buf = io.BytesIO(); plot_compare(rows, curves, title=title).savefig(buf, format='png', dpi=110)
+    buf = io.BytesIO()
+    plot_compare(rows, curves, title=title).savefig(buf, format='png', dpi=110)
     atomic_write(out / 'compare.png', buf.getvalue())
 
 # %% ../nbs/06_cli.ipynb #83d7bf8e
@@ -605,7 +443,8 @@ def _save_plot(out: Path, rows: list, curves: dict, title: str):
 def cmd_compare(*, config: str, # a named config (see `posenc list`)
                 encodings: Param('', _csv) = None, # comma list of encodings (default: every registered encoding)
                 seeds: Param('', int, nargs='+') = (0,), # one run per encoding and seed
-                out: str = None, # folder for the run records, results.json and compare.png (default: runs/compare-CONFIG)
+                # folder for the run records, results.json and compare.png (default: runs/compare-CONFIG)
+                out: str = None,
                 set_: _SET = None, # override a TrainConfig field of every run, e.g. --set lr=1e-3 (repeatable)
                 max_steps: int = None, # training updates per run (default: the config's)
                 max_minutes: float = None, # wall-clock cap of each run's training loop, minutes
@@ -619,7 +458,8 @@ def cmd_compare(*, config: str, # a named config (see `posenc list`)
     Examples:
       posenc compare --config synthetic-tiny --out runs/demo
       posenc compare --config synthetic-tiny --encodings sinusoidal,rope,alibi --seeds 0 1 2 --max-steps 300"""
-    device = check_device(device); use_threads(threads)
+    device = check_device(device)
+    use_threads(threads)
     base = make_config(config, set_, max_steps=max_steps, max_minutes=max_minutes)
     encs, seeds = _compare_encodings(encodings, base), list(dict.fromkeys(seeds))
     out = Path(out) if out else Path('runs') / f'compare-{config}'
@@ -630,7 +470,8 @@ def cmd_compare(*, config: str, # a named config (see `posenc list`)
         runs = compare_runs(base, encs, seeds, out, device, command_line(), save=save)
     _check_failures(runs)
     rows = summarize(runs, COMPARE_KEYS)
-    print(json.dumps({'runs': runs, 'summary': rows}, default=str) if json_ else format_table(_by_bleu(rows), COMPARE_KEYS, markdown=False)
+    print(json.dumps({'runs': runs, 'summary': rows}, default=str) if json_
+          else format_table(_by_bleu(rows), COMPARE_KEYS, markdown=False)
           + '\n' + _smoke_note(base, seeds).rstrip())   # the table, then what it is worth
     if not no_plot and any(r['n'] for r in rows): _save_plot(out, rows, _first_curves(runs, encs), config)
     if not json_: print(f"{sum(r['n'] for r in rows)} runs in {time.time() - t0:.0f}s; results: {out / 'results.json'}"
@@ -641,9 +482,15 @@ def cmd_compare(*, config: str, # a named config (see `posenc list`)
 def _smoke_note(cfg, seeds) -> str:
     "A heading that says what a comparison table is worth: one seed of a short run ranks nothing."
     n = len(dict.fromkeys(seeds))
-    if n > 1: return f"{n} seeds, {cfg.max_steps or cfg.max_minutes} {'updates' if cfg.max_steps else 'minutes'} per run (mean ± sd over seeds):\n"
-    return (f"SMOKE COMPARISON: one seed, {cfg.max_steps or cfg.max_minutes} {'updates' if cfg.max_steps else 'minutes'} per run. Differences between "
-            "encodings here are within seed-to-seed noise; the experiment notebooks give 3-seed results with paired bootstrap tests.\n")
+    if n > 1:
+        return (
+            f"{n} seeds, {cfg.max_steps or cfg.max_minutes} {'updates' if cfg.max_steps else 'minutes'} per run "
+            "(mean ± sd over seeds):\n"
+        )
+    return (f"SMOKE COMPARISON: one seed, {cfg.max_steps or cfg.max_minutes} "
+            f"{'updates' if cfg.max_steps else 'minutes'} per run. Differences between "
+            "encodings here are within seed-to-seed noise; the experiment notebooks give 3-seed results with paired "
+            "bootstrap tests.\n")
 
 # %% ../nbs/06_cli.ipynb #7ae8d50f
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())

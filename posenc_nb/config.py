@@ -23,7 +23,7 @@ _MODEL_FIELDS = ('d_model', 'n_heads', 'n_enc', 'n_dec', 'd_ff', 'dropout', 'enc
 _RESUMABLE_FIELDS = ('name', 'max_steps', 'max_minutes', 'log_every', 'eval_every', 'ckpt_every', 'keep_ckpts',
                      'eval_bleu_sents', 'eval_beam', 'beam', 'len_penalty', 'n_avg', 'test_max_sents', 'test_split',
                      'valid_split')
-TOKENIZERS = (None, 'bpe', 'corpus', 'word')   # 'word': the name earlier records give 'corpus' 
+TOKENIZERS = (None, 'bpe', 'corpus', 'word')   # 'word': the name earlier records give 'corpus'
 
 # %% ../nbs/05_config.ipynb #58be5e53
 @dataclass

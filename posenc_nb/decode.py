@@ -11,7 +11,7 @@ from torch import Tensor
 from .core import Positions
 from .utils import require
 from .model import reorder_cache
-from .data import collate
+from .batches import collate
 
 # %% auto #0
 __all__ = ['length_penalty', 'greedy_decode', 'beam_search', 'score_hyps', 'bleu', 'chrf', 'translate']
@@ -43,8 +43,10 @@ def _max_lens(src, src_p, max_len, extra: int = 50) -> Tensor:
     return torch.full((src.shape[0],), int(max_len), dtype=torch.long, device=src.device)
 
 def _step_logprobs(model, tok, t, mem, sp, cache, bos, eos, pad, force_eos):
-    """One incremental decoder call: float32 log-probabilities (rows, V); BOS/PAD never generated, EOS forced where `force_eos`.
-    Reads nothing from the device: the step's position `t` is noted on the host, and forcing EOS is a `where`, not a branch."""
+    """One incremental decoder call: float32 log-probabilities (rows, V); BOS/PAD never generated, EOS forced where
+    `force_eos`.
+    Reads nothing from the device: the step's position `t` is noted on the host, and forcing EOS is a `where`, not a
+    branch."""
     tp = Positions.arange(tok.shape[0], 1, offset=t, device=tok.device)
     note_fact(tp.pos, 'range', (t, t))
     logits = model.decode(tok, tp, mem, sp, cache=cache)
@@ -61,7 +63,8 @@ def _step_logprobs(model, tok, t, mem, sp, cache, bos, eos, pad, force_eos):
 @torch.no_grad()
 def greedy_decode(model, src: Tensor, src_p: Positions, max_len: Optional[int] = None, bos: int = 1, eos: int = 2,
                   pad: Optional[int] = 0, return_scores: bool = False):
-    "Greedy decoding of a batch: list of token-id lists (BOS/EOS stripped); with `return_scores`, also each sum of log-probs."
+    """Greedy decoding of a batch: list of token-id lists (BOS/EOS stripped); with `return_scores`, also each sum of
+    log-probs."""
     was_training = model.training
     model.eval()
     try:
@@ -85,7 +88,13 @@ def greedy_decode(model, src: Tensor, src_p: Positions, max_len: Optional[int] =
                 for i, row, s in zip(sent[idx].tolist(), toks[idx, 1:-1].tolist(), score[idx].tolist()):
                     out[i], scores[i] = row, s
                 keep = (~done).nonzero().flatten()
-                sent, toks, score, maxl, mem = sent[keep], toks[keep], score[keep], maxl[keep], mem.index_select(0, keep)
+                sent, toks, score, maxl, mem = (
+                    sent[keep],
+                    toks[keep],
+                    score[keep],
+                    maxl[keep],
+                    mem.index_select(0, keep),
+                )
                 src_p = _select_pos(src_p, keep)
                 if keep.numel(): reorder_cache(cache, keep)
             t += 1
@@ -95,7 +104,8 @@ def greedy_decode(model, src: Tensor, src_p: Positions, max_len: Optional[int] =
 
 # %% ../nbs/04_decode.ipynb #039605a8
 def _beam_step(cand: Tensor, K: int, eos: int, stop_early: bool):
-    "From the scores `cand` (n*K, V) of one step: the finished (sentence, beam, score) and the K live (score, beam, token)."
+    """From the scores `cand` (n*K, V) of one step: the finished (sentence, beam, score) and the K live (score, beam,
+    token)."""
     n, V, dev = cand.shape[0] // K, cand.shape[-1], cand.device
     if stop_early:      # the best 2K: the EOS ones among the first K finish, the K best others live on
         top_s, top_i = cand.view(n, K * V).topk(min(2 * K, K * V), dim=1)
@@ -187,7 +197,8 @@ def beam_search(model, src: Tensor, src_p: Positions, beam: int = 4, len_penalty
 def score_hyps(model, src: Tensor, src_p: Positions, hyps: Sequence[Sequence[int]], len_penalty: float = 0.0,
                bos: int = 1, eos: int = 2, pad: int = 0) -> Tensor:
     "Teacher-forced $\\log p(y\\,\\text{EOS} \\mid x) / lp(|y|+1)$ of each hypothesis (float64, shape (B,))."
-    if len(hyps) != src.shape[0]: raise ValueError(f"got {len(hyps)} hypotheses for {src.shape[0]} sources; pass one per source row")
+    if len(hyps) != src.shape[0]:
+        raise ValueError(f"got {len(hyps)} hypotheses for {src.shape[0]} sources; pass one per source row")
     was_training = model.training
     model.eval()
     try:
@@ -215,7 +226,8 @@ def _check_pairs(hyps, refs):
     hyps = list(hyps)
     refs = [list(refs)] if not refs or isinstance(refs[0], str) else [list(r) for r in refs]
     for r in refs:
-        if len(r) != len(hyps): raise ValueError(f"got {len(hyps)} hypotheses but {len(r)} references; pass one reference per hypothesis")
+        if len(r) != len(hyps):
+            raise ValueError(f"got {len(hyps)} hypotheses but {len(r)} references; pass one reference per hypothesis")
     return hyps, refs
 
 def bleu(hyps: Sequence[str], refs, tokenize: Optional[str] = None, lowercase: bool = False) -> dict:
@@ -234,14 +246,17 @@ def chrf(hyps: Sequence[str], refs, word_order: int = 0) -> dict:
 
 # %% ../nbs/04_decode.ipynb #f07114af
 def _length_limit(pe) -> Optional[int]:
-    "The positions a position encoding `pe` takes (its `max_len` when `bounded`), or None for no limit (or no encoding)."
+    """The positions a position encoding `pe` takes (its `max_len` when `bounded`), or None for no limit (or no
+    encoding)."""
     return pe.max_len if pe is not None and getattr(pe, 'bounded', False) and pe.max_len is not None else None
 
 def _fit_lines(ids: list, limit: Optional[int]) -> set:
-    "Truncate (in place) each token list longer than `limit` positions (EOS included), warning with its line number; the indices cut."
+    """Truncate (in place) each token list longer than `limit` positions (EOS included), warning with its line number;
+    the indices cut."""
     cut = {i for i, x in enumerate(ids) if limit is not None and len(x) + 1 > limit}
     for i in sorted(cut):
-        warnings.warn(f"input line {i + 1} has {len(ids[i])} tokens, more than the model takes ({limit - 1}); translating its first {limit - 1} tokens")
+        warnings.warn(f"input line {i + 1} has {len(ids[i])} tokens, more than the model takes ({limit - 1}); "
+                      f"translating its first {limit - 1} tokens")
         ids[i] = ids[i][:limit - 1]
     return cut
 
@@ -250,29 +265,40 @@ def _check_finite(model):
     "A ValueError when any floating-point weight of `model` is NaN or infinite."
     ps = [p for p in model.parameters() if p.is_floating_point()]
     if ps and not bool(torch.stack([torch.isfinite(p).all() for p in ps]).all()):
-        raise ValueError("the model has non-finite (NaN or infinite) weights, e.g. from a diverged training run, and cannot translate; use an earlier checkpoint")
+        raise ValueError("the model has non-finite (NaN or infinite) weights, e.g. from a diverged training run, and "
+                         "cannot translate; use an earlier checkpoint")
 
 # %% ../nbs/04_decode.ipynb #a31fd217
-def translate(model, tokenizer, sentences: Sequence[str], beam: int = 4, batch_tokens: int = 4096, len_penalty: float = 0.6,
+def translate(model, tokenizer, sentences: Sequence[str], beam: int = 4, batch_tokens: int = 4096,
+              len_penalty: float = 0.6,
               max_len: Optional[int] = None, progress: bool = False, streams: Optional[dict] = None) -> list:
-    """Translate raw `sentences` (list of str) with beam search (greedy when `beam=1`); returns detokenized strings in input order.
-    `streams`: extra position streams, name -> one list per sentence (one integer per source token), e.g. a `StreamProvider`'s output."""
+    """Translate raw `sentences` (list of str) with beam search (greedy when `beam=1`); returns detokenized strings in
+    input order.
+    `streams`: extra position streams, name -> one list per sentence (one integer per source token), e.g. a
+    `StreamProvider`'s output."""
     if isinstance(sentences, str): raise TypeError("sentences must be a list of strings; wrap a single sentence as [s]")
     for name, v in (streams or {}).items():
-        if len(v) != len(sentences): raise ValueError(f"stream {name!r} has {len(v)} entries for {len(sentences)} sentences; give one per sentence")
+        if len(v) != len(sentences):
+            raise ValueError(f"stream {name!r} has {len(v)} entries for {len(sentences)} sentences; give one per "
+                             "sentence")
     src_tok, tgt_tok = tokenizer if isinstance(tokenizer, (tuple, list)) else (tokenizer, tokenizer)
     pad, bos, eos = (getattr(tgt_tok, a, d) for a, d in (('pad_id', 0), ('bos_id', 1), ('eos_id', 2)))
     dev = _model_device(model)
     ids = [src_tok.encode(s) if s.strip() else [] for s in sentences]
-    cut = _fit_lines(ids, _length_limit(getattr(model, 'enc_pe', None)))        # an over-long line is shortened, not fatal
-    if streams and cut: streams = {k: [x[:len(ids[i])] if i in cut else x for i, x in enumerate(v)] for k, v in streams.items()}
+    # an over-long line is shortened, not fatal
+    cut = _fit_lines(ids, _length_limit(getattr(model, 'enc_pe', None)))
+    if streams and cut:
+        streams = {k: [x[:len(ids[i])] if i in cut else x for i, x in enumerate(v)] for k, v in streams.items()}
     _check_finite(model)
     order = sorted((i for i, x in enumerate(ids) if x), key=lambda i: (-len(ids[i]), i))
     batches, cur, cur_max = [], [], 0
     for i in order:
         m = max(cur_max, len(ids[i]) + 2)
-        if cur and m * (len(cur) + 1) > batch_tokens: batches.append(cur); cur, m = [], len(ids[i]) + 2
-        cur.append(i); cur_max = m
+        if cur and m * (len(cur) + 1) > batch_tokens:
+            batches.append(cur)
+            cur, m = [], len(ids[i]) + 2
+        cur.append(i)
+        cur_max = m
     if cur: batches.append(cur)
     out = [''] * len(sentences)
     it = batches
@@ -280,10 +306,15 @@ def translate(model, tokenizer, sentences: Sequence[str], beam: int = 4, batch_t
         from tqdm.auto import tqdm
         it = tqdm(batches, desc='translate', leave=False)
     for b in it:
-        batch = collate([(ids[i], []) for i in b], pad_id=getattr(src_tok, 'pad_id', 0), streams={k: [v[i] for i in b] for k, v in (streams or {}).items()}).to(dev)
-        dec_lim, cap = _length_limit(getattr(model, 'dec_pe', None)), max_len      # decoder positions stay within its limit
-        if dec_lim is not None and (cap if cap is not None else max(len(ids[i]) for i in b) + 51) >= dec_lim: cap = dec_lim - 1
+        batch = collate([(ids[i], []) for i in b], pad_id=getattr(src_tok, 'pad_id', 0),
+                        streams={k: [v[i] for i in b] for k, v in (streams or {}).items()}).to(dev)
+        # decoder positions stay within its limit
+        dec_lim, cap = _length_limit(getattr(model, 'dec_pe', None)), max_len
+        if dec_lim is not None and (cap if cap is not None else max(len(ids[i]) for i in b) + 51) >= dec_lim:
+            cap = dec_lim - 1
         if beam == 1: hyps = greedy_decode(model, batch.src, batch.src_p, max_len=cap, bos=bos, eos=eos, pad=pad)
-        else: hyps = beam_search(model, batch.src, batch.src_p, beam=beam, len_penalty=len_penalty, max_len=cap, bos=bos, eos=eos, pad=pad)
+        else:
+            hyps = beam_search(model, batch.src, batch.src_p, beam=beam, len_penalty=len_penalty, max_len=cap, bos=bos,
+                               eos=eos, pad=pad)
         for i, h in zip(b, hyps): out[i] = tgt_tok.decode(h)
     return out

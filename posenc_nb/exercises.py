@@ -31,7 +31,8 @@ def check_close(got, # the reader's answer: a number, sequence, numpy array or t
                 rtol: float = 1e-6, # relative tolerance
                 atol: float = 1e-9 # absolute tolerance
                ) -> Verdict:
-    "Right when `got` has the shape of `want` and agrees elementwise within `atol + rtol*|want|`; else where and how far it is off."
+    """Right when `got` has the shape of `want` and agrees elementwise within `atol + rtol*|want|`; else where and how
+    far it is off."""
     try: g = _as_array(got)
     except (TypeError, ValueError): return Verdict(False, f'{what}: expected numbers, got {type(got).__name__}')
     w = _as_array(want)

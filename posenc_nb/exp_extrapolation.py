@@ -20,7 +20,8 @@ def _bins(rows) -> list:
     return sorted(labs, key=lambda s: int(s.split('-')[0]))
 
 def length_table(rows: list, metric: str = 'bleu') -> list:
-    "One dict per encoding: `encoding`, `n` (seeds), the mean `metric` of every length bin over seeds, and `std` (per bin; None with one seed)."
+    """One dict per encoding: `encoding`, `n` (seeds), the mean `metric` of every length bin over seeds, and `std` (per
+    bin; None with one seed)."""
     out = {}
     for r in rows:
         if 'length_bins' not in r: continue
@@ -31,7 +32,8 @@ def length_table(rows: list, metric: str = 'bleu') -> list:
     for e in out.values():
         acc = e.pop('_acc')
         ms = {b: mean_sd(v) for b, v in acc.items()}
-        e.update({b: m for b, (m, _) in ms.items()}); e['std'] = {b: sd for b, (_, sd) in ms.items()}
+        e.update({b: m for b, (m, _) in ms.items()})
+        e['std'] = {b: sd for b, (_, sd) in ms.items()}
         res.append(e)
     return res
 
@@ -64,11 +66,15 @@ def plot_length_bins(rows: list, metric: str = 'bleu', ax=None, title: Optional[
     bins = _bins(rows)
     mids = [(int(b.split('-')[0]) + int(b.split('-')[1])) / 2 for b in bins]
     for i, e in enumerate(table):
-        ax.plot(mids, [e.get(b, float('nan')) for b in bins], 'o-' if i < 10 else 's--', color=f'C{i % 10}', label=e['encoding'])
+        ax.plot(mids, [e.get(b, float('nan')) for b in bins], 'o-' if i < 10 else 's--', color=f'C{i % 10}',
+                label=e['encoding'])
     mtl = rows[0].get('max_train_len') if rows else None
     if mtl: ax.axvspan(0, mtl + .5, color='grey', alpha=.15, label=f'trained lengths (<= {mtl})')
-    ax.set_xticks(mids); ax.set_xticklabels(bins)
-    ax.set_xlabel('source length (words)'); ax.set_ylabel(metric); ax.legend(fontsize=7, ncol=2)
+    ax.set_xticks(mids)
+    ax.set_xticklabels(bins)
+    ax.set_xlabel('source length (words)')
+    ax.set_ylabel(metric)
+    ax.legend(fontsize=7, ncol=2)
     if title: ax.set_title(title)
     return ax
 
@@ -79,7 +85,8 @@ def length_diagnostics(run: dict, bins=LENGTH_BINS) -> dict:
     from posenc_nb.data import load_parallel
     from posenc_nb.decode import bleu
     cfg = json.loads((Path(run['dir']) / 'config.json').read_text())
-    pairs = load_parallel(cfg['data'], cfg['test_split'], **cfg.get('data_options', {}))[:cfg.get('test_max_sents') or None]
+    pairs = load_parallel(cfg['data'], cfg['test_split'], **cfg.get('data_options', {}))[:cfg.get('test_max_sents')
+                                                                                         or None]
     hyps = (Path(run['dir']) / 'test.hyp').read_text().split('\n')[:len(pairs)]
     out = {}
     for lo, hi in bins:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json, math
 from pathlib import Path
 from typing import Optional
-from .experiments import Experiment, register_experiment, EXPERIMENTS, ENCODINGS, load_results, summarize, format_table, significance, format_significance
+from .experiments import (Experiment, register_experiment, EXPERIMENTS, ENCODINGS, load_results, summarize,
+                                   format_table, significance, format_significance)
 from .data import data_dir
 from .floater import FLOATER_OFFICIAL
 
@@ -16,26 +17,31 @@ __all__ = ['FLOATER_RECIPE', 'FLOATER_RECIPE_1H', 'results_root', 'read_curve', 
 
 # %% ../nbs/21_multi30k.ipynb #06ad9ef2
 def results_root(start=None) -> Path:
-    "The project's `results/` folder: `<folder holding settings.ini>/results`, searched upward from `start` (default: cwd)."
+    """The project's `results/` folder: `<folder holding settings.ini>/results`, searched upward from `start` (default:
+    cwd)."""
     start = Path(start or Path.cwd()).resolve()
     for d in [start, *start.parents]:
         if (d / 'settings.ini').exists(): return d / 'results'
     return start / 'results'
 
 def read_curve(run_dir) -> list:
-    "The learning-curve records (`curve.jsonl`) of one run folder; evaluation records get the training wall time of their step."
+    """The learning-curve records (`curve.jsonl`) of one run folder; evaluation records get the training wall time of
+    their step."""
     p = Path(run_dir) / 'curve.jsonl'
     recs = [json.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.exists() else []
     wall = {r['step']: r['wall'] for r in recs if 'wall' in r}
     m = Path(run_dir) / 'metrics.json'
-    if m.exists(): final = json.loads(m.read_text()); wall.setdefault(final['step'], final['train_time_s'])   # the last step need not be logged
+    if m.exists():
+        final = json.loads(m.read_text())
+        wall.setdefault(final['step'], final['train_time_s'])   # the last step need not be logged
     for r in recs:
         if 'wall' not in r and r['step'] in wall: r['wall'] = wall[r['step']]
     return recs
 
 # %% ../nbs/21_multi30k.ipynb #ef965114
 def plot_learning_curves(rows: list, keys=('loss', 'valid_loss'), axes=None, title: Optional[str] = None):
-    "`keys[0]` (lines) and `keys[1]` (markers) of each run's `curve.jsonl` against updates (left) and training minutes (right)."
+    """`keys[0]` (lines) and `keys[1]` (markers) of each run's `curve.jsonl` against updates (left) and training minutes
+    (right)."""
     import matplotlib.pyplot as plt
     if axes is None: _, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
     for i, r in enumerate(rows):
@@ -48,48 +54,72 @@ def plot_learning_curves(rows: list, keys=('loss', 'valid_loss'), axes=None, tit
             axes[0].plot([c['step'] for c in pts], [c[k] for c in pts], style, **kw)
             w = [(c['wall'] / 60, c[k]) for c in pts if 'wall' in c]
             if w: axes[1].plot(*zip(*w), style, **kw)
-    axes[0].set_xlabel('update'); axes[1].set_xlabel('training time (min)')
+    axes[0].set_xlabel('update')
+    axes[1].set_xlabel('training time (min)')
     axes[0].set_ylabel(' / '.join(k.replace('_', ' ') for k in keys) + ' (markers)' * (len(keys) > 1))
     axes[1].legend(fontsize=7, ncol=2)
     if title: axes[0].figure.suptitle(title)
     return axes
 
 # %% ../nbs/21_multi30k.ipynb #0dcecfba
-FLOATER_RECIPE = dict(base_steps=400, base_warmup=100, finetune_steps=200, finetune_warmup=25)   # updates of the sinusoidal base and of each arm
+# updates of the sinusoidal base and of each arm
+FLOATER_RECIPE = dict(base_steps=400, base_warmup=100, finetune_steps=200, finetune_warmup=25)
 
 register_experiment(Experiment('floater-recipe', 'multi30k-1h', seeds=(0, 1, 2), ci=False,
     encodings=('sinusoidal-base', 'floater-migrated', 'sinusoidal-continued', 'block-bias-migrated'),
-    extra_seeds={arm: (3, 4) for arm in ('sinusoidal-base', 'floater-migrated', 'sinusoidal-continued', 'block-bias-migrated')},
+    extra_seeds={arm: (3, 4) for arm in ('sinusoidal-base', 'floater-migrated', 'sinusoidal-continued',
+                                         'block-bias-migrated')},
     overrides=dict(max_minutes=None, max_tokens=1024, dropout=0.1, eval_every=200, ckpt_every=100, eval_bleu_sents=0),
-    variants={'sinusoidal-base': dict(enc_pe='sinusoidal', max_steps=FLOATER_RECIPE['base_steps'], warmup=FLOATER_RECIPE['base_warmup']),
-              'floater-migrated': dict(enc_pe='floater', pe_options={**FLOATER_OFFICIAL, 'refresh_every': 1, 'adjoint': False},
-                                       max_steps=FLOATER_RECIPE['finetune_steps'], warmup=FLOATER_RECIPE['finetune_warmup'], ckpt_every=50),
+    variants={'sinusoidal-base': dict(enc_pe='sinusoidal', max_steps=FLOATER_RECIPE['base_steps'],
+                                      warmup=FLOATER_RECIPE['base_warmup']),
+              'floater-migrated': dict(enc_pe='floater', pe_options={**FLOATER_OFFICIAL, 'refresh_every': 1,
+                                                                     'adjoint': False},
+                                       max_steps=FLOATER_RECIPE['finetune_steps'],
+                                       warmup=FLOATER_RECIPE['finetune_warmup'], ckpt_every=50),
               'sinusoidal-continued': dict(enc_pe='sinusoidal', max_steps=FLOATER_RECIPE['finetune_steps'],
                                            warmup=FLOATER_RECIPE['finetune_warmup'], ckpt_every=50),
-              'block-bias-migrated': dict(enc_pe='block-bias', pe_options={'prior': 'sinusoidal'}, max_steps=FLOATER_RECIPE['finetune_steps'],
+              'block-bias-migrated': dict(enc_pe='block-bias', pe_options={'prior': 'sinusoidal'},
+                                          max_steps=FLOATER_RECIPE['finetune_steps'],
                                           warmup=FLOATER_RECIPE['finetune_warmup'], ckpt_every=50)},
     starts_from={arm: 'sinusoidal-base' for arm in ('floater-migrated', 'sinusoidal-continued', 'block-bias-migrated')},
-    description='Multi30k en-de: the official FLOATER recipe at CPU scale: the multi30k-1h model trained 400 updates of 1024-token batches with sinusoidal positions, then '
-                'migrated to FLOATER (official options, refresh every update) or continued with sinusoidal positions for 200 more, '
+    description='Multi30k en-de: the official FLOATER recipe at CPU scale: the multi30k-1h model trained 400 updates '
+    'of 1024-token batches with sinusoidal positions, then '
+                'migrated to FLOATER (official options, refresh every update) or continued with sinusoidal positions '
+                'for 200 more, '
                 'or migrated to per-block learned position biases at FLOATER\'s sites (block-bias, the ODE ablation) '
-                '(warmup 25, linear decay, last 3 checkpoints averaged, beam 4); 1 CPU thread, 3 seeds (5 with extra_seeds)',
-    command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run floater-recipe --full --threads 1 --work runs/experiments'))
+                '(warmup 25, linear decay, last 3 checkpoints averaged, beam 4); 1 CPU thread, 3 seeds (5 with '
+                'extra_seeds)',
+    command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run floater-recipe --full --threads 1 --work '
+    'runs/experiments'))
 
 # %% ../nbs/21_multi30k.ipynb #da2a2790
-FLOATER_RECIPE_1H = dict(base_steps=3000, base_warmup=400, finetune_steps=1000, finetune_warmup=100)   # the one-hour scale
+# the one-hour scale
+FLOATER_RECIPE_1H = dict(base_steps=3000, base_warmup=400, finetune_steps=1000, finetune_warmup=100)
 
 register_experiment(Experiment('floater-recipe-1h', 'multi30k-1h', seeds=(0, 1, 2), ci=False,
-    encodings=('sinusoidal-base', 'floater-migrated', 'floater-official', 'sinusoidal-continued', 'block-bias-migrated'),
-    extra_seeds={arm: (3, 4) for arm in ('sinusoidal-base', 'floater-migrated', 'sinusoidal-continued', 'block-bias-migrated')},
+    encodings=('sinusoidal-base', 'floater-migrated', 'floater-official', 'sinusoidal-continued',
+               'block-bias-migrated'),
+    extra_seeds={arm: (3, 4) for arm in ('sinusoidal-base', 'floater-migrated', 'sinusoidal-continued',
+                                         'block-bias-migrated')},
     overrides=dict(max_minutes=None, eval_every=500, ckpt_every=250, eval_bleu_sents=0),
-    variants={'sinusoidal-base': dict(enc_pe='sinusoidal', max_steps=FLOATER_RECIPE_1H['base_steps'], warmup=FLOATER_RECIPE_1H['base_warmup']),
-              **{arm: dict(enc_pe=enc, pe_options=opts, max_steps=FLOATER_RECIPE_1H['finetune_steps'], warmup=FLOATER_RECIPE_1H['finetune_warmup'])
-                 for arm, enc, opts in [('floater-migrated', 'floater', {**FLOATER_OFFICIAL, 'refresh_every': 1, 'adjoint': False}),
-                                        ('floater-official', 'floater', FLOATER_OFFICIAL), ('sinusoidal-continued', 'sinusoidal', {}),
+    variants={'sinusoidal-base': dict(enc_pe='sinusoidal', max_steps=FLOATER_RECIPE_1H['base_steps'],
+                                      warmup=FLOATER_RECIPE_1H['base_warmup']),
+              **{arm: dict(enc_pe=enc, pe_options=opts, max_steps=FLOATER_RECIPE_1H['finetune_steps'],
+                           warmup=FLOATER_RECIPE_1H['finetune_warmup'])
+                 for arm, enc, opts in [('floater-migrated', 'floater', {**FLOATER_OFFICIAL, 'refresh_every': 1,
+                                                                         'adjoint': False}),
+                                        ('floater-official', 'floater', FLOATER_OFFICIAL),
+                                        ('sinusoidal-continued', 'sinusoidal', {}),
                                         ('block-bias-migrated', 'block-bias', {'prior': 'sinusoidal'})]}},
-    starts_from={arm: 'sinusoidal-base' for arm in ('floater-migrated', 'floater-official', 'sinusoidal-continued', 'block-bias-migrated')},
-    description='Multi30k en-de: the official FLOATER recipe at the one-hour scale: the multi30k-1h model (4096-token batches, dropout 0.2) trained 3000 updates '
-                'with sinusoidal positions, then fine-tuned 1000 updates (warmup 100, linear decay, last 3 checkpoints averaged, beam 4) as FLOATER '
-                'with a solve every update, as FLOATER exactly as officially configured (refresh every 400), continued with sinusoidal positions, '
-                'or migrated to per-block learned position biases (block-bias, the ODE ablation); one GPU, 3 seeds (5 with extra_seeds)',
-    command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run floater-recipe-1h --full --device cuda --work runs/experiments'))
+    starts_from={arm: 'sinusoidal-base' for arm in ('floater-migrated', 'floater-official', 'sinusoidal-continued',
+                                                    'block-bias-migrated')},
+    description='Multi30k en-de: the official FLOATER recipe at the one-hour scale: the multi30k-1h model (4096-token '
+    'batches, dropout 0.2) trained 3000 updates '
+                'with sinusoidal positions, then fine-tuned 1000 updates (warmup 100, linear decay, last 3 checkpoints '
+                'averaged, beam 4) as FLOATER '
+                'with a solve every update, as FLOATER exactly as officially configured (refresh every 400), continued '
+                'with sinusoidal positions, '
+                'or migrated to per-block learned position biases (block-bias, the ODE ablation); one GPU, 3 seeds (5 '
+                'with extra_seeds)',
+    command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run floater-recipe-1h --full --device cuda '
+    '--work runs/experiments'))

@@ -15,7 +15,8 @@ __all__ = ['XL_ORDERS', 'XL_VARIANTS', 'XL_GOLD_VARIANTS', 'HEADXL_R_VARIANTS', 
            'format_xl_summary', 'seed_significance', 'format_seed_significance', 'plot_xl']
 
 # %% ../nbs/25_xl_translation.ipynb #cef07488
-XL_ORDERS = ('predicted', 'oracle-gold', 'oracle-aligner', 'random', 'monotone', 'oracle')   # notebook 14's order sources ('oracle': the aligner oracle's earlier name)
+# notebook 14's order sources ('oracle': the aligner oracle's earlier name)
+XL_ORDERS = ('predicted', 'oracle-gold', 'oracle-aligner', 'random', 'monotone', 'oracle')
 XL_VARIANTS = ('sinusoidal', 'xl-input@predicted', 'xl-input@oracle', 'xl-input@random', 'xl-input@monotone',
                'xl-head@predicted', 'xl-rope@predicted', 'rope')
 
@@ -24,17 +25,22 @@ def xl_variants(encodings=('xl-input', 'xl-headxl', 'xl-head', 'xl-rope'), order
     return {f'{e}@{o}': dict(enc_pe=e, streams=f'xl:{o}') for e in encodings for o in orders}
 
 # %% ../nbs/25_xl_translation.ipynb #c9687f86
-register_experiment(Experiment('xl-synthetic', 'synthetic-tiny', steps=600, encodings=XL_VARIANTS, variants=xl_variants(), seeds=(0, 1, 2), overrides=dict(dec_pe='sinusoidal'),
-    description='synthetic BTG corpus (SVO -> SOV-like): sinusoidal against XL positions from predicted, oracle, random and '
+register_experiment(Experiment('xl-synthetic', 'synthetic-tiny', steps=600, encodings=XL_VARIANTS,
+                               variants=xl_variants(), seeds=(0, 1, 2), overrides=dict(dec_pe='sinusoidal'),
+    description='synthetic BTG corpus (SVO -> SOV-like): sinusoidal against XL positions from predicted, oracle, '
+    'random and '
                 'source (monotone) orders, 600 updates per run, decoder sinusoidal',
     command='python -m posenc_nb.experiments run xl-synthetic --threads 1'))
 
 # %% ../nbs/25_xl_translation.ipynb #d33f5512
-register_experiment(Experiment('xl-enja', 'enja-base', steps=600, encodings=XL_VARIANTS, variants=xl_variants(), seeds=(0, 1, 2),
+register_experiment(Experiment('xl-enja', 'enja-base', steps=600, encodings=XL_VARIANTS, variants=xl_variants(),
+                               seeds=(0, 1, 2),
     overrides=dict(dec_pe='sinusoidal', d_model=128, n_enc=2, n_dec=2, d_ff=512, max_tokens=1500, lr=2e-3, warmup=200,
                    log_every=20, eval_every=200, ckpt_every=200, keep_ckpts=1, n_avg=1, eval_bleu_sents=0, beam=4),
-    description='PILOT: Japanese->English small_parallel_enja (50k pairs, dev 500 as test), 2+2 layers d=128, 600 updates of '
-                '1500-token batches per run (about 5 min of one CPU thread), beam 4; sinusoidal against XL positions (not converged)',
+    description='PILOT: Japanese->English small_parallel_enja (50k pairs, dev 500 as test), 2+2 layers d=128, 600 '
+    'updates of '
+                '1500-token batches per run (about 5 min of one CPU thread), beam 4; sinusoidal against XL positions '
+                '(not converged)',
     command='python -m posenc_nb.experiments run xl-enja --threads 1'))
 
 # %% ../nbs/25_xl_translation.ipynb #00394268
@@ -43,56 +49,71 @@ register_experiment(Experiment('xl-enja-2400', 'enja-base', steps=2400,
     variants=xl_variants(), seeds=(0, 1, 2), ci=False,
     overrides=dict(dec_pe='sinusoidal', d_model=128, n_enc=2, n_dec=2, d_ff=512, max_tokens=1500, lr=2e-3, warmup=200,
                    log_every=20, eval_every=400, ckpt_every=400, keep_ckpts=1, n_avg=1, eval_bleu_sents=0, beam=4),
-    description='Japanese->English small_parallel_enja as xl-enja, with 2400 updates per run (4x the pilot): the reorderer\'s orders '
-                'against the monotone control and sinusoidal, and the controls that bound it: the aligner\'s oracle orders of the test '
+    description='Japanese->English small_parallel_enja as xl-enja, with 2400 updates per run (4x the pilot): the '
+    'reorderer\'s orders '
+                'against the monotone control and sinusoidal, and the controls that bound it: the aligner\'s oracle '
+                'orders of the test '
                 'sentences (what a perfect reorderer of this aligner would give) and random orders; 1 CPU thread',
     command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run xl-enja-2400 --full --threads 1'))
 
 # %% ../nbs/25_xl_translation.ipynb #08153bdc
-XL_GOLD_VARIANTS = ('sinusoidal', 'rope', 'xl-input@oracle-gold', 'xl-input@oracle-aligner', 'xl-input@predicted', 'xl-input@monotone',
+XL_GOLD_VARIANTS = ('sinusoidal', 'rope', 'xl-input@oracle-gold', 'xl-input@oracle-aligner', 'xl-input@predicted',
+                    'xl-input@monotone',
                     'xl-input@random', 'xl-head@predicted', 'xl-head@monotone', 'xl-head@random',
                     'xl-rope@predicted', 'xl-rope@monotone', 'xl-rope@random',
                     'xl-headxl@predicted', 'xl-headxl@monotone', 'xl-headxl@random', 'xl-headxl@oracle-gold')
 
 # %% ../nbs/25_xl_translation.ipynb #bc5bcd4e
-register_experiment(Experiment('xl-synthetic-gold', 'synthetic-tiny', steps=600, encodings=XL_GOLD_VARIANTS, variants=xl_variants(),
+register_experiment(Experiment('xl-synthetic-gold', 'synthetic-tiny', steps=600, encodings=XL_GOLD_VARIANTS,
+                               variants=xl_variants(),
     seeds=(0, 1, 2), overrides=dict(dec_pe='sinusoidal'),
-    description="synthetic BTG corpus: XL positions from the generator's gold orders, the aligner's (p0=0.2, intersection), the "
-                'reorderer trained on them, and monotone/random controls for every XL encoding; 600 updates per run, decoder sinusoidal',
+    description="synthetic BTG corpus: XL positions from the generator's gold orders, the aligner's (p0=0.2, "
+    "intersection), the "
+                'reorderer trained on them, and monotone/random controls for every XL encoding; 600 updates per run, '
+                'decoder sinusoidal',
     command='python -m posenc_nb.experiments run xl-synthetic-gold --threads 1'))
 
 # %% ../nbs/25_xl_translation.ipynb #923471be
-HEADXL_R_VARIANTS = {**{f'xl-headxl-r{r}@{o}': dict(enc_pe='xl-headxl', streams=f'xl:{o}', pe_options=dict(n_xl_heads=r))
+HEADXL_R_VARIANTS = {**{f'xl-headxl-r{r}@{o}': dict(enc_pe='xl-headxl', streams=f'xl:{o}',
+                                                    pe_options=dict(n_xl_heads=r))
                         for r in (1, 2, 3, 4) for o in ('oracle-gold', 'predicted')},
-                     'xl-headxl@monotone': xl_variants()['xl-headxl@monotone']}      # the control: every r gives this function
-register_experiment(Experiment('xl-headxl-r', 'synthetic-tiny', steps=600, encodings=tuple(HEADXL_R_VARIANTS), variants=HEADXL_R_VARIANTS,
+                     # the control: every r gives this function
+                     'xl-headxl@monotone': xl_variants()['xl-headxl@monotone']}
+register_experiment(Experiment('xl-headxl-r', 'synthetic-tiny', steps=600, encodings=tuple(HEADXL_R_VARIANTS),
+                               variants=HEADXL_R_VARIANTS,
     seeds=(0, 1, 2), overrides=dict(dec_pe='sinusoidal'),
-    description="synthetic BTG corpus as xl-synthetic-gold: HeadXL with r = 1, 2, 3, 4 of 4 heads reading XL positions, gold-oracle and "
+    description="synthetic BTG corpus as xl-synthetic-gold: HeadXL with r = 1, 2, 3, 4 of 4 heads reading XL "
+    "positions, gold-oracle and "
                 "reorderer orders, and the monotone control; 600 updates per run, decoder sinusoidal",
     command='python -m posenc_nb.experiments run xl-headxl-r --threads 1'))
 
 # %% ../nbs/25_xl_translation.ipynb #a53246a0
-def reordering_record(experiment: str = 'xl-synthetic-gold', # an experiment with an 'xl-input@predicted' variant on data='synthetic'
+def reordering_record(experiment: str = 'xl-synthetic-gold',
+                      # an experiment with an 'xl-input@predicted' variant on data='synthetic'
                       root='results', # where its records are
                       command: Optional[str] = None) -> dict:
-    "Kendall's tau against the gold orders of the aligner's orders (training split) and the reorderer's (test sentences), as the runs saw them."
+    """Kendall's tau against the gold orders of the aligner's orders (training split) and the reorderer's (test
+    sentences), as the runs saw them."""
     from posenc_nb.train import _load_data, _fit_stream_provider
     from posenc_nb.btg import reordering_scores
     from posenc_nb.xlpe import synthetic_gold_order
     from posenc_nb.utils import provenance, atomic_write
     cfg = EXPERIMENTS[experiment].train_config('xl-input@predicted', 0)
-    tr_src, tr_tgt = _load_data(cfg, 'train'); te_src = _load_data(cfg, cfg.test_split)[0][:cfg.test_max_sents]
+    tr_src, tr_tgt = _load_data(cfg, 'train')
+    te_src = _load_data(cfg, cfg.test_split)[0][:cfg.test_max_sents]
     prov = _fit_stream_provider(cfg, tr_src, tr_tgt)
     al = reordering_scores([prov.gold[tuple(s.split())] for s in tr_src], [synthetic_gold_order(s) for s in tr_src])
     pr = reordering_scores([prov.order(s) for s in te_src], [synthetic_gold_order(s) for s in te_src])
-    rec = dict(experiment=experiment, streams=cfg.streams, stream_options=cfg.stream_options, aligner_train=al, reorderer_test=pr,
+    rec = dict(experiment=experiment, streams=cfg.streams, stream_options=cfg.stream_options, aligner_train=al,
+               reorderer_test=pr,
                n_train=len(tr_src), n_test=len(te_src), **provenance(0, command=command))
     atomic_write(Path(root) / experiment / 'reordering.json', json.dumps(rec, indent=1) + '\n')
     return rec
 
 # %% ../nbs/25_xl_translation.ipynb #ab9b22a7
 def xl_summary(rows: list, reference: str = 'sinusoidal', keys=('bleu', 'chrf', 'valid_loss')) -> list:
-    "One dict per variant (in first-seen order): n seeds, mean/sd of `keys`, and the mean/sd of per-seed BLEU minus `reference`'s."
+    """One dict per variant (in first-seen order): n seeds, mean/sd of `keys`, and the mean/sd of per-seed BLEU minus
+    `reference`'s."""
     by = {}
     for r in rows: by.setdefault(r['encoding'], {})[r['seed']] = r
     ref = by.get(reference, {})
@@ -108,14 +129,18 @@ def xl_summary(rows: list, reference: str = 'sinusoidal', keys=('bleu', 'chrf', 
 
 def format_xl_summary(summary: list, reference: str = 'sinusoidal') -> str:
     "Markdown table of `xl_summary`."
-    lines = [f'| variant | seeds | BLEU | chrF | valid loss | BLEU − {reference} (per seed) |', '|---|---|---|---|---|---|']
+    lines = [f'| variant | seeds | BLEU | chrF | valid loss | BLEU − {reference} (per seed) |',
+             '|---|---|---|---|---|---|']
     for s in summary:
-        lines.append(f"| {s['variant']} | {s['n']} | {fmt_mean_sd(s['bleu'], s['bleu_sd'])} | {fmt_mean_sd(s['chrf'], s['chrf_sd'])} | "
-                     f"{fmt_mean_sd(s['valid_loss'], s['valid_loss_sd'], 3)} | {fmt_mean_sd(s['delta'], s['delta_sd']) if s['delta_n'] else '-'} |")
+        lines.append(f"| {s['variant']} | {s['n']} | {fmt_mean_sd(s['bleu'], s['bleu_sd'])} | "
+                     f"{fmt_mean_sd(s['chrf'], s['chrf_sd'])} | "
+                     f"{fmt_mean_sd(s['valid_loss'], s['valid_loss_sd'], 3)} | "
+                     f"{fmt_mean_sd(s['delta'], s['delta_sd']) if s['delta_n'] else '-'} |")
     return '\n'.join(lines)
 
 # %% ../nbs/25_xl_translation.ipynb #f6769479
-def seed_significance(experiment, baseline: str = 'sinusoidal', root='results', n_samples: int = 1000, alpha: float = 0.05) -> list:
+def seed_significance(experiment, baseline: str = 'sinusoidal', root='results', n_samples: int = 1000,
+                      alpha: float = 0.05) -> list:
     """For every variant: per-seed BLEU deltas and sentence-bootstrap p-values against `baseline`, how many seeds are
     significantly better/worse, and the mean delta and p of the paired t-test over seeds (`pooled_*`)."""
     seeds = sorted({r['seed'] for r in load_results(experiment, root) if r['encoding'] == baseline})
@@ -123,17 +148,22 @@ def seed_significance(experiment, baseline: str = 'sinusoidal', root='results', 
     for sd in seeds:
         for s in significance(experiment, baseline, sd, root, n_samples):
             per.setdefault(s['system'], []).append(dict(seed=sd, delta=s['delta'], p=s['p_value']))
-    pooled = {s['system']: s for s in significance(experiment, baseline, None, root, n_samples)} if len(seeds) > 1 else {}
+    pooled = {s['system']: s for s in significance(experiment, baseline, None, root,
+                                                   n_samples)} if len(seeds) > 1 else {}
     one = lambda v, k: pooled[v][k] if len(per[v]) > 1 else None
-    return [dict(variant=v, baseline=baseline, seeds=[x['seed'] for x in xs], deltas=[x['delta'] for x in xs], p=[x['p'] for x in xs],
-                 better=sum(x['p'] < alpha and x['delta'] > 0 for x in xs), worse=sum(x['p'] < alpha and x['delta'] < 0 for x in xs),
+    return [dict(variant=v, baseline=baseline, seeds=[x['seed'] for x in xs], deltas=[x['delta'] for x in xs],
+                 p=[x['p'] for x in xs],
+                 better=sum(x['p'] < alpha and x['delta'] > 0 for x in xs), worse=sum(x['p'] < alpha and x['delta'] < 0
+                                                                                      for x in xs),
                  pooled_delta=one(v, 'delta'), pooled_p=one(v, 'p_value'))
             for v, xs in per.items()]
 
 def format_seed_significance(sig: list) -> str:
     "One line per variant."
-    return '\n'.join(f"{s['variant']} vs {s['baseline']}: deltas " + ', '.join(f'{d:+.2f} (p={p:.3f})' for d, p in zip(s['deltas'], s['p']))
-                     + f"; significantly better in {s['better']}/{len(s['seeds'])} seeds, worse in {s['worse']}/{len(s['seeds'])}"
+    return '\n'.join(f"{s['variant']} vs {s['baseline']}: deltas " + ', '.join(f'{d:+.2f} (p={p:.3f})' for d,
+                                                                               p in zip(s['deltas'], s['p']))
+                     + f"; significantly better in {s['better']}/{len(s['seeds'])} seeds, worse in "
+                     f"{s['worse']}/{len(s['seeds'])}"
                      + (f"; over seeds {s['pooled_delta']:+.2f} (t-test p={s['pooled_p']:.3f})"
                         if s['pooled_p'] is not None else '') for s in sig)
 
@@ -147,10 +177,13 @@ def plot_xl(runs: dict, metric: str = 'bleu', axes=None):
     for ax, (name, rows) in zip(axes, runs.items()):
         s = xl_summary(rows)
         xs = range(len(s))
-        ax.bar(xs, [v[metric] for v in s], color=['grey' if v['variant'] == 'sinusoidal' else f'C{i}' for i, v in enumerate(s)], alpha=.6)
+        ax.bar(xs, [v[metric] for v in s], color=['grey' if v['variant'] == 'sinusoidal' else f'C{i}' for i,
+                                                  v in enumerate(s)], alpha=.6)
         for i, v in enumerate(s):
             ys = [r[metric] for r in rows if r['encoding'] == v['variant']]
             ax.plot([i] * len(ys), ys, 'k.', ms=5)
-        ax.set_xticks(list(xs)); ax.set_xticklabels([v['variant'] for v in s], rotation=35, ha='right', fontsize=8)
-        ax.set_ylabel(metric); ax.set_title(name)
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([v['variant'] for v in s], rotation=35, ha='right', fontsize=8)
+        ax.set_ylabel(metric)
+        ax.set_title(name)
     return axes

@@ -19,7 +19,8 @@ from .train import TrainConfig, CONFIGS, config_from_name, train_and_log
 from .utils import provenance, atomic_write
 from .store import check_budget, finished_record, format_table, load_records, lock_folder, read_json
 from .store import record_run, recover, summarize
-from .cli import CLIError, command, command_line, check_device, use_threads, parse_sets, main as cli_main
+from .cli import command_line, main as cli_main
+from .args import CLIError, command, check_device, use_threads, parse_sets
 
 # %% auto #0
 __all__ = ['ENCODINGS', 'LENGTH_BINS', 'EVAL_FNS', 'EXPERIMENTS', 'EXP_COMMANDS', 'Experiment', 'length_bins', 'eval_length_bins',
@@ -39,10 +40,12 @@ class Experiment:
     config: str                                  # key of `posenc_nb.train.CONFIGS`
     overrides: dict = field(default_factory=dict)
     encodings: tuple = ENCODINGS                 # run labels: registered encodings, or keys of `variants`
-    variants: dict = field(default_factory=dict)  # run label -> TrainConfig overrides, e.g. dict(enc_pe=..., streams='provider:variant')
+    # run label -> TrainConfig overrides, e.g. dict(enc_pe=..., streams='provider:variant')
+    variants: dict = field(default_factory=dict)
     seeds: tuple = (0,)
     extra_seeds: dict = field(default_factory=dict)  # encoding -> more seeds for it, run after every encoding's `seeds`
-    starts_from: dict = field(default_factory=dict)  # run label -> label of the run (same seed, listed earlier) whose final model it starts from
+    # run label -> label of the run (same seed, listed earlier) whose final model it starts from
+    starts_from: dict = field(default_factory=dict)
     minutes: Optional[float] = None              # wall-clock training budget per run (None: use steps)
     steps: Optional[int] = None                  # update budget per run (None: the preset's max_steps)
     eval_fn: Optional[str] = None                # name in EVAL_FNS: extra evaluation with the trained model
@@ -53,10 +56,15 @@ class Experiment:
 # %% ../nbs/20_experiments.ipynb #23061652
 @patch
 def train_config(self: Experiment, encoding: str, seed: int, minutes=None, steps=None, **extra) -> TrainConfig:
-    "The `TrainConfig` of one run; `minutes`/`steps` (either replaces the experiment's budget) and `extra` fields override."
-    if minutes is None and steps is None: minutes, steps = self.minutes, self.steps   # a given budget replaces the experiment's
-    ov = dict(copy.deepcopy(self.overrides)); ov.update(extra)
-    ov.update(enc_pe=encoding, seed=seed); ov.update(copy.deepcopy(self.variants.get(encoding, {}))); ov.setdefault('dec_pe', None)
+    """The `TrainConfig` of one run; `minutes`/`steps` (either replaces the experiment's budget) and `extra` fields
+    override."""
+    # a given budget replaces the experiment's
+    if minutes is None and steps is None: minutes, steps = self.minutes, self.steps
+    ov = dict(copy.deepcopy(self.overrides))
+    ov.update(extra)
+    ov.update(enc_pe=encoding, seed=seed)
+    ov.update(copy.deepcopy(self.variants.get(encoding, {})))
+    ov.setdefault('dec_pe', None)
     if minutes is not None: ov.update(max_minutes=float(minutes), max_steps=steps)   # steps=None: time only
     elif steps is not None: ov.update(max_steps=int(steps), max_minutes=None)
     cfg = config_from_name(self.config, **ov)
@@ -66,7 +74,8 @@ def train_config(self: Experiment, encoding: str, seed: int, minutes=None, steps
 # %% ../nbs/20_experiments.ipynb #ddc0cee0
 @patch
 def runs(self: Experiment, encodings=None, seeds=None) -> list:
-    "The (encoding, seed) pairs to train, in order: given `seeds` for every encoding, or else `seeds` then `extra_seeds`."
+    """The (encoding, seed) pairs to train, in order: given `seeds` for every encoding, or else `seeds` then
+    `extra_seeds`."""
     encodings = tuple(encodings or self.encodings)
     if seeds is not None: return [(e, s) for s in seeds for e in encodings]
     plan = [(e, s) for s in self.seeds for e in encodings]
@@ -81,7 +90,8 @@ def _bin_label(lo, hi): return f'{lo}-{hi}'
 # %% ../nbs/20_experiments.ipynb #d74fa186
 def length_bins(hyps: Sequence[str], refs: Sequence[str], srcs: Sequence[str], bins=LENGTH_BINS) -> dict:
     "Corpus BLEU/chrF of the sentences whose source has `lo..hi` words, for each `(lo, hi)` in `bins`."
-    if not (len(hyps) == len(refs) == len(srcs)): raise ValueError(f"length_bins needs as many hyps, refs, srcs; got {len(hyps)}, {len(refs)}, {len(srcs)}")
+    if not (len(hyps) == len(refs) == len(srcs)):
+        raise ValueError(f"length_bins needs as many hyps, refs, srcs; got {len(hyps)}, {len(refs)}, {len(srcs)}")
     out = {}
     for lo, hi in bins:
         idx = [i for i, s in enumerate(srcs) if lo <= len(s.split()) <= hi]
@@ -92,14 +102,18 @@ def length_bins(hyps: Sequence[str], refs: Sequence[str], srcs: Sequence[str], b
 
 # %% ../nbs/20_experiments.ipynb #890b7335
 def eval_length_bins(res: dict, cfg: TrainConfig, n_per_split: int = 400, bins=LENGTH_BINS) -> dict:
-    "Translate the first `n_per_split` sentences of the synthetic 'test' and 'test_long' splits; BLEU per source-length bin."
+    """Translate the first `n_per_split` sentences of the synthetic 'test' and 'test_long' splits; BLEU per
+    source-length bin."""
     srcs, refs = [], []
     for split in ('test', 'test_long'):
         pairs = load_parallel(cfg.data, split, **cfg.data_options)[:n_per_split]
-        srcs += [s for s, _ in pairs]; refs += [t for _, t in pairs]
+        srcs += [s for s, _ in pairs]
+        refs += [t for _, t in pairs]
     model = res['model'].eval()
-    hyps = translate(model, res['tokenizer'], srcs, beam=cfg.beam, len_penalty=cfg.len_penalty, batch_tokens=cfg.max_tokens)
-    return {'length_bins': length_bins(hyps, refs, srcs, bins), 'length_bins_sents': len(srcs), 'max_train_len': cfg.max_train_len}
+    hyps = translate(model, res['tokenizer'], srcs, beam=cfg.beam, len_penalty=cfg.len_penalty,
+                     batch_tokens=cfg.max_tokens)
+    return {'length_bins': length_bins(hyps, refs, srcs, bins), 'length_bins_sents': len(srcs),
+            'max_train_len': cfg.max_train_len}
 
 EVAL_FNS: dict = {'length_bins': eval_length_bins}
 
@@ -125,21 +139,26 @@ _register(
 # %% ../nbs/20_experiments.ipynb #5ff2f309
 _register(
     Experiment('multi30k-1h', 'multi30k-1h', minutes=57.0, ci=False,
-        description='Multi30k en-de test_2016_flickr, the multi30k-1h recipe: 57 min of training on 2 CPU threads (bf16 autocast, '
+        description='Multi30k en-de test_2016_flickr, the multi30k-1h recipe: 57 min of training on 2 CPU threads '
+        '(bf16 autocast, '
                     'linear decay to zero), average of the last 3 checkpoints, beam 4; one hour per run in all',
-        command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run multi30k-1h --full --encodings sinusoidal --threads 2'),
+        command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run multi30k-1h --full --encodings '
+        'sinusoidal --threads 2'),
     Experiment('multi30k-20min', 'multi30k-1h', minutes=19.0, ci=False,
         overrides=dict(warmup=200, dropout=0.1, eval_every=200, ckpt_every=100),
         extra_seeds={e: (1, 2) for e in ('sinusoidal', 'learned', 'rope', 'floater')},
-        description='Multi30k en-de test_2016_flickr, every encoding at one budget: the multi30k-1h recipe cut to 19 min of training '
-                    'on 2 CPU threads (warmup 200, dropout 0.1, checkpoints every 100 updates, last 3 averaged), beam 4; 20 min per run',
+        description='Multi30k en-de test_2016_flickr, every encoding at one budget: the multi30k-1h recipe cut to 19 '
+        'min of training '
+                    'on 2 CPU threads (warmup 200, dropout 0.1, checkpoints every 100 updates, last 3 averaged), beam '
+                    '4; 20 min per run',
         command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run multi30k-20min --full --threads 2'))
 
 # %% ../nbs/20_experiments.ipynb #6c736188
 _register(
     Experiment('extrapolation', 'synthetic-tiny', steps=600, eval_fn='length_bins',
         overrides=dict(max_train_len=12, test_split='test_long', test_max_sents=400),
-        description='synthetic BTG corpus: train on <=12 tokens, BLEU by source length up to 40 words, 600 updates per run',
+        description='synthetic BTG corpus: train on <=12 tokens, BLEU by source length up to 40 words, 600 updates per '
+        'run',
         command='python -m posenc_nb.experiments run extrapolation --threads 1'),
     Experiment('wmt14-base', 'wmt14-base', seeds=(0,), ci=False,
         description='WMT14 en-de Transformer-base, 100k updates, 8 GPUs, average of the last 5 checkpoints',
@@ -149,12 +168,14 @@ _register(
 def register_experiment(exp: Experiment # the declaration; its name must be new (or the same declaration again)
                        ) -> Experiment:
     "Add `exp` to `EXPERIMENTS` (a later notebook's module calls this at import)."
-    if exp.name in EXPERIMENTS and EXPERIMENTS[exp.name] != exp: raise ValueError(f"a different experiment {exp.name!r} is already registered; pick another name")
+    if exp.name in EXPERIMENTS and EXPERIMENTS[exp.name] != exp:
+        raise ValueError(f"a different experiment {exp.name!r} is already registered; pick another name")
     EXPERIMENTS[exp.name] = exp
     return exp
 
 def list_experiments() -> list:
-    "Every experiment, those registered by other modules of the package included (imported once, found by a source scan)."
+    """Every experiment, those registered by other modules of the package included (imported once, found by a source
+    scan)."""
     import_registering('register_experiment')
     canon = importlib.import_module('posenc_nb.experiments')        # under `python -m`, this module runs as __main__
     for k, v in canon.EXPERIMENTS.items(): EXPERIMENTS.setdefault(k, v)
@@ -165,7 +186,8 @@ def run_record(seed: int, # the run's seed
                command: str, # the exact command that reproduces the run
                device=None, # where it runs
               ) -> dict:
-    "Provenance of one experiment run: `posenc_nb.utils.provenance` (commit and dirtiness, hardware, versions, load, command, UTC time)."
+    """Provenance of one experiment run: `posenc_nb.utils.provenance` (commit and dirtiness, hardware, versions, load,
+    command, UTC time)."""
     return provenance(seed=seed, device=device, command=command)
 
 # %% ../nbs/20_experiments.ipynb #908ecb99
@@ -181,9 +203,11 @@ def run_config(exp: Experiment, encoding: str, seed: int, work=None, minutes=Non
 
 def run_one(exp: Experiment, encoding: str, seed: int, out, work=None, minutes=None, steps=None, overrides=None,
             keep_checkpoints: bool = False, device=None, command: str = '', progress: bool = False) -> dict:
-    "Train one (encoding, seed) of `exp` and write its record (`record_run`); returns the metrics (a finished run's too)."
+    """Train one (encoding, seed) of `exp` and write its record (`record_run`); returns the metrics (a finished run's
+    too)."""
     cfg = run_config(exp, encoding, seed, work, minutes, steps, overrides)
-    keep = keep_checkpoints or encoding in exp.starts_from.values()   # a run that others start from keeps its checkpoints
+    # a run that others start from keeps its checkpoints
+    keep = keep_checkpoints or encoding in exp.starts_from.values()
     run = f'{encoding}-s{seed}'
     return record_run(cfg, Path(out) / run, train_and_log, work=_work_root(exp, work) / run, label=encoding,
                       command=command, device=device, evaluate=EVAL_FNS.get(exp.eval_fn), keep_checkpoints=keep,
@@ -191,9 +215,11 @@ def run_one(exp: Experiment, encoding: str, seed: int, out, work=None, minutes=N
 
 # %% ../nbs/20_experiments.ipynb #72c1f951
 def _get_experiment(name) -> Experiment:
-    if not isinstance(name, str): return name                    # an Experiment (possibly the canonical module's, under python -m)
+    # an Experiment (possibly the canonical module's, under python -m)
+    if not isinstance(name, str): return name
     if name not in EXPERIMENTS: list_experiments()                # experiments registered by other modules
-    if name not in EXPERIMENTS: raise ValueError(f"unknown experiment {name!r}; choose one of: {', '.join(EXPERIMENTS)}")
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; choose one of: {', '.join(EXPERIMENTS)}")
     return EXPERIMENTS[name]
 
 def _checked_plan(exp: Experiment, encodings, seeds) -> list:
@@ -210,13 +236,19 @@ def _run_logged(exp: Experiment, enc: str, seed: int, out: Path, report: dict, l
     cfg_kw = {k: kw.get(k) for k in ('work', 'minutes', 'steps', 'overrides')}
     try: done = finished_record(out / run, run_config(exp, enc, seed, **cfg_kw)) is not None
     except Exception as e: done = e
-    if done is True: report['skipped'].append(run); log(f'[skip] {run}: finished'); return
-    t0 = time.time(); log(f'[run ] {exp.name}/{run} ...')
+    if done is True:
+        report['skipped'].append(run)
+        log(f'[skip] {run}: finished')
+        return
+    t0 = time.time()
+    log(f'[run ] {exp.name}/{run} ...')
     try:
         if isinstance(done, Exception): raise done
         m = run_one(exp, enc, seed, out, **kw)
     except Exception as e:
-        report['failed'].append((run, f'{type(e).__name__}: {e}')); log(f'[FAIL] {run}: {type(e).__name__}: {e}'); return
+        report['failed'].append((run, f'{type(e).__name__}: {e}'))
+        log(f'[FAIL] {run}: {type(e).__name__}: {e}')
+        return
     report['done'].append(run)
     log(f"[done] {run}: BLEU {m.get('bleu', float('nan')):.2f} chrF {m.get('chrf', float('nan')):.2f} "
         f"steps {m.get('steps')} in {time.time() - t0:.0f}s")
@@ -224,7 +256,8 @@ def _run_logged(exp: Experiment, enc: str, seed: int, out: Path, report: dict, l
 # %% ../nbs/20_experiments.ipynb #435b6247
 def run_experiment(name, encodings=None, seeds=None, minutes=None, steps=None, out=None, work=None, overrides=None,
                    keep_checkpoints: bool = False, device=None, command: str = '', log: Callable = print) -> dict:
-    "Run every (encoding, seed) of experiment `name`; returns {'done': [...], 'skipped': [...], 'failed': [(run, error)]}."
+    """Run every (encoding, seed) of experiment `name`; returns {'done': [...], 'skipped': [...], 'failed': [(run,
+    error)]}."""
     exp = _get_experiment(name)
     check_budget(steps, minutes, 'steps', 'minutes')
     plan = _checked_plan(exp, encodings, seeds)
@@ -251,7 +284,8 @@ def load_results(experiment, # an experiment name under `root`, or a folder of r
 def _bleu_stats(hyps, refs):
     from sacrebleu.metrics import BLEU
     import numpy as np
-    m = BLEU(force=True)     # force: no warning for pre-tokenized references (e.g. small_parallel_enja); scores are unchanged
+    # force: no warning for pre-tokenized references (e.g. small_parallel_enja); scores are unchanged
+    m = BLEU(force=True)
     return m, np.array(m._extract_corpus_statistics(list(hyps), [list(refs)]), dtype='float64')
 
 # %% ../nbs/20_experiments.ipynb #f9301291
@@ -262,18 +296,24 @@ def _p_value(delta: float, d, n_samples: int) -> float:
     return 1.
 
 # %% ../nbs/20_experiments.ipynb #1bc596e7
-def paired_bootstrap(hyps_a: Sequence[str], hyps_b: Sequence[str], refs: Sequence[str], n_samples: int = 1000, seed: int = 12345) -> dict:
+def paired_bootstrap(hyps_a: Sequence[str], hyps_b: Sequence[str], refs: Sequence[str], n_samples: int = 1000,
+                     seed: int = 12345) -> dict:
     "Paired bootstrap resampling of corpus BLEU, system B against baseline A on the same test set (Koehn 2004)."
     import numpy as np
-    if not (len(hyps_a) == len(hyps_b) == len(refs)): raise ValueError(f"paired_bootstrap needs equally many hyps/refs; got {len(hyps_a)}, {len(hyps_b)}, {len(refs)}")
+    if not (len(hyps_a) == len(hyps_b) == len(refs)):
+        raise ValueError(
+            f"paired_bootstrap needs equally many hyps/refs; got {len(hyps_a)}, {len(hyps_b)}, {len(refs)}"
+        )
     if not refs: raise ValueError("paired_bootstrap needs a non-empty test set")
     (m, sa), (_, sb) = _bleu_stats(hyps_a, refs), _bleu_stats(hyps_b, refs)
     score = lambda st: m._compute_score_from_stats(list(st)).score
     idx = np.random.default_rng(seed).integers(0, len(refs), size=(n_samples, len(refs)))
     d = np.array([score(sb[i].sum(0)) - score(sa[i].sum(0)) for i in idx])
     bleu_a, bleu_b = score(sa.sum(0)), score(sb.sum(0))
-    return dict(bleu_a=bleu_a, bleu_b=bleu_b, delta=bleu_b - bleu_a, p_value=_p_value(bleu_b - bleu_a, d, n_samples), win_rate=float((d > 0).mean()),
-                ci=(float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5))), n_samples=n_samples, n_sents=len(refs))
+    return dict(bleu_a=bleu_a, bleu_b=bleu_b, delta=bleu_b - bleu_a, p_value=_p_value(bleu_b - bleu_a, d, n_samples),
+                win_rate=float((d > 0).mean()),
+                ci=(float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5))), n_samples=n_samples,
+                n_sents=len(refs))
 
 # %% ../nbs/20_experiments.ipynb #61c3e502
 def seed_test(a: Sequence[float], # per-seed scores of the reference arm
@@ -376,7 +416,8 @@ def _baseline_runs(rows: list, experiment, baseline: str, seed) -> dict:
     "seed -> the baseline's run, for `seed` (or every seed when None); an error naming the choices when there is none."
     base = {r['seed']: r for r in rows if r['encoding'] == baseline and seed in (None, r['seed'])}
     if not base: raise ValueError(f"no finished run {baseline}-s{'*' if seed is None else seed} in {experiment}; "
-                                  f"pick a baseline from {sorted({r['encoding'] for r in rows if seed in (None, r['seed'])})}")
+                                  "pick a baseline from "
+                                  f"{sorted({r['encoding'] for r in rows if seed in (None, r['seed'])})}")
     return base
 
 # %% ../nbs/20_experiments.ipynb #1e0c667e
@@ -439,7 +480,8 @@ def format_significance(sig: list, alpha: float = 0.05) -> str:
 
 # %% ../nbs/20_experiments.ipynb #87368976
 EXP_COMMANDS: dict = {}    # the subcommands of `python -m posenc_nb.experiments`
-_SETS = Param('', str, nargs='+'); _SETS.metavar = 'KEY=VALUE'     # --set KEY=VALUE ...
+_SETS = Param('', str, nargs='+')
+_SETS.metavar = 'KEY=VALUE'     # --set KEY=VALUE ...
 
 @command(registry=EXP_COMMANDS)
 def exp_list() -> int:
@@ -447,12 +489,14 @@ def exp_list() -> int:
 
     Examples:
       python -m posenc_nb.experiments list"""
-    for e in list_experiments(): print(f"{e.name:15s} {'' if e.ci else '[full scale, never in CI] '}{e.description}\n{'':15s} $ {e.command}")
+    for e in list_experiments():
+        print(f"{e.name:15s} {'' if e.ci else '[full scale, never in CI] '}{e.description}\n{'':15s} $ {e.command}")
     return 0
 
 # %% ../nbs/20_experiments.ipynb #0588f912
 def _check_run(exp: Experiment, full: bool, minutes, steps):
-    if not exp.ci and not full: raise CLIError(f"{exp.name} is a full-scale experiment (never run in CI); add --full to run it: {exp.command}")
+    if not exp.ci and not full:
+        raise CLIError(f"{exp.name} is a full-scale experiment (never run in CI); add --full to run it: {exp.command}")
     if minutes is not None and steps is not None: raise CLIError("--minutes and --steps: give one budget, not both")
     check_budget(steps, minutes)        # at least 1 update, a positive finite number of minutes: before any work
 
@@ -476,10 +520,14 @@ def exp_run(experiment: str, # an experiment (see `list`)
     Examples:
       python -m posenc_nb.experiments run extrapolation --threads 1
       python -m posenc_nb.experiments run extrapolation --encodings rope alibi --steps 100 --out /tmp/ext"""
-    exp = _get_experiment(experiment); _check_run(exp, full, minutes, steps)
-    device, overrides = check_device(device), parse_sets(set_); use_threads(threads)
-    rep = run_experiment(exp, encodings=encodings, seeds=seeds, minutes=minutes, steps=steps, out=out, work=work, overrides=overrides,
-                         keep_checkpoints=keep_checkpoints, device=device, command=command_line(), log=lambda s: print(s, flush=True))
+    exp = _get_experiment(experiment)
+    _check_run(exp, full, minutes, steps)
+    device, overrides = check_device(device), parse_sets(set_)
+    use_threads(threads)
+    rep = run_experiment(exp, encodings=encodings, seeds=seeds, minutes=minutes, steps=steps, out=out, work=work,
+                         overrides=overrides,
+                         keep_checkpoints=keep_checkpoints, device=device, command=command_line(),
+                         log=lambda s: print(s, flush=True))
     print(f"done {len(rep['done'])}, skipped {len(rep['skipped'])}, failed {len(rep['failed'])}", flush=True)
     return 1 if rep['failed'] else 0
 
@@ -501,8 +549,10 @@ def exp_summarize(experiment: str, # an experiment name, or a folder of run reco
 def exp_compare(experiment: str, # an experiment name, or a folder of run records
                 *, root: str = 'results', # where experiment names are looked up
                 baseline: str = 'sinusoidal', # the encoding every other one is tested against
-                seed: Param('', int, nargs='+') = None, # the seeds whose runs are compared, each seed on its own (default: 0)
-                pooled: bool = False, # also test all seeds together, each sentence paired with the baseline's of the same seed
+                # the seeds whose runs are compared, each seed on its own (default: 0)
+                seed: Param('', int, nargs='+') = None,
+                # also test all seeds together, each sentence paired with the baseline's of the same seed
+                pooled: bool = False,
                 samples: int = 1000, # bootstrap resamples
                 out: str = None, # also write the comparisons and this command as a JSON record
                ) -> int:
@@ -510,17 +560,21 @@ def exp_compare(experiment: str, # an experiment name, or a folder of run record
 
     Examples:
       python -m posenc_nb.experiments compare multi30k-20min --baseline sinusoidal --seed 0
-      python -m posenc_nb.experiments compare floater-recipe --baseline sinusoidal-continued --seed 0 1 2 --pooled --out results/floater-recipe/significance.json"""
+      python -m posenc_nb.experiments compare floater-recipe --baseline sinusoidal-continued --seed 0 1 2 --pooled --out
+      results/floater-recipe/significance.json"""
     sig = [x for s in (seed or [0]) for x in significance(experiment, baseline, s, root, samples)]
     if pooled: sig += significance(experiment, baseline, None, root, samples)
     print(format_significance(sig))
-    if out: atomic_write(out, json.dumps(dict(experiment=str(experiment), baseline=baseline, comparisons=sig, **provenance(command=command_line())), indent=1) + '\n')
+    if out:
+        atomic_write(out, json.dumps(dict(experiment=str(experiment), baseline=baseline, comparisons=sig,
+                                          **provenance(command=command_line())), indent=1) + '\n')
     return 0
 
 # %% ../nbs/20_experiments.ipynb #9b4f40ac
 def main(argv: Optional[Sequence[str]] = None, # the arguments (default: `sys.argv[1:]`)
         ) -> int:
-    "`python -m posenc_nb.experiments`: returns the exit status (1 when a run failed, 2 on bad input, one line on stderr)."
+    """`python -m posenc_nb.experiments`: returns the exit status (1 when a run failed, 2 on bad input, one line on
+    stderr)."""
     return cli_main(argv, EXP_COMMANDS, 'python -m posenc_nb.experiments')
 
 # %% ../nbs/20_experiments.ipynb #4a81baff

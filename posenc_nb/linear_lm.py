@@ -12,13 +12,17 @@ import numpy as np
 import torch, torch.nn as nn, torch.nn.functional as F
 from fastcore.basics import patch
 from fastcore.script import Param
-from .rope import rope_linear_attention, apply_rotary, get_rotary_cache
+from .rope import rope_linear_attention
+from .rotary_kernel import apply_rotary, get_rotary_cache
 from .mlm import BYTE_VOCAB, BYTE_OFFSET, clean_text, runs_dir, RESULTS, seed_curve, _rows, _RESUMABLE
-from .engine import Task, Learner, Budget, TrainLog, Evaluator, Checkpointer, fit, restore, read_metrics, lr_multiplier
+from .engine import (Task, Learner, Budget, TrainLog, Evaluator, Checkpointer, fit, restore, read_metrics,
+                              lr_multiplier)
 from .engine import jsonl_logger, precision_name, pick_device, seed_all, fused_adam
 from .long_text import peak_rss_mb
-from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
-from .cli import command, command_line, use_threads, main as cli_main
+from .utils import (atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled,
+                             read_records)
+from .cli import command_line, main as cli_main
+from .args import command, use_threads
 
 # %% auto #0
 __all__ = ['ABSOLUTE', 'VARIANTS', 'LM_CONFIGS', 'LM_COMMANDS', 'split_variant', 'causal_attention', 'LMBlock', 'ByteLM',
@@ -30,12 +34,14 @@ from .baselines import sinusoidal_table
 
 
 # %% ../nbs/28_linear_lm.ipynb #03541c47
-ABSOLUTE = ('sinusoidal', 'learned')   # the absolute encodings of the 'linear+ENC' control arms (added to the embeddings)
+# the absolute encodings of the 'linear+ENC' control arms (added to the embeddings)
+ABSOLUTE = ('sinusoidal', 'learned')
 VARIANTS = ('linear', 'linear-rope', 'softmax-rope') + tuple(f'linear+{e}' for e in ABSOLUTE)
 
 def split_variant(variant: str, # one of VARIANTS
                  ) -> tuple:
-    "(attention variant, absolute encoding or None): 'linear+learned' -> ('linear', 'learned'), 'linear-rope' -> ('linear-rope', None)."
+    """(attention variant, absolute encoding or None): 'linear+learned' -> ('linear', 'learned'), 'linear-rope' ->
+    ('linear-rope', None)."""
     if variant not in VARIANTS: raise ValueError(f"unknown variant {variant!r}; choose one of {VARIANTS}")
     attention, _, absolute = variant.partition('+')
     return attention, absolute or None
@@ -49,8 +55,10 @@ def causal_attention(q, k, v, # (B,H,L,d) queries, keys, values
     attention, _ = split_variant(variant)
     cache = cache or get_rotary_cache(q.shape[-1])
     if attention == 'softmax-rope':
-        return F.scaled_dot_product_attention(apply_rotary(q, None, cache), apply_rotary(k, None, cache, key=True), v, is_causal=True)
-    pos = torch.arange(q.shape[2], device=q.device) * (attention == 'linear-rope')    # all zeros: rotation by 0, i.e. no RoPE
+        return F.scaled_dot_product_attention(apply_rotary(q, None, cache), apply_rotary(k, None, cache, key=True), v,
+                                              is_causal=True)
+    # all zeros: rotation by 0, i.e. no RoPE
+    pos = torch.arange(q.shape[2], device=q.device) * (attention == 'linear-rope')
     return rope_linear_attention(q, k, v, pos, pos, cache, causal=True, chunk=chunk)
 
 # %% ../nbs/28_linear_lm.ipynb #e438cf6a
@@ -59,23 +67,35 @@ class LMBlock(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_ff: int, variant: str, chunk: int = 64):
         super().__init__()
         self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
-        self.ff1, self.ff2, self.n1, self.n2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.ff1, self.ff2, self.n1, self.n2 = (
+            nn.Linear(d_model, d_ff),
+            nn.Linear(d_ff, d_model),
+            nn.LayerNorm(d_model),
+            nn.LayerNorm(d_model),
+        )
         self.h, self.variant, self.chunk, self.cache = n_heads, variant, chunk, get_rotary_cache(d_model // n_heads)
     def forward(self, x):
-        B, L, D = x.shape; q, k, v = self.qkv(self.n1(x)).view(B, L, 3, self.h, D // self.h).permute(2, 0, 3, 1, 4)
-        x = x + self.out(causal_attention(q, k, v, self.variant, self.cache, self.chunk).transpose(1, 2).reshape(B, L, D))
+        B, L, D = x.shape
+        q, k, v = self.qkv(self.n1(x)).view(B, L, 3, self.h, D // self.h).permute(2, 0, 3, 1, 4)
+        x = x + self.out(causal_attention(q, k, v, self.variant, self.cache,
+                                          self.chunk).transpose(1, 2).reshape(B, L, D))
         return x + self.ff2(F.gelu(self.ff1(self.n2(x))))
 
 # %% ../nbs/28_linear_lm.ipynb #db8327cb
 class ByteLM(nn.Module):
-    """A byte-level causal language model: embeddings, `LMBlock`s of one attention variant, output tied to the embeddings.
-    A 'linear+ENC' arm adds absolute codes to the scaled embeddings, at the tokens' scale: sinusoidal (entries in [-1, 1]),
-    or a learned row per position initialised like the token rows and scaled by the same sqrt(d) (BERT's equal scales)."""
-    def __init__(self, variant: str, d_model: int = 32, n_heads: int = 2, n_layers: int = 2, d_ff: int = 128, chunk: int = 64,
+    """A byte-level causal language model: embeddings, `LMBlock`s of one attention variant, output tied to the
+    embeddings.
+    A 'linear+ENC' arm adds absolute codes to the scaled embeddings, at the tokens' scale: sinusoidal (entries in [-1,
+    1]),
+    or a learned row per position initialised like the token rows and scaled by the same sqrt(d) (BERT's equal scales).
+    """
+    def __init__(self, variant: str, d_model: int = 32, n_heads: int = 2, n_layers: int = 2, d_ff: int = 128,
+                 chunk: int = 64,
                  max_len: int = 1024): # rows of a learned position table (the longest window it reads)
         super().__init__()
         _, self.absolute = split_variant(variant)
-        self.emb, self.scale = nn.Embedding(BYTE_VOCAB, d_model), math.sqrt(d_model); nn.init.normal_(self.emb.weight, 0., d_model ** -0.5)
+        self.emb, self.scale = nn.Embedding(BYTE_VOCAB, d_model), math.sqrt(d_model)
+        nn.init.normal_(self.emb.weight, 0., d_model ** -0.5)
         self.blocks = nn.ModuleList(LMBlock(d_model, n_heads, d_ff, variant, chunk) for _ in range(n_layers))
         self.norm = nn.LayerNorm(d_model)
         self.max_len = max_len
@@ -85,7 +105,9 @@ class ByteLM(nn.Module):
     def positions(self, L: int, device) -> torch.Tensor:
         "(L, d_model) absolute codes of positions 0..L-1 added to the scaled embeddings (zeros for arms without them)."
         if self.absolute is None: return torch.zeros(L, self.norm.normalized_shape[0], device=device)
-        if L > self.max_len: raise ValueError(f"window of {L} bytes exceeds the model's max_len {self.max_len}; build ByteLM with max_len >= {L}")
+        if L > self.max_len:
+            raise ValueError(f"window of {L} bytes exceeds the model's max_len {self.max_len}; build ByteLM with "
+                             f"max_len >= {L}")
         if self.absolute == 'learned': return self.pos.weight[:L] * self.scale
         return sinusoidal_table(torch.arange(L, device=device), self.norm.normalized_shape[0])
     def forward(self, x):
@@ -101,25 +123,40 @@ def byte_stream(split: str, # IMDb split
                ) -> torch.Tensor:
     "The split's reviews as one int16 tensor of byte ids, each review followed by `</s>` (id 2)."
     rows = _rows('imdb', split)[:n]
-    parts = [np.append(np.frombuffer(clean_text(t).encode('utf-8'), np.uint8).astype(np.int16) + BYTE_OFFSET, 2) for t, _ in rows]
+    parts = [np.append(np.frombuffer(clean_text(t).encode('utf-8'), np.uint8).astype(np.int16) + BYTE_OFFSET, 2) for t,
+             _ in rows]
     return torch.from_numpy(np.concatenate(parts))
 
 # %% ../nbs/28_linear_lm.ipynb #f9410765
 @dataclass
 class LMConfig:
     "A byte-level language-model run of one attention variant."
-    variant: str = 'linear-rope'; seed: int = 0
-    seq_len: int = 256; batch: int = 8              # windows of seq_len + 1 bytes per batch
-    d_model: int = 32; n_heads: int = 2; n_layers: int = 2; d_ff: int = 128; chunk: int = 64
-    lr: float = 3e-3; warmup: int = 15; steps: int = 150
-    n_valid: int = 32; log_every: int = 5; eval_every: int = 25; ckpt_every: int = 25
+    variant: str = 'linear-rope'
+    seed: int = 0
+    seq_len: int = 256
+    batch: int = 8              # windows of seq_len + 1 bytes per batch
+    d_model: int = 32
+    n_heads: int = 2
+    n_layers: int = 2
+    d_ff: int = 128
+    chunk: int = 64
+    lr: float = 3e-3
+    warmup: int = 15
+    steps: int = 150
+    n_valid: int = 32
+    log_every: int = 5
+    eval_every: int = 25
+    ckpt_every: int = 25
 
 LM_CONFIGS = {'cpu-tiny': LMConfig(),
-              'cpu-small': LMConfig(seq_len=512, batch=16, d_model=64, n_heads=2, n_layers=2, d_ff=256, lr=2e-3, warmup=30, steps=600,
+              'cpu-small': LMConfig(seq_len=512, batch=16, d_model=64, n_heads=2, n_layers=2, d_ff=256, lr=2e-3,
+                                    warmup=30, steps=600,
                                     log_every=10, eval_every=50, ckpt_every=100),
-              'gpu-small': LMConfig(seq_len=1024, batch=32, d_model=256, n_heads=4, n_layers=4, d_ff=1024, lr=1e-3, warmup=200, steps=2000,
+              'gpu-small': LMConfig(seq_len=1024, batch=32, d_model=256, n_heads=4, n_layers=4, d_ff=1024, lr=1e-3,
+                                    warmup=200, steps=2000,
                                     n_valid=128, log_every=50, eval_every=250, ckpt_every=500),
-              'gpu-base': LMConfig(seq_len=1024, batch=128, d_model=768, n_heads=12, n_layers=12, d_ff=3072, lr=1e-4, warmup=4000, steps=100_000,
+              'gpu-base': LMConfig(seq_len=1024, batch=128, d_model=768, n_heads=12, n_layers=12, d_ff=3072, lr=1e-4,
+                                   warmup=4000, steps=100_000,
                                    n_valid=512, log_every=100, eval_every=2000, ckpt_every=2000)}
 
 # %% ../nbs/28_linear_lm.ipynb #6bde041a
@@ -128,7 +165,8 @@ class LMTask(Task):
     def __init__(self, train: torch.Tensor, valid: torch.Tensor, cfg: LMConfig, device):
         self.data, self.cfg, self.device, self.g = train, cfg, device, torch.Generator().manual_seed(cfg.seed)
         starts = torch.linspace(0, len(valid) - cfg.seq_len - 2, cfg.n_valid).long().tolist()
-        self.valid, self.batches = torch.stack([valid[s:s + cfg.seq_len + 1] for s in starts]).long().to(device), iter(self._batch, None)
+        self.valid, self.batches = torch.stack([valid[s:s + cfg.seq_len + 1]
+                                                for s in starts]).long().to(device), iter(self._batch, None)
     def _batch(self):
         s = torch.randint(0, len(self.data) - self.cfg.seq_len - 1, (self.cfg.batch,), generator=self.g).tolist()
         return torch.stack([self.data[i:i + self.cfg.seq_len + 1] for i in s]).long().to(self.device)
@@ -140,27 +178,37 @@ class LMTask(Task):
 @patch
 def loss(self: LMTask, model, b):
     "Mean next-byte cross-entropy, and (sum, sum, count) for `TrainLog`."
-    l = F.cross_entropy(model(b[:, :-1]).float().flatten(0, 1), b[:, 1:].flatten(), reduction='sum'); n = b[:, 1:].numel()
+    l = F.cross_entropy(model(b[:, :-1]).float().flatten(0, 1), b[:, 1:].flatten(), reduction='sum')
+    n = b[:, 1:].numel()
     return l / n, torch.stack([l.detach(), l.detach(), l.new_tensor(float(n))]).double()
 
 @patch
 def evaluate(self: LMTask, model) -> dict:
     "Validation loss in nats per byte on the fixed windows."
-    was, tot = model.training, torch.zeros(2, dtype=torch.float64); model.eval()
+    was, tot = model.training, torch.zeros(2, dtype=torch.float64)
+    model.eval()
     with torch.no_grad():
-        for i in range(0, len(self.valid), self.cfg.batch): tot += self.loss(model, self.valid[i:i + self.cfg.batch])[1][1:].cpu()
-    model.train(was); return {'valid_loss': (tot[0] / tot[1]).item()}
+        for i in range(0, len(self.valid), self.cfg.batch):
+            tot += self.loss(model, self.valid[i:i + self.cfg.batch])[1][1:].cpu()
+    model.train(was)
+    return {'valid_loss': (tot[0] / tot[1]).item()}
 
 # %% ../nbs/28_linear_lm.ipynb #a838919d
-def _lm_learner(cfg: LMConfig, run_dir: Path, device, train: torch.Tensor, valid: torch.Tensor, stop_after=None) -> Learner:
+def _lm_learner(cfg: LMConfig, run_dir: Path, device, train: torch.Tensor, valid: torch.Tensor,
+                stop_after=None) -> Learner:
     model = ByteLM(cfg.variant, cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.chunk).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01, fused=fused_adam(device))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier('linear', s + 1, cfg.warmup, (s + 1) / cfg.steps))
-    ckpter = Checkpointer(run_dir, cfg.ckpt_every, keep=1, extra=lambda: {'lm_config': asdict(cfg)}, device=device); ck = ckpter.latest()
-    if ck is not None and {k: v for k, v in ck['lm_config'].items() if k not in _RESUMABLE} != {k: v for k, v in asdict(cfg).items() if k not in _RESUMABLE}:
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01,
+                            fused=fused_adam(device))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier('linear', s + 1, cfg.warmup,
+                                                                           (s + 1) / cfg.steps))
+    ckpter = Checkpointer(run_dir, cfg.ckpt_every, keep=1, extra=lambda: {'lm_config': asdict(cfg)}, device=device)
+    ck = ckpter.latest()
+    if ck is not None and {k: v for k, v in ck['lm_config'].items()
+                           if k not in _RESUMABLE} != {k: v for k, v in asdict(cfg).items() if k not in _RESUMABLE}:
         raise ValueError(f"{run_dir} holds a language-model run with another config; use another run folder")
     log = jsonl_logger(run_dir / 'metrics.jsonl', True, ck['step'] if ck else 0)
-    L = Learner(model, opt, LMTask(train, valid, cfg, device), Budget(min(cfg.steps, stop_after or cfg.steps)), [TrainLog(cfg.log_every, log), Evaluator(cfg.eval_every, log), ckpter], sched=sched, grad_clip=1.0)
+    L = Learner(model, opt, LMTask(train, valid, cfg, device), Budget(min(cfg.steps, stop_after or cfg.steps)),
+                [TrainLog(cfg.log_every, log), Evaluator(cfg.eval_every, log), ckpter], sched=sched, grad_clip=1.0)
     if ck is not None: restore(L, ck)
     return L
 
@@ -169,40 +217,56 @@ def train_lm(cfg: LMConfig, # the run
              run_dir, # its folder (checkpoints, metrics.jsonl); resumed when it holds the same run
              out=None, # write the record here too
              device=None, command: Optional[str] = None, # default: CUDA when available; the command line to record
-             train: Optional[torch.Tensor] = None, valid: Optional[torch.Tensor] = None, # byte streams (default: IMDb train / validation)
-             stop_after: Optional[int] = None, # end this process after this many updates (an interruption; the schedule still follows cfg.steps)
+             # byte streams (default: IMDb train / validation)
+             train: Optional[torch.Tensor] = None, valid: Optional[torch.Tensor] = None,
+             # end this process after this many updates (an interruption; the schedule still follows cfg.steps)
+             stop_after: Optional[int] = None,
             ) -> dict:
     "Train (or resume) a byte-level LM of `cfg.variant`; the record holds its training and validation curves."
-    device, run_dir, t0 = pick_device(device, 1), Path(run_dir), time.time(); run_dir.mkdir(parents=True, exist_ok=True); seed_all(cfg.seed)
-    L = _lm_learner(cfg, run_dir, device, byte_stream('train') if train is None else train, byte_stream('validation') if valid is None else valid, stop_after); fit(L)
+    device, run_dir, t0 = pick_device(device, 1), Path(run_dir), time.time()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    seed_all(cfg.seed)
+    L = _lm_learner(cfg, run_dir, device, byte_stream('train') if train is None else train, byte_stream('validation')
+                    if valid is None else valid, stop_after)
+    fit(L)
     m = read_metrics(run_dir)
     rec = {'experiment': 'linear-lm', 'variant': cfg.variant, 'seed': cfg.seed, 'steps': L.state.step,
            'train_curve': [{'step': r['step'], 'loss': round(r['loss'], 5)} for r in m if 'loss' in r],
-           'valid_curve': [{'step': r['step'], 'valid_loss': round(r['valid_loss'], 5)} for r in m if 'valid_loss' in r],
-           'train_time_s': round(L.state.train_time, 2), 'wall_time_s': round(time.time() - t0, 2), 'segments': L.state.segments,
-           'tok_s': round(L.state.tokens_seen / max(L.state.train_time, 1e-9), 1), 'config': asdict(cfg), **provenance(cfg.seed, precision_name(device, None), device, command=command)}
+           'valid_curve': [{'step': r['step'], 'valid_loss': round(r['valid_loss'], 5)} for r in m
+                           if 'valid_loss' in r],
+           'train_time_s': round(L.state.train_time, 2), 'wall_time_s': round(time.time() - t0, 2),
+           'segments': L.state.segments,
+           'tok_s': round(L.state.tokens_seen / max(L.state.train_time, 1e-9), 1), 'config': asdict(cfg),
+           **provenance(cfg.seed, precision_name(device, None), device, command=command)}
     if out is not None: atomic_write(out, json.dumps(rec, indent=1) + '\n')
     return rec
 
 # %% ../nbs/28_linear_lm.ipynb #ea9c492e
 def _attn_call(variant: str, L: int, d: int = 16, H: int = 2, seed: int = 0):
     "Time (s) of one forward + backward of causal attention on random (1,H,L,d) inputs."
-    g = torch.Generator().manual_seed(seed); q, k, v = (torch.randn(1, H, L, d, generator=g).requires_grad_() for _ in range(3))
-    t = time.perf_counter(); causal_attention(q, k, v, variant).sum().backward(); return time.perf_counter() - t
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, H, L, d, generator=g).requires_grad_() for _ in range(3))
+    t = time.perf_counter()
+    causal_attention(q, k, v, variant).sum().backward()
+    return time.perf_counter() - t
 
-def bench_attention(lengths: Sequence[int] = (256, 512, 1024, 2048, 4096), reps: int = 5, variants=('linear-rope', 'softmax-rope')) -> dict:
+def bench_attention(lengths: Sequence[int] = (256, 512, 1024, 2048, 4096), reps: int = 5,
+                    variants=('linear-rope', 'softmax-rope')) -> dict:
     "Median seconds per forward+backward of each variant at each length (interleaved), and linear/softmax ratios."
     times = {(v, L): [] for v in variants for L in lengths}
     for _ in range(reps):
         for L in lengths:
             for v in variants: times[v, L].append(_attn_call(v, L))
     med = {f'{v}@{L}': statistics.median(t) for (v, L), t in times.items()}
-    return {'median_s': med, 'ratio_linear_over_softmax': {L: med[f'{variants[0]}@{L}'] / med[f'{variants[1]}@{L}'] for L in lengths}}
+    return {'median_s': med, 'ratio_linear_over_softmax': {L: med[f'{variants[0]}@{L}'] / med[f'{variants[1]}@{L}']
+                                                           for L in lengths}}
 
 # %% ../nbs/28_linear_lm.ipynb #0bf09e09
-def attention_memory(lengths: Sequence[int] = (256, 512, 1024, 2048, 4096), variants=('linear-rope', 'softmax-rope')) -> dict:
+def attention_memory(lengths: Sequence[int] = (256, 512, 1024, 2048, 4096), variants=('linear-rope',
+                                                                                      'softmax-rope')) -> dict:
     "Peak resident-memory rise (MiB) of one forward + backward of each variant at each length, each in a fresh process."
-    return {f'{v}@{L}': peak_rss_mb(f'from posenc_nb.linear_lm import _attn_call; _attn_call({v!r}, {L})') for v in variants for L in lengths}
+    return {f'{v}@{L}': peak_rss_mb(f'from posenc_nb.linear_lm import _attn_call; _attn_call({v!r}, {L})')
+            for v in variants for L in lengths}
 
 # %% ../nbs/28_linear_lm.ipynb #38d102bc
 LM_COMMANDS: dict = {}    # the `python -m posenc_nb.linear_lm` subcommands: name -> function
@@ -213,13 +277,17 @@ def lm_train(*, variant: Param('', str, choices=list(VARIANTS)) = 'linear-rope',
              config: Param('', str, choices=list(LM_CONFIGS)) = 'cpu-tiny', # model and budget (`LM_CONFIGS`)
              threads: int = 1, # CPU threads for torch
             ) -> int:
-    """Train one language-model arm; its record is results/roformer-linear/CONFIG_VARIANT_seedSEED.json (skipped when it exists).
+    """Train one language-model arm; its record is results/roformer-linear/CONFIG_VARIANT_seedSEED.json (skipped when it
+    exists).
 
     Examples:
       python -m posenc_nb.linear_lm train --variant linear-rope --seed 0
       python -m posenc_nb.linear_lm train --variant softmax-rope --seed 1 --config cpu-tiny"""
-    use_threads(threads); out = RESULTS / 'roformer-linear' / f'{config}_{variant}_seed{seed}.json'
-    if not out.exists(): train_lm(replace(LM_CONFIGS[config], variant=variant, seed=seed), runs_dir() / f'lm-{config}-{variant}-seed{seed}', out, command=command_line())
+    use_threads(threads)
+    out = RESULTS / 'roformer-linear' / f'{config}_{variant}_seed{seed}.json'
+    if not out.exists():
+        train_lm(replace(LM_CONFIGS[config], variant=variant, seed=seed),
+                 runs_dir() / f'lm-{config}-{variant}-seed{seed}', out, command=command_line())
     print(f'{out}: done', flush=True)
     return 0
 
@@ -227,19 +295,26 @@ def lm_train(*, variant: Param('', str, choices=list(VARIANTS)) = 'linear-rope',
 @command(registry=LM_COMMANDS)
 def lm_bench(*, threads: int = 1, # CPU threads for torch
             ) -> int:
-    """The cost benchmark: time and peak memory of linear and softmax attention as length grows, in results/roformer-linear/bench.json (skipped when it exists).
+    """The cost benchmark: time and peak memory of linear and softmax attention as length grows, in
+    results/roformer-linear/bench.json (skipped when it exists).
 
     Examples:
       python -m posenc_nb.linear_lm bench"""
-    use_threads(threads); out = RESULTS / 'roformer-linear' / 'bench.json'
-    if not out.exists(): atomic_write(out, json.dumps({'experiment': 'linear-attention-cost', **bench_attention(), 'peak_mem_mb': attention_memory(), **provenance(None, 'fp32', 'cpu', command=command_line())}, indent=1) + '\n')
+    use_threads(threads)
+    out = RESULTS / 'roformer-linear' / 'bench.json'
+    if not out.exists():
+        atomic_write(out, json.dumps({'experiment': 'linear-attention-cost', **bench_attention(),
+                                      'peak_mem_mb': attention_memory(), **provenance(None, 'fp32', 'cpu',
+                                                                                      command=command_line())},
+                                                                                      indent=1) + '\n')
     print(f'{out}: done', flush=True)
     return 0
 
 # %% ../nbs/28_linear_lm.ipynb #d82fb331
 def main(argv=None, # the arguments (default: `sys.argv[1:]`)
         ) -> int:
-    "`python -m posenc_nb.linear_lm`: its commands through `posenc_nb.cli.main` (one-line errors, status 2 on bad input)."
+    """`python -m posenc_nb.linear_lm`: its commands through `posenc_nb.cli.main` (one-line errors, status 2 on bad
+    input)."""
     return cli_main(argv, LM_COMMANDS, 'python -m posenc_nb.linear_lm')
 
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
@@ -256,15 +331,20 @@ def lm_curve(records: list, # language-model records (`load_lm`)
              variant: str, # the variant whose seeds to summarize
              key: str = 'valid', # 'valid' or 'train'
             ) -> tuple:
-    "(steps, mean, sd) over seeds of a variant's validation (or 'train') loss curve, on the steps all seeds share (`mlm.seed_curve`)."
+    """(steps, mean, sd) over seeds of a variant's validation (or 'train') loss curve, on the steps all seeds share
+    (`mlm.seed_curve`)."""
     return seed_curve([r for r in records if r['variant'] == variant], key)
 
 # %% ../nbs/28_linear_lm.ipynb #106d12ec
 def lm_table(records: list, reference: str = 'linear') -> list:
-    "Per variant: final validation loss mean ± sd over seeds and its per-seed difference from `reference` (paired by seed)."
+    """Per variant: final validation loss mean ± sd over seeds and its per-seed difference from `reference` (paired by
+    seed)."""
     fin = {(r['variant'], r['seed']): r['valid_curve'][-1]['valid_loss'] for r in records if r['valid_curve']}
     out = []
     for v in VARIANTS:
         xs = {s: x for (vv, s), x in fin.items() if vv == v}
-        if xs: out.append({'variant': v, 'loss': mean_sd(list(xs.values())), 'minus_ref': [xs[s] - fin[reference, s] for s in sorted(xs) if (reference, s) in fin]})
+        if xs:
+            out.append({'variant': v, 'loss': mean_sd(list(xs.values())), 'minus_ref': [xs[s] - fin[reference, s]
+                                                                                        for s in sorted(xs)
+                                                                                        if (reference, s) in fin]})
     return out

@@ -13,9 +13,11 @@ from .core import list_posencs
 from .model import ModelConfig, Classifier
 from .mlm import BYTE_VOCAB, FT_SIZES, clean_text, subset_indices, _rows
 from .experiments import seed_test, two_level_bootstrap, accuracy_stats, accuracy_score
-from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
+from .utils import (atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled,
+                             read_records)
 from .store import check_output
-from .cli import command, command_line, use_threads, main as cli_main
+from .cli import command_line, main as cli_main
+from .args import command, use_threads
 
 # %% auto #0
 __all__ = ['LONG_ENCODINGS', 'LONG_TEXT_COMMANDS', 'BPE_PLANS', 'byte_lengths', 'length_shares', 'load_records', 'test_subset',
@@ -27,14 +29,16 @@ __all__ = ['LONG_ENCODINGS', 'LONG_TEXT_COMMANDS', 'BPE_PLANS', 'byte_lengths', 
 def byte_lengths(name: str, # a registered labelled data set
                  split: str, # its split
                 ) -> np.ndarray:
-    "Length in bytes of every text of the split after `clean_text` (line-break markup removed), plus 1 for the leading <s>."
+    """Length in bytes of every text of the split after `clean_text` (line-break markup removed), plus 1 for the leading
+    <s>."""
     return np.array([len(clean_text(t).encode('utf-8')) + 1 for t, _ in _rows(name, split)])
 
 def length_shares(lengths: Sequence[int], # one length per item
                   limits: Sequence[int] = (512, 1024, 2048), # maximum lengths
                  ) -> dict:
     "Share of the items longer than each limit (what truncation at that limit cuts)."
-    a = np.asarray(lengths); return {int(l): float((a > l).mean()) for l in limits}
+    a = np.asarray(lengths)
+    return {int(l): float((a > l).mean()) for l in limits}
 
 # %% ../nbs/27_long_text.ipynb #38170f8a
 LONG_ENCODINGS = ('rope', 'sinusoidal', 'learned', 'alibi', 't5', 'none')
@@ -44,38 +48,47 @@ def load_records(folder='results/roformer-longtext', # where the run records are
                  size: str = 'cpu-tiny', # the runs' scale (`MLM_CONFIGS` key), named in every record's file name
                 ) -> list:
     "Every fine-tuning record (JSON) of one scale in `folder`, sorted by max length, pre-training, encoding, seed."
-    return read_records(folder, f'*_{size}_*.json', experiment='finetune', key=lambda r: (r['config']['max_len'], r['pretrained'], r['encoding'], r['seed']))
+    return read_records(folder, f'*_{size}_*.json', experiment='finetune',
+                        key=lambda r: (r['config']['max_len'], r['pretrained'], r['encoding'], r['seed']))
 
 # %% ../nbs/27_long_text.ipynb #45ba7e5d
 def test_subset(n: int = 400, # test reviews scored per run
                 seed: int = 0, # the subset's seed
                 path=None, # a JSON file holding the subset (written when missing and the data are readable)
                ) -> dict:
-    "The fixed test subset: {'indices', 'labels'}; read from `path` when it exists (rendering needs no data), else built from the data."
+    """The fixed test subset: {'indices', 'labels'}; read from `path` when it exists (rendering needs no data), else
+    built from the data."""
     if path is not None and Path(path).exists(): return json.loads(Path(path).read_text())
-    rows = _rows('imdb', 'test'); idx = subset_indices(len(rows), n, seed)
+    rows = _rows('imdb', 'test')
+    idx = subset_indices(len(rows), n, seed)
     d = {'n': n, 'seed': seed, 'indices': idx, 'labels': [rows[i][1] for i in idx]}
     if path is not None: atomic_write(path, json.dumps(d) + '\n')
     return d
 
 # %% ../nbs/27_long_text.ipynb #1bce74a7
 def accuracy_summary(records: list) -> list:
-    "One row per (max length, pre-trained?, encoding): test accuracy mean and sd over seeds, seeds, accuracy at the longer second test."
+    """One row per (max length, pre-trained?, encoding): test accuracy mean and sd over seeds, seeds, accuracy at the
+    longer second test."""
     groups = {}
     for r in records: groups.setdefault((r['config']['max_len'], r['pretrained'], r['encoding']), []).append(r)
     rows = []
     for (L, pre, enc), rs in sorted(groups.items()):
-        m, sd = mean_sd([r['test_accuracy'] for r in rs]); st = [r['second_test'] for r in rs if r.get('second_test')]
+        m, sd = mean_sd([r['test_accuracy'] for r in rs])
+        st = [r['second_test'] for r in rs if r.get('second_test')]
         rows.append({'max_len': L, 'pretrained': pre, 'encoding': enc, 'acc': m, 'sd': sd, 'seeds': len(rs),
-                     'acc_at_2x': st[0].get('accuracy') if st else None, 'note_at_2x': st[0].get('error') if st else None})
+                     'acc_at_2x': st[0].get('accuracy') if st else None, 'note_at_2x': st[0].get('error') if st
+                     else None})
     return rows
 
 # %% ../nbs/27_long_text.ipynb #1f61f366
 def format_accuracy(rows: list, markdown: bool = False) -> str:
-    "The accuracy summary as a table: encodings as rows, (max length, pre-trained) as columns, mean ± sd over seeds (percent)."
-    cols = sorted({(r['max_len'], r['pretrained']) for r in rows}); encs = list(dict.fromkeys(r['encoding'] for r in rows))
+    """The accuracy summary as a table: encodings as rows, (max length, pre-trained) as columns, mean ± sd over seeds
+    (percent)."""
+    cols = sorted({(r['max_len'], r['pretrained']) for r in rows})
+    encs = list(dict.fromkeys(r['encoding'] for r in rows))
     get = {(r['max_len'], r['pretrained'], r['encoding']): r for r in rows}
-    cell = lambda r: '-' if r is None else fmt_mean_sd(100 * r['acc'], 100 * r['sd'] if r['sd'] is not None else None, 1) + ('' if r['seeds'] == 3 else f" ({r['seeds']} seeds)")
+    cell = lambda r: '-' if r is None else fmt_mean_sd(100 * r['acc'], 100 * r['sd'] if r['sd'] is not None else None,
+                                                       1) + ('' if r['seeds'] == 3 else f" ({r['seeds']} seeds)")
     head = ['encoding'] + [f"{L}{' pre-trained' if p else ' scratch'}" for L, p in cols]
     return format_table(head, [[e] + [cell(get.get((L, p, e))) for L, p in cols] for e in encs], markdown=markdown)
 
@@ -95,7 +108,10 @@ def paired_bootstrap_acc(correct_a: np.ndarray, # (seeds, items) 0/1 correctness
 
 # %% ../nbs/27_long_text.ipynb #248f2e22
 def _correct(rs: list, labels) -> np.ndarray:
-    y = np.asarray(labels); return np.stack([np.array([int(c) for c in r['test_pred']]) == y for r in sorted(rs, key=lambda r: r['seed'])]).astype(float)
+    y = np.asarray(labels)
+    return np.stack(
+        [np.array([int(c) for c in r['test_pred']]) == y for r in sorted(rs, key=lambda r: r['seed'])]
+    ).astype(float)
 
 def _seed_level(ra: list, rb: list, labels, n_samples: int) -> dict:
     "Arm b against arm a: the seed-level t-test (paired over shared seeds, else Welch) and the two-level bootstrap."
@@ -114,7 +130,8 @@ def significance(records: list, labels, # the test subset's labels
                  baseline: str = 'sinusoidal', n_samples: int = 2000) -> list:
     "Every encoding against `baseline` per (max length, pre-trained) group: seed-level t-test, two-level bootstrap."
     groups, out = {}, []
-    for r in records: groups.setdefault((r['config']['max_len'], r['pretrained']), {}).setdefault(r['encoding'], []).append(r)
+    for r in records:
+        groups.setdefault((r['config']['max_len'], r['pretrained']), {}).setdefault(r['encoding'], []).append(r)
     for (L, pre), g in sorted(groups.items()):
         if baseline not in g: continue
         for enc, rs in sorted(g.items()):
@@ -143,17 +160,22 @@ def compare_arms(records: list, labels, # fine-tuning records; the test items' l
                  b: tuple, # the arm compared with it
                  n_samples: int = 2000) -> dict:
     "Accuracy of arm b minus arm a: seed-level t-test (`p`), two-level bootstrap over seeds and items (`p_boot`)."
-    arm = lambda k: sorted([r for r in records if (r['config']['max_len'], r['pretrained'], r['encoding']) == tuple(k)], key=lambda r: r['seed'])
+    arm = lambda k: sorted([r for r in records if (r['config']['max_len'], r['pretrained'], r['encoding']) == tuple(k)],
+                           key=lambda r: r['seed'])
     ra, rb = arm(a), arm(b)
-    if not ra or not rb: raise ValueError(f"no records for arm {a if not ra else b}; arms are (max_len, pretrained, encoding)")
+    if not ra or not rb:
+        raise ValueError(f"no records for arm {a if not ra else b}; arms are (max_len, pretrained, encoding)")
     return _seed_level(ra, rb, labels, n_samples)
 
 # %% ../nbs/27_long_text.ipynb #31ff5b6b
 def length_gain(records: list, labels, n_samples: int = 2000) -> list:
-    "Per encoding and init: accuracy at 1,024 minus at 512 (`compare_arms` over the same items; the paper's 512 -> 1,024 comparison)."
+    """Per encoding and init: accuracy at 1,024 minus at 512 (`compare_arms` over the same items; the paper's 512 ->
+    1,024 comparison)."""
     have = {(r['config']['max_len'], r['pretrained'], r['encoding']) for r in records}
-    return [{'pretrained': pre, 'encoding': enc, **compare_arms(records, labels, (512, pre, enc), (1024, pre, enc), n_samples)}
-            for pre, enc in sorted({(p, e) for _, p, e in have}) if (512, pre, enc) in have and (1024, pre, enc) in have]
+    return [{'pretrained': pre, 'encoding': enc, **compare_arms(records, labels, (512, pre, enc), (1024, pre, enc),
+                                                                n_samples)}
+            for pre, enc in sorted({(p, e) for _, p, e in have}) if (512, pre, enc) in have
+            and (1024, pre, enc) in have]
 
 # %% ../nbs/27_long_text.ipynb #d2e5e74b
 _PROBE = """
@@ -166,7 +188,8 @@ r0 = kb('VmRSS:'); exec(sys.argv[1]); print((kb('VmHWM:') - r0) / 1024)
 
 def peak_rss_mb(code: str, # Python statements to measure (run twice: warm-up, then measured)
                ) -> float:
-    "Rise (MiB) of resident memory above its level before `code`, at its peak, in a fresh single-thread process (Linux)."
+    """Rise (MiB) of resident memory above its level before `code`, at its peak, in a fresh single-thread process
+    (Linux)."""
     if not Path('/proc/self/clear_refs').exists(): raise RuntimeError("peak_rss_mb needs Linux /proc/self/clear_refs")
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MALLOC_MMAP_THRESHOLD_': '65536', 'MALLOC_TRIM_THRESHOLD_': '0'}
     r = subprocess.run([sys.executable, '-c', _PROBE, code], capture_output=True, text=True, env=env)
@@ -175,25 +198,33 @@ def peak_rss_mb(code: str, # Python statements to measure (run twice: warm-up, t
 
 # %% ../nbs/27_long_text.ipynb #c2f3a27d
 def _step_call(enc: str, L: int, batch_tokens: int = 4096, seed: int = 0) -> float:
-    "CPU seconds (this process) of one training update of the runs' classifier with encoding `enc` on a random batch of `batch_tokens` bytes at length L."
+    """CPU seconds (this process) of one training update of the runs' classifier with encoding `enc` on a random batch
+    of `batch_tokens` bytes at length L."""
     torch.manual_seed(seed)
-    m = Classifier(ModelConfig(src_vocab=BYTE_VOCAB, tgt_vocab=BYTE_VOCAB, n_enc=2, n_dec=0, enc_pe=enc, max_len=max(L, 1024), activation='gelu',
+    m = Classifier(ModelConfig(src_vocab=BYTE_VOCAB, tgt_vocab=BYTE_VOCAB, n_enc=2, n_dec=0, enc_pe=enc,
+                               max_len=max(L, 1024), activation='gelu',
                                **{k: v for k, v in FT_SIZES['cpu-tiny'].items() if k != 'n_layers'}))
-    x, y = torch.randint(4, BYTE_VOCAB - 1, (max(1, batch_tokens // L), L)), torch.randint(0, 2, (max(1, batch_tokens // L),))
-    t = time.process_time(); F.cross_entropy(m(x), y).backward(); return time.process_time() - t
+    x, y = torch.randint(4, BYTE_VOCAB - 1, (max(1, batch_tokens // L),
+                                             L)), torch.randint(0, 2, (max(1, batch_tokens // L),))
+    t = time.process_time()
+    F.cross_entropy(m(x), y).backward()
+    return time.process_time() - t
 
 # %% ../nbs/27_long_text.ipynb #f76cc172
 def bench_encodings(encodings: Sequence[str] = LONG_ENCODINGS, lengths: Sequence[int] = (512, 1024), reps: int = 5,
                     memory: bool = True, reference: str = 'sinusoidal') -> dict:
-    "Median seconds per training update of each encoding at each length (interleaved), ratios to `reference`, and peak memory ratios."
+    """Median seconds per training update of each encoding at each length (interleaved), ratios to `reference`, and peak
+    memory ratios."""
     t = {(e, L): [] for e in encodings for L in lengths}
     for _ in range(reps):
         for L in lengths:
             for e in encodings: t[e, L].append(_step_call(e, L))
     med = {(e, L): statistics.median(v) for (e, L), v in t.items()}
-    mem = {(e, L): peak_rss_mb(f'from posenc_nb.long_text import _step_call; _step_call({e!r}, {L})') for e in encodings for L in lengths} if memory else {}
+    mem = {(e, L): peak_rss_mb(f'from posenc_nb.long_text import _step_call; _step_call({e!r}, {L})') for e in encodings
+           for L in lengths} if memory else {}
     return {'rows': [{'encoding': e, 'len': L, 'step_s': med[e, L], 'time_ratio': med[e, L] / med[reference, L],
-                      'peak_mem_mb': mem.get((e, L)), 'mem_ratio': mem[e, L] / mem[reference, L] if mem else None} for L in lengths for e in encodings],
+                      'peak_mem_mb': mem.get((e, L)), 'mem_ratio': mem[e, L] / mem[reference, L] if mem else None}
+                      for L in lengths for e in encodings],
             'reps': reps, 'reference': reference}
 
 # %% ../nbs/27_long_text.ipynb #c5439981
@@ -210,7 +241,9 @@ def longtext_bench(*, out: str = 'results/roformer-longtext/cost.json', # the re
       python -m posenc_nb.long_text bench"""
     use_threads(1)
     out = check_output(out, flag='--out')     # a folder or an unwritable place: refused before the benchmark
-    if not out.exists(): atomic_write(out, json.dumps({'experiment': 'long-text-cost', **bench_encodings(), **provenance(None, 'fp32', 'cpu', command=command_line())}, indent=1) + '\n')
+    if not out.exists():
+        atomic_write(out, json.dumps({'experiment': 'long-text-cost', **bench_encodings(),
+                                      **provenance(None, 'fp32', 'cpu', command=command_line())}, indent=1) + '\n')
     print(f'{out}: done', flush=True)
     return 0
 
@@ -227,7 +260,8 @@ def ngram_reference(train: Sequence[tuple], # (text, label) pairs the model is f
         from sklearn.linear_model import LogisticRegression
     except ImportError as e:
         raise ImportError("ngram_reference needs scikit-learn: pip install 'posenc_nb[experiments]'") from e
-    vec = TfidfVectorizer(ngram_range=tuple(ngrams), min_df=min_df, sublinear_tf=True, preprocessor=lambda t: clean_text(t).lower())
+    vec = TfidfVectorizer(ngram_range=tuple(ngrams), min_df=min_df, sublinear_tf=True,
+                          preprocessor=lambda t: clean_text(t).lower())
     x_train = vec.fit_transform([t for t, _ in train])
     clf = LogisticRegression(C=C, max_iter=2000)
     clf.fit(x_train, np.array([y for _, y in train]))
@@ -261,13 +295,15 @@ def longtext_ngram(*, n_test: int = 5000, # test reviews scored: the fixed seede
     best = max(grid, key=lambda c: (valid_acc[c], -c))
     sub = test_subset(n_test, subset_seed, out.parent / f'test_subset_n{n_test}.json')
     full = ngram_reference(train, test, C=best)
-    rec = {'experiment': 'ngram-reference', 'task': 'imdb', 'encoding': 'ngram-logreg', 'model': 'tf-idf word 1-2-grams + logistic regression',
+    rec = {'experiment': 'ngram-reference', 'task': 'imdb', 'encoding': 'ngram-logreg', 'model': 'tf-idf word '
+           '1-2-grams + logistic regression',
            'test_accuracy': float(np.mean([full['pred'][i] == str(y) for i, y in zip(sub['indices'], sub['labels'])])),
            'test_pred': ''.join(full['pred'][i] for i in sub['indices']),
            'test_logits': [full['logits'][i] for i in sub['indices']],
            'full_test_accuracy': full['accuracy'], 'valid_accuracy': valid_acc, 'n_features': full['n_features'],
            'n_train': len(train), 'n_valid': len(valid), 'n_test': n_test, 'n_test_full': len(test),
-           'config': {'C': best, 'Cs': grid, 'ngrams': [1, 2], 'min_df': 2, 'tfidf': 'sublinear', 'n_test': n_test, 'subset_seed': subset_seed},
+           'config': {'C': best, 'Cs': grid, 'ngrams': [1, 2], 'min_df': 2, 'tfidf': 'sublinear', 'n_test': n_test,
+                      'subset_seed': subset_seed},
            'wall_time_s': round(time.time() - t0, 1), **prov}
     atomic_write(out, json.dumps(rec, indent=1) + '\n')
     print(f"{out}: test accuracy {rec['test_accuracy']:.4f} on {n_test} reviews (C={best})", flush=True)
@@ -303,7 +339,8 @@ def bpe_splits(max_len: int, # tokens kept per review (the first max_len)
     tok, ids = _bpe_ids(vocab_size)
     lab = {s: [y for _, y in _rows('imdb', s)] for s in ids}
     data = {s: [((x or [UNK])[:max_len], y) for x, y in zip(ids[s], lab[s])] for s in ('train', 'validation')}
-    data['test'] = [((ids['test'][i] or [UNK])[:max_len], lab['test'][i]) for i in test_subset(n_test, subset_seed)['indices']]
+    data['test'] = [((ids['test'][i] or [UNK])[:max_len], lab['test'][i])
+                    for i in test_subset(n_test, subset_seed)['indices']]
     return data, tok.vocab_size
 
 # %% ../nbs/27_long_text.ipynb #5bbaa696
@@ -316,15 +353,18 @@ def longtext_bpe(*, encoding: str = 'rope', # a registered encoding
                  n_test: int = 5000, # the fixed test subset's size
                  threads: int = 1, # CPU threads for torch
                  device: str = 'cpu', # cpu or cuda
-                 out: str = None, # the record (default: results/roformer-longtext-bpe/imdbMAXLEN_bpe-PLAN_ENCODING_seedSEED.json)
+                 # the record (default: results/roformer-longtext-bpe/imdbMAXLEN_bpe-PLAN_ENCODING_seedSEED.json)
+                 out: str = None,
                 ) -> int:
-    """Train one BPE long-text classifier from scratch; its record stores the test predictions and logits (skipped when it exists).
+    """Train one BPE long-text classifier from scratch; its record stores the test predictions and logits (skipped when
+    it exists).
 
     Examples:
       python -m posenc_nb.long_text bpe --encoding rope --max-len 256 --seed 0
       python -m posenc_nb.long_text bpe --encoding learned --max-len 128 --plan gpu --device cuda"""
     if plan not in BPE_PLANS: raise ValueError(f"unknown plan {plan!r}; choose one of {list(BPE_PLANS)}")
-    if encoding not in list_posencs(): raise ValueError(f"unknown encoding {encoding!r}; choose one of {list_posencs()}")
+    if encoding not in list_posencs():
+        raise ValueError(f"unknown encoding {encoding!r}; choose one of {list_posencs()}")
     use_threads(threads)
     out = Path(out or f'results/roformer-longtext-bpe/imdb{max_len}_bpe-{plan}_{encoding}_seed{seed}.json')
     if out.exists():
@@ -334,7 +374,8 @@ def longtext_bpe(*, encoding: str = 'rope', # a registered encoding
     opts = {k: v for k, v in BPE_PLANS[plan].items() if k != 'steps'}
     n_steps = steps or BPE_PLANS[plan]['steps']
     data, vocab = bpe_splits(max_len, n_test)
-    res = train_classifier('imdb', encoding, seed, steps=n_steps, data=data, vocab=vocab, device=device, command=command_line(),
+    res = train_classifier('imdb', encoding, seed, steps=n_steps, data=data, vocab=vocab, device=device,
+                           command=command_line(),
                            max_len=max_len, **opts)
     model = res.pop('model').eval()
     logits = torch.zeros(len(data['test']))
@@ -353,7 +394,8 @@ def longtext_bpe(*, encoding: str = 'rope', # a registered encoding
 # %% ../nbs/27_long_text.ipynb #09db163b
 def main(argv=None, # the arguments (default: `sys.argv[1:]`)
         ) -> int:
-    "`python -m posenc_nb.long_text`: its commands through `posenc_nb.cli.main` (one-line errors, status 2 on bad input)."
+    """`python -m posenc_nb.long_text`: its commands through `posenc_nb.cli.main` (one-line errors, status 2 on bad
+    input)."""
     return cli_main(argv, LONG_TEXT_COMMANDS, 'python -m posenc_nb.long_text')
 
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())

@@ -14,14 +14,18 @@ from fastcore.basics import patch
 from fastcore.script import Param
 from .core import Positions, list_posencs
 from .model import ModelConfig, Classifier, _dense, dropout
-from .data import load_labelled, pad_batch, TokenBatchSampler, cache_dir, BOS
-from .engine import Task, Learner, Budget, BatchStream, TrainLog, Evaluator, KeepBest, Checkpointer, fit, restore
+from .data import load_labelled, cache_dir, BOS
+from .batches import pad_batch, TokenBatchSampler
+from .engine import (Task, Learner, Budget, BatchStream, TrainLog, Evaluator, KeepBest, Checkpointer, fit,
+                              restore)
 from .engine import read_metrics, lr_multiplier, inverse_sqrt
 from .engine import jsonl_logger, autocast_for, precision_name, pick_device, seed_all, fused_adam
 from .classify import ClassifyConfig, ClassifyTask, classification_metrics, predict, GLUE_METRIC
-from .utils import atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
+from .utils import (atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled,
+                             read_records)
 from .store import check_budget, check_fields, check_output, lock_folder
-from .cli import command, command_line, use_threads, main as cli_main
+from .cli import command_line, main as cli_main
+from .args import command, use_threads
 
 # %% auto #0
 __all__ = ['BYTE_OFFSET', 'MASK_ID', 'BYTE_VOCAB', 'MLM_ARMS', 'MLM_CONFIGS', 'FT_SIZES', 'RESULTS', 'MLM_COMMANDS', 'clean_text',
@@ -31,7 +35,8 @@ __all__ = ['BYTE_OFFSET', 'MASK_ID', 'BYTE_VOCAB', 'MLM_ARMS', 'MLM_CONFIGS', 'F
            'mlm_table', 'load_finetune', 'finetune_table']
 
 # %% ../nbs/26_mlm.ipynb #c5330522
-BYTE_OFFSET = 4                    # ids 0-3 are the specials <pad> <s> </s> <unk> of `posenc_nb.data`; byte b is id b + 4
+# ids 0-3 are the specials <pad> <s> </s> <unk> of `posenc_nb.data`; byte b is id b + 4
+BYTE_OFFSET = 4
 MASK_ID = 256 + BYTE_OFFSET        # the [MASK] token of masked-language modelling
 BYTE_VOCAB = MASK_ID + 1           # 261 ids in all
 
@@ -80,7 +85,8 @@ def mask_tokens(x: torch.Tensor, # (B,L) ids; ids < BYTE_OFFSET (padding, specia
                 g: torch.Generator, # the random stream (a checkpoint saves its state, so resumed runs mask identically)
                 p: float = 0.15, # share of real tokens chosen as targets
                ) -> tuple:
-    "(inputs, targets): of the chosen tokens 80% become MASK_ID, 10% a random byte, 10% stay; targets are -100 elsewhere."
+    """(inputs, targets): of the chosen tokens 80% become MASK_ID, 10% a random byte, 10% stay; targets are -100
+    elsewhere."""
     chosen = (torch.rand(x.shape, generator=g) < p) & (x >= BYTE_OFFSET)
     r, rnd_ids = torch.rand(x.shape, generator=g), torch.randint(BYTE_OFFSET, MASK_ID, x.shape, generator=g)
     inp = torch.where(chosen & (r < 0.8), torch.full_like(x, MASK_ID), x)
@@ -94,14 +100,16 @@ def encoder_states(clf: Classifier, # any Classifier
                   ) -> torch.Tensor:
     "The (B,L,D) final hidden states of `clf`'s encoder: `Classifier.forward` without pooling and head."
     p = Positions.from_mask(x != clf.cfg.pad_id) if p is None else p.to(x.device)
-    clf.enc_pe.check_positions(p); p = _dense(p)
+    clf.enc_pe.check_positions(p)
+    p = _dense(p)
     h = dropout(clf.enc_pe.embed(clf.emb(x) * clf.scale, p), clf.cfg.dropout, clf.training)
     for layer in clf.layers: h = layer(h, p, clf.enc_pe)
     return clf.norm(h)
 
 # %% ../nbs/26_mlm.ipynb #a3087dcc
 class MLM(nn.Module):
-    "A `Classifier` encoder (`self.enc`) with a masked-language-model head tied to its input embeddings, plus an output bias."
+    """A `Classifier` encoder (`self.enc`) with a masked-language-model head tied to its input embeddings, plus an
+    output bias."""
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.enc, self.bias = Classifier(cfg), nn.Parameter(torch.zeros(cfg.src_vocab))
@@ -110,19 +118,22 @@ class MLM(nn.Module):
         return F.linear(encoder_states(self.enc, x, p), self.enc.emb.weight, self.bias)
 
 # %% ../nbs/26_mlm.ipynb #106cf727
-MLM_ARMS = {'learned-bert': 'learned'}   # pre-training arms that are not registered encodings -> the encoding they build
+# pre-training arms that are not registered encodings -> the encoding they build
+MLM_ARMS = {'learned-bert': 'learned'}
 
 def arm_encoding(arm: str, # a registered encoding or a key of MLM_ARMS
                 ) -> str:
     "The registered encoding a pre-training arm builds."
     if arm in MLM_ARMS: return MLM_ARMS[arm]
-    if arm not in list_posencs(): raise ValueError(f"unknown encoding {arm!r}; choose one of {list_posencs() + list(MLM_ARMS)}")
+    if arm not in list_posencs():
+        raise ValueError(f"unknown encoding {arm!r}; choose one of {list_posencs() + list(MLM_ARMS)}")
     return arm
 
 def init_positions(model: MLM, # a freshly built MLM
                    arm: str, # its arm: a '-bert' arm gets position rows at the scaled tokens' size
                   ) -> MLM:
-    "The model with the position rows of a '-bert' arm redrawn N(0, 1) (in place; other arms untouched, no random numbers drawn)."
+    """The model with the position rows of a '-bert' arm redrawn N(0, 1) (in place; other arms untouched, no random
+    numbers drawn)."""
     if arm.endswith('-bert'):
         with torch.no_grad(): model.enc.enc_pe.emb.weight.normal_(0., 1.)
     return model
@@ -131,27 +142,44 @@ def init_positions(model: MLM, # a freshly built MLM
 @dataclass
 class MLMConfig:
     "A masked-language-model pre-training run on byte-level IMDb training reviews (their labels unused)."
-    encoding: str = 'rope'; seed: int = 0
+    encoding: str = 'rope'
+    seed: int = 0
     max_len: int = 512              # bytes per training sequence: the first max_len of each review
-    pe_len: int = 1024              # positions the encoding is built for (learned: table rows; those past max_len stay untrained)
-    d_model: int = 32; n_heads: int = 2; n_layers: int = 2; d_ff: int = 128; dropout: float = 0.0
+    # positions the encoding is built for (learned: table rows; those past max_len stay untrained)
+    pe_len: int = 1024
+    d_model: int = 32
+    n_heads: int = 2
+    n_layers: int = 2
+    d_ff: int = 128
+    dropout: float = 0.0
     max_tokens: int = 4096          # padded tokens per batch
-    lr: float = 3e-3; warmup: int = 15; steps: int = 150; mask_p: float = 0.15
-    n_train: Optional[int] = None; n_valid: int = 64   # reviews used (None: all 22,453); validation reviews (fixed masks)
-    log_every: int = 5; eval_every: int = 25; ckpt_every: int = 25
+    lr: float = 3e-3
+    warmup: int = 15
+    steps: int = 150
+    mask_p: float = 0.15
+    n_train: Optional[int] = None
+    n_valid: int = 64   # reviews used (None: all 22,453); validation reviews (fixed masks)
+    log_every: int = 5
+    eval_every: int = 25
+    ckpt_every: int = 25
     amp: Optional[str] = 'bf16'     # autocast on CUDA; on a CPU without native bf16 the run is fp32 (recorded)
     def __post_init__(self): check_fields(self)    # steps, lr, warmup, dropout, mask_p: finite, in range
     def model_config(self) -> ModelConfig:
-        return ModelConfig(src_vocab=BYTE_VOCAB, tgt_vocab=BYTE_VOCAB, d_model=self.d_model, n_heads=self.n_heads, n_enc=self.n_layers, n_dec=0,
-                           d_ff=self.d_ff, dropout=self.dropout, enc_pe=arm_encoding(self.encoding), max_len=self.pe_len, activation='gelu')
+        return ModelConfig(src_vocab=BYTE_VOCAB, tgt_vocab=BYTE_VOCAB, d_model=self.d_model, n_heads=self.n_heads,
+                           n_enc=self.n_layers, n_dec=0,
+                           d_ff=self.d_ff, dropout=self.dropout, enc_pe=arm_encoding(self.encoding),
+                           max_len=self.pe_len, activation='gelu')
 
 # %% ../nbs/26_mlm.ipynb #e18cea82
 MLM_CONFIGS = {
     'cpu-tiny': MLMConfig(),
-    'cpu-small': MLMConfig(max_tokens=16384, steps=600, warmup=30, n_valid=256, log_every=20, eval_every=100, ckpt_every=100),   # the fine-tuning budget
-    'gpu-small': MLMConfig(d_model=256, n_heads=4, n_layers=4, d_ff=1024, dropout=0.1, max_tokens=32768, lr=1e-3, warmup=200,
+    'cpu-small': MLMConfig(max_tokens=16384, steps=600, warmup=30, n_valid=256, log_every=20, eval_every=100,
+                           ckpt_every=100),   # the fine-tuning budget
+    'gpu-small': MLMConfig(d_model=256, n_heads=4, n_layers=4, d_ff=1024, dropout=0.1, max_tokens=32768, lr=1e-3,
+                           warmup=200,
                            steps=2000, n_valid=512, log_every=50, eval_every=250, ckpt_every=500),
-    'gpu-base': MLMConfig(d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1, max_tokens=65536, lr=1e-4, warmup=10_000,
+    'gpu-base': MLMConfig(d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1, max_tokens=65536, lr=1e-4,
+                          warmup=10_000,
                           steps=100_000, n_valid=2000, log_every=100, eval_every=2000, ckpt_every=2000),
 }
 
@@ -159,12 +187,21 @@ MLM_CONFIGS = {
 class MLMTask(Task):
     "Masked-language modelling of id sequences: bucketed batches, a fresh BERT mask per batch, fixed validation masks."
     def __init__(self, train: list, valid: list, cfg: MLMConfig, device, amp_ctx=None):
-        self.cfg, self.train, self.device, self.amp = cfg, train, device, amp_ctx or (lambda: torch.autocast('cpu', enabled=False))
-        self.stream, self.g = BatchStream(TokenBatchSampler([len(x) for x in train], cfg.max_tokens, seed=cfg.seed)), torch.Generator().manual_seed(cfg.seed)
+        self.cfg, self.train, self.device, self.amp = (
+            cfg,
+            train,
+            device,
+            amp_ctx or (lambda: torch.autocast('cpu', enabled=False)),
+        )
+        self.stream, self.g = BatchStream(TokenBatchSampler([len(x) for x in train], cfg.max_tokens,
+                                                            seed=cfg.seed)), torch.Generator().manual_seed(cfg.seed)
         self.batches, gv = map(self._batch, self.stream), torch.Generator().manual_seed(12345)
-        self.valid = [self._mask([valid[i] for i in b], gv) for b in TokenBatchSampler([len(x) for x in valid], cfg.max_tokens, shuffle=False).all_batches(0)]
+        self.valid = [self._mask([valid[i] for i in b], gv) for b in TokenBatchSampler([len(x) for x in valid],
+                                                                                       cfg.max_tokens,
+                                                                                       shuffle=False).all_batches(0)]
     def _mask(self, seqs, g):
-        x, m = pad_batch(seqs); inp, tgt = mask_tokens(x, g, self.cfg.mask_p)
+        x, m = pad_batch(seqs)
+        inp, tgt = mask_tokens(x, g, self.cfg.mask_p)
         return inp.to(self.device), Positions.from_mask(m).to(self.device), tgt.to(self.device)
     def _batch(self, idx): return self._mask([self.train[i] for i in idx], self.g)
     def tokens(self, b) -> int: return int(b[1].mask.sum())
@@ -174,7 +211,9 @@ class MLMTask(Task):
 def state_dict(self: MLMTask) -> dict: return {'stream': self.stream.state_dict(), 'mask_rng': self.g.get_state()}
 
 @patch
-def load_state_dict(self: MLMTask, s: dict): self.stream.load_state_dict(s['stream']); self.g.set_state(s['mask_rng'])
+def load_state_dict(self: MLMTask, s: dict):
+    self.stream.load_state_dict(s['stream'])
+    self.g.set_state(s['mask_rng'])
 
 # %% ../nbs/26_mlm.ipynb #ddd73227
 @patch
@@ -189,7 +228,8 @@ def loss(self: MLMTask, model, b):
 @patch
 def evaluate(self: MLMTask, model) -> dict:
     "Validation MLM loss (nats per masked byte) on the fixed masks."
-    was, tot = model.training, torch.zeros(2, dtype=torch.float64); model.eval()
+    was, tot = model.training, torch.zeros(2, dtype=torch.float64)
+    model.eval()
     with torch.no_grad():
         for b in self.valid: tot += self.loss(model, b)[1][1:].cpu()
     model.train(was)
@@ -204,20 +244,29 @@ def _resume_point(ckpter: Checkpointer, cfg: MLMConfig) -> Optional[dict]:
     if ck is not None:
         old, new = ({k: v for k, v in d.items() if k not in _RESUMABLE} for d in (ck['mlm_config'], asdict(cfg)))
         diff = [f'{k}: {old.get(k)!r} vs {new.get(k)!r}' for k in new if old.get(k) != new[k]]
-        if diff: raise ValueError(f"{ckpter.folder} holds a pre-training run with another config ({'; '.join(diff)}); use another run folder")
+        if diff:
+            raise ValueError(f"{ckpter.folder} holds a pre-training run with another config ({'; '.join(diff)}); use "
+                             "another run folder")
     return ck
 
 # %% ../nbs/26_mlm.ipynb #8951dc4e
 def _mlm_learner(cfg: MLMConfig, run_dir: Path, device, stop_after: Optional[int] = None) -> Learner:
-    "Model, optimizer, schedule, task and callbacks of a pre-training run, restored from the run folder's newest checkpoint."
+    """Model, optimizer, schedule, task and callbacks of a pre-training run, restored from the run folder's newest
+    checkpoint."""
     train = [x for x, _ in byte_split('imdb', 'train', cfg.max_len, cfg.n_train)]
-    task = MLMTask(train, [x for x, _ in byte_split('imdb', 'validation', cfg.max_len, cfg.n_valid)], cfg, device, lambda: autocast_for(device, cfg.amp))
+    task = MLMTask(train, [x for x, _ in byte_split('imdb', 'validation', cfg.max_len, cfg.n_valid)], cfg, device,
+                   lambda: autocast_for(device, cfg.amp))
     model = init_positions(MLM(cfg.model_config()), cfg.encoding).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01, fused=fused_adam(device))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier('linear', s + 1, cfg.warmup, (s + 1) / cfg.steps))
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01,
+                            fused=fused_adam(device))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier('linear', s + 1, cfg.warmup,
+                                                                           (s + 1) / cfg.steps))
     ckpter = Checkpointer(run_dir, cfg.ckpt_every, keep=1, extra=lambda: {'mlm_config': asdict(cfg)}, device=device)
-    ck = _resume_point(ckpter, cfg); log = jsonl_logger(run_dir / 'metrics.jsonl', True, ck['step'] if ck else 0)
-    L = Learner(model, opt, task, Budget(min(cfg.steps, stop_after or cfg.steps)), [TrainLog(cfg.log_every, log), Evaluator(cfg.eval_every, log), ckpter], sched=sched, grad_clip=1.0)
+    ck = _resume_point(ckpter, cfg)
+    log = jsonl_logger(run_dir / 'metrics.jsonl', True, ck['step'] if ck else 0)
+    L = Learner(model, opt, task, Budget(min(cfg.steps, stop_after or cfg.steps)), [TrainLog(cfg.log_every, log),
+                                                                                    Evaluator(cfg.eval_every, log),
+                                                                                    ckpter], sched=sched, grad_clip=1.0)
     if ck is not None: restore(L, ck)
     return L
 
@@ -227,7 +276,8 @@ def pretrain_mlm(cfg: MLMConfig, # the run
                  out=None, # write the record (JSON) here too
                  device=None, # default: CUDA when available
                  command: Optional[str] = None, # the command line to record (default: this process's)
-                 stop_after: Optional[int] = None, # end this process after this many updates (an interruption; the schedule follows cfg.steps)
+                 # end this process after this many updates (an interruption; the schedule follows cfg.steps)
+                 stop_after: Optional[int] = None,
                 ) -> dict:
     "Pre-train (or resume) `cfg` with masked language modelling; the record: curves, final validation loss, provenance."
     arm_encoding(cfg.encoding)   # an unknown arm is refused before any work
@@ -243,11 +293,15 @@ def pretrain_mlm(cfg: MLMConfig, # the run
 # %% ../nbs/26_mlm.ipynb #60807bbd
 def _mlm_record(cfg, L, run_dir, device, command, wall) -> dict:
     m = read_metrics(run_dir)
-    tr, va = [(r['step'], r['loss']) for r in m if 'loss' in r], [(r['step'], r['valid_loss']) for r in m if 'valid_loss' in r]
-    return {'experiment': 'mlm-pretrain', 'encoding': cfg.encoding, 'seed': cfg.seed, 'steps': L.state.step, 'final_valid_loss': va[-1][1] if va else None,
-            'train_curve': [{'step': s, 'loss': round(l, 5)} for s, l in tr], 'valid_curve': [{'step': s, 'valid_loss': round(l, 5)} for s, l in va],
+    tr, va = [(r['step'], r['loss']) for r in m if 'loss' in r], [(r['step'], r['valid_loss']) for r in m
+                                                                  if 'valid_loss' in r]
+    return {'experiment': 'mlm-pretrain', 'encoding': cfg.encoding, 'seed': cfg.seed, 'steps': L.state.step,
+            'final_valid_loss': va[-1][1] if va else None,
+            'train_curve': [{'step': s, 'loss': round(l, 5)} for s, l in tr],
+            'valid_curve': [{'step': s, 'valid_loss': round(l, 5)} for s, l in va],
             'train_time_s': round(L.state.train_time, 2), 'wall_time_s': round(wall, 2), 'segments': L.state.segments,
-            'tok_s': round(L.state.tokens_seen / max(L.state.train_time, 1e-9), 1), 'n_params': sum(p.numel() for p in L.model.parameters()),
+            'tok_s': round(L.state.tokens_seen / max(L.state.train_time, 1e-9), 1),
+            'n_params': sum(p.numel() for p in L.model.parameters()),
             'config': asdict(cfg), **provenance(cfg.seed, precision_name(device, cfg.amp), device, command=command)}
 
 # %% ../nbs/26_mlm.ipynb #dcc73cb9
@@ -266,36 +320,47 @@ def load_encoder(clf: Classifier, # a Classifier of the same encoding and sizes 
         raise ValueError(f"{run_dir} holds a pre-training of {enc!r}, not of {mine!r}: its weights are not this "
                          f"encoding's; pre-train {mine} into its own folder, or fine-tune with encoding {enc!r}")
     if not _finished(ck):
-        raise ValueError(f"the pre-training in {run_dir} stopped at update {ck['step']} of {ck['mlm_config']['steps']}; finish it first (pretrain_mlm resumes it)")
+        raise ValueError(f"the pre-training in {run_dir} stopped at update {ck['step']} of "
+                         f"{ck['mlm_config']['steps']}; finish it first (pretrain_mlm resumes it)")
     enc = {k[4:]: v for k, v in ck['model'].items() if k.startswith('enc.') and not k.startswith('enc.head.')}
     try: missing, unexpected = clf.load_state_dict(enc, strict=False)
-    except RuntimeError as e: raise ValueError(f"the checkpoint in {run_dir} does not fit this classifier ({str(e).splitlines()[1].strip()}); use the pre-training sizes") from None
-    if unexpected or set(missing) - {'head.weight', 'head.bias'}: raise ValueError(f"checkpoint/classifier mismatch: missing {missing}, unexpected {unexpected}")
+    except RuntimeError as e:
+        raise ValueError(f"the checkpoint in {run_dir} does not fit this classifier "
+                         f"({str(e).splitlines()[1].strip()}); use the pre-training sizes") from None
+    if unexpected or set(missing) - {'head.weight', 'head.bias'}:
+        raise ValueError(f"checkpoint/classifier mismatch: missing {missing}, unexpected {unexpected}")
     return clf
 
 # %% ../nbs/26_mlm.ipynb #0be14ddc
 @dataclass
 class FinetuneConfig(ClassifyConfig):
-    "A byte-level classification run: `ClassifyConfig`'s fields plus split subsets, positions built for, and a longer second test."
+    """A byte-level classification run: `ClassifyConfig`'s fields plus split subsets, positions built for, and a longer
+    second test."""
     pe_len: Optional[int] = None      # positions the encoding is built for (None: max_len)
-    n_train: Optional[int] = None     # fixed seeded subsets of the splits (None: all); the same items for every arm and seed
+    # fixed seeded subsets of the splits (None: all); the same items for every arm and seed
+    n_train: Optional[int] = None
     n_valid: Optional[int] = 512
     n_test: Optional[int] = None
     eval_len: Optional[int] = None    # also test on inputs truncated at this (longer) length
 
 _CPU_SIZE = dict(d_model=32, n_heads=2, n_layers=2, d_ff=128, dropout=0.0)
-FT_SIZES = {'cpu-tiny': _CPU_SIZE, 'cpu-small': _CPU_SIZE,      # cpu-small: the same model, a larger budget (the runs' options)
+# cpu-small: the same model, a larger budget (the runs' options)
+FT_SIZES = {'cpu-tiny': _CPU_SIZE, 'cpu-small': _CPU_SIZE,
             'gpu-small': dict(d_model=256, n_heads=4, n_layers=4, d_ff=1024, dropout=0.1, amp='bf16'),
-            'gpu-base': dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1, amp='bf16')}   # bf16: autocast on CUDA only
+            # bf16: autocast on CUDA only
+            'gpu-base': dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1, amp='bf16')}
 
 # %% ../nbs/26_mlm.ipynb #c3fb0a85
 def _ft_learner(cfg: FinetuneConfig, model, data, metric, device):
-    "The fine-tuning Learner: AdamW, warmup + inverse square root, `ClassifyTask`, evaluation with best-weights keeping."
+    """The fine-tuning Learner: AdamW, warmup + inverse square root, `ClassifyTask`, evaluation with best-weights
+    keeping."""
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=cfg.weight_decay,
                             fused=fused_adam(device))
-    ev = Evaluator(cfg.eval_every); kb = KeepBest(ev, 'valid_' + metric)
+    ev = Evaluator(cfg.eval_every)
+    kb = KeepBest(ev, 'valid_' + metric)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt(s + 1, cfg.warmup))
-    L = Learner(model, opt, ClassifyTask(data, cfg, metric, model.cfg.pad_id, device), Budget(cfg.max_steps, cfg.max_minutes), [ev, kb],
+    L = Learner(model, opt, ClassifyTask(data, cfg, metric, model.cfg.pad_id, device),
+                Budget(cfg.max_steps, cfg.max_minutes), [ev, kb],
                 sched=sched, grad_clip=cfg.grad_clip, exclude_pauses=True)
     return L, kb
 
@@ -316,28 +381,44 @@ def finetune(cfg: FinetuneConfig, # the run
              device=None, # default: CUDA when available
              command: Optional[str] = None, # the command line to record (default: this process's)
             ) -> dict:
-    "Train a byte-level `Classifier` on `cfg.task`, from scratch or from a pre-trained encoder; test the best-validation weights."
-    if cfg.encoding not in list_posencs(): raise ValueError(f"unknown encoding {cfg.encoding!r}; choose one of {list_posencs()}")
-    device, t0 = pick_device(device, 1), time.time(); seed_all(cfg.seed)
-    data = {s: byte_split(cfg.task, s, cfg.max_len, getattr(cfg, 'n_' + s.replace('validation', 'valid'))) for s in ('train', 'validation', 'test')}
-    model = Classifier(replace(cfg.model_config(BYTE_VOCAB), max_len=cfg.pe_len or cfg.max_len, activation='gelu')).to(device)
+    """Train a byte-level `Classifier` on `cfg.task`, from scratch or from a pre-trained encoder; test the
+    best-validation weights."""
+    if cfg.encoding not in list_posencs():
+        raise ValueError(f"unknown encoding {cfg.encoding!r}; choose one of {list_posencs()}")
+    device, t0 = pick_device(device, 1), time.time()
+    seed_all(cfg.seed)
+    data = {s: byte_split(cfg.task, s, cfg.max_len, getattr(cfg, 'n_' + s.replace('validation', 'valid')))
+            for s in ('train', 'validation', 'test')}
+    model = Classifier(replace(cfg.model_config(BYTE_VOCAB), max_len=cfg.pe_len or cfg.max_len,
+                               activation='gelu')).to(device)
     if init is not None: load_encoder(model, init)
-    metric = GLUE_METRIC.get(cfg.task, 'accuracy'); L, kb = _ft_learner(cfg, model, data, metric, device); fit(L)
+    metric = GLUE_METRIC.get(cfg.task, 'accuracy')
+    L, kb = _ft_learner(cfg, model, data, metric, device)
+    fit(L)
     rec = _ft_record(cfg, L, kb, data, metric, init, device, command, t0)
     if out is not None: atomic_write(out, json.dumps(rec, indent=1) + '\n')
     return {**rec, 'model': model}
 
 # %% ../nbs/26_mlm.ipynb #f0c6e2a0
 def _ft_record(cfg, L, kb, data, metric, init, device, command, t0) -> dict:
-    best, best_step = kb.restore_best(L); model = L.model
-    t1 = time.time(); pred = predict(model, data['test'], max_tokens=max(8192, cfg.max_tokens, cfg.max_len), device=device, amp=cfg.amp); test_s = time.time() - t1
+    best, best_step = kb.restore_best(L)
+    model = L.model
+    t1 = time.time()
+    pred = predict(model, data['test'], max_tokens=max(8192, cfg.max_tokens, cfg.max_len), device=device, amp=cfg.amp)
+    test_s = time.time() - t1
     m = classification_metrics([y for _, y in data['test']], pred)
-    return {'experiment': 'finetune', 'task': cfg.task, 'encoding': cfg.encoding, 'seed': cfg.seed, 'pretrained': init is not None,
-            'init_run': Path(init).name if init is not None else None, 'metric': metric, 'test_' + metric: m[metric], 'test_accuracy': m['accuracy'],
-            'test_mcc': m['mcc'], 'test_pred': ''.join(map(str, pred)), 'valid_' + metric: best, 'best_step': best_step, 'steps': L.state.step,
-            'second_test': _second_test(cfg, model, device), 'valid_curve': kb.curve, 'train_time_s': round(L.state.train_time, 2), 'test_time_s': round(test_s, 2),
-            'wall_time_s': round(time.time() - t0, 2), 'tok_s': round(L.state.tokens_seen / max(L.state.train_time, 1e-9), 1),
-            'n_params': sum(p.numel() for p in model.parameters()), 'n_train': len(data['train']), 'n_test': len(data['test']),
+    return {'experiment': 'finetune', 'task': cfg.task, 'encoding': cfg.encoding, 'seed': cfg.seed,
+            'pretrained': init is not None,
+            'init_run': Path(init).name if init is not None else None, 'metric': metric, 'test_' + metric: m[metric],
+            'test_accuracy': m['accuracy'],
+            'test_mcc': m['mcc'], 'test_pred': ''.join(map(str, pred)), 'valid_' + metric: best, 'best_step': best_step,
+            'steps': L.state.step,
+            'second_test': _second_test(cfg, model, device), 'valid_curve': kb.curve,
+            'train_time_s': round(L.state.train_time, 2), 'test_time_s': round(test_s, 2),
+            'wall_time_s': round(time.time() - t0, 2),
+            'tok_s': round(L.state.tokens_seen / max(L.state.train_time, 1e-9), 1),
+            'n_params': sum(p.numel() for p in model.parameters()), 'n_train': len(data['train']),
+            'n_test': len(data['test']),
             'config': asdict(cfg), **provenance(cfg.seed, precision_name(device, cfg.amp), device, command=command)}
 
 # %% ../nbs/26_mlm.ipynb #0ac2b332
@@ -361,9 +442,12 @@ def mlm_pretrain(*, encoding: str = 'rope', # the position encoding
                  steps: int = None, # updates (default: the config's)
                  threads: int = 1, # CPU threads for torch
                  out: str = None, # record file (default: results/roformer-mlm/CONFIG_ENCODING_seedSEED.json)
-                 weights: bool = False, # the fine-tuning needs the weights here: pre-train again when the record exists but the finished checkpoint does not (a record made on another machine), replacing the record
+                 # the fine-tuning needs the weights here: pre-train again when the record exists but the finished
+                 # checkpoint does not (a record made on another machine), replacing the record
+                 weights: bool = False,
                 ) -> int:
-    """Pre-train one byte-level MLM, resuming from its checkpoint in `pretrain_dir`; skipped when its record exists (and, with `weights`, its finished checkpoint).
+    """Pre-train one byte-level MLM, resuming from its checkpoint in `pretrain_dir`; skipped when its record exists
+    (and, with `weights`, its finished checkpoint).
 
     Examples:
       python -m posenc_nb.mlm pretrain --encoding rope --seed 0 --config cpu-tiny"""
@@ -381,16 +465,20 @@ def mlm_pretrain(*, encoding: str = 'rope', # the position encoding
 
 # %% ../nbs/26_mlm.ipynb #7e29152a
 def _ft_out(task, max_len, config, encoding, pretrained, seed) -> Path:
-    "The default record of a fine-tuning run: IMDb under results/roformer-longtext, GLUE tasks under results/roformer-glue."
+    """The default record of a fine-tuning run: IMDb under results/roformer-longtext, GLUE tasks under
+    results/roformer-glue."""
     folder = 'roformer-longtext' if task == 'imdb' else 'roformer-glue'
-    return RESULTS / folder / f'{task}{max_len}_{config}_{encoding}_{"pre" if pretrained else "scratch"}_seed{seed}.json'
+    return (
+        RESULTS / folder / f'{task}{max_len}_{config}_{encoding}_{"pre" if pretrained else "scratch"}_seed{seed}.json'
+    )
 
 # %% ../nbs/26_mlm.ipynb #6444d483
 @command(registry=MLM_COMMANDS)
 def mlm_finetune(*, task: str = 'sst2', # the classification task: a GLUE task or imdb
                  encoding: str = 'rope', # the position encoding
                  seed: int = 0, # random seed
-                 config: Param('', str, choices=list(MLM_CONFIGS)) = 'cpu-tiny', # model size (`FT_SIZES`), and the pre-training run's config
+                 # model size (`FT_SIZES`), and the pre-training run's config
+                 config: Param('', str, choices=list(MLM_CONFIGS)) = 'cpu-tiny',
                  pretrained: bool = False, # start from pretrain_dir(encoding, seed, config)
                  steps: int = None, # updates (default: 150)
                  max_len: int = 128, # bytes per training input
@@ -402,7 +490,8 @@ def mlm_finetune(*, task: str = 'sst2', # the classification task: a GLUE task o
                  max_tokens: int = 4096, # padded bytes per batch
                  lr: float = 2e-3, # peak learning rate
                  threads: int = 1, # CPU threads for torch
-                 out: str = None, # record file (default: results/roformer-longtext for imdb, else results/roformer-glue)
+                 # record file (default: results/roformer-longtext for imdb, else results/roformer-glue)
+                 out: str = None,
                 ) -> int:
     """Fine-tune one byte-level classifier, from scratch or from a pre-trained MLM; skipped when its record exists.
 
@@ -411,11 +500,14 @@ def mlm_finetune(*, task: str = 'sst2', # the classification task: a GLUE task o
       python -m posenc_nb.mlm finetune --task imdb --max-len 512 --eval-len 1024 --encoding alibi --steps 60"""
     use_threads(threads)
     check_budget(steps)
-    cfg = FinetuneConfig(task=task, encoding=encoding, seed=seed, max_len=max_len, pe_len=max(max_len, eval_len or 0, MLM_CONFIGS[config].pe_len),
-                         max_steps=150 if steps is None else steps, eval_every=eval_every, max_tokens=max_tokens, lr=lr, warmup=warmup, n_valid=n_valid,
+    cfg = FinetuneConfig(task=task, encoding=encoding, seed=seed, max_len=max_len,
+                         pe_len=max(max_len, eval_len or 0, MLM_CONFIGS[config].pe_len),
+                         max_steps=150 if steps is None else steps, eval_every=eval_every, max_tokens=max_tokens, lr=lr,
+                         warmup=warmup, n_valid=n_valid,
                          n_test=n_test, eval_len=eval_len, **FT_SIZES[config])
     out = check_output(out or _ft_out(task, max_len, config, encoding, pretrained, seed), flag='--out')
-    if not out.exists(): finetune(cfg, pretrain_dir(encoding, seed, config) if pretrained else None, out, command=command_line())
+    if not out.exists():
+        finetune(cfg, pretrain_dir(encoding, seed, config) if pretrained else None, out, command=command_line())
     print(f'{out}: {"done" if out.exists() else "missing"}', flush=True)
     return 0
 
@@ -435,13 +527,15 @@ def load_mlm(folder='results/roformer-mlm', # where the pre-training records are
     return read_records(folder, f'{size}_*.json', experiment='mlm-pretrain', key=lambda r: (r['encoding'], r['seed']))
 
 # %% ../nbs/26_mlm.ipynb #3d0d68ce
-def seed_curve(records: list, # the runs of one arm, one per seed, each with a `KEY_curve` list of {'step': ..., LOSS: ...}
+def seed_curve(records: list,
+               # the runs of one arm, one per seed, each with a `KEY_curve` list of {'step': ..., LOSS: ...}
                key: str = 'valid', # which curve: 'valid' or 'train'
               ) -> tuple:
     "(steps, mean, sd) over the runs of a loss curve, on the steps all runs share (sd 0 for one run; empty for none)."
     cs = [{c['step']: c[k] for c in r[f'{key}_curve'] for k in c if k != 'step'} for r in records]
     if not cs: return [], np.zeros(0), np.zeros(0)
-    st = sorted(set.intersection(*[set(c) for c in cs])); v = np.array([[c[s] for s in st] for c in cs])
+    st = sorted(set.intersection(*[set(c) for c in cs]))
+    v = np.array([[c[s] for s in st] for c in cs])
     return st, v.mean(0), v.std(0, ddof=1) if len(cs) > 1 else np.zeros(len(st))
 
 # %% ../nbs/26_mlm.ipynb #85541281
@@ -454,16 +548,20 @@ def mlm_curve(records: list, # pre-training records (`load_mlm`)
 
 # %% ../nbs/26_mlm.ipynb #83e6bf45
 def mlm_table(records: list, encodings=('rope', 'sinusoidal', 'learned'), at: Optional[int] = None) -> list:
-    "Per encoding: validation MLM loss at update `at` (default: the last shared) mean ± sd over seeds, and its per-seed difference from RoPE."
+    """Per encoding: validation MLM loss at update `at` (default: the last shared) mean ± sd over seeds, and its
+    per-seed difference from RoPE."""
     out = []
     for enc in encodings:
         st, m, sd = mlm_curve(records, enc)
         if not st: continue
         i = st.index(at) if at in st else -1
-        by_seed = {r['seed']: {c['step']: c['valid_loss'] for c in r['valid_curve']} for r in records if r['encoding'] == enc}
-        rope = {r['seed']: {c['step']: c['valid_loss'] for c in r['valid_curve']} for r in records if r['encoding'] == 'rope'}
+        by_seed = {r['seed']: {c['step']: c['valid_loss'] for c in r['valid_curve']} for r in records
+                   if r['encoding'] == enc}
+        rope = {r['seed']: {c['step']: c['valid_loss'] for c in r['valid_curve']} for r in records
+                if r['encoding'] == 'rope'}
         d = [by_seed[s][st[i]] - rope[s][st[i]] for s in by_seed if s in rope and st[i] in rope[s]]
-        out.append({'encoding': enc, 'step': st[i], 'loss': float(m[i]), 'sd': float(sd[i]), 'seeds': len(by_seed), 'minus_rope': d})
+        out.append({'encoding': enc, 'step': st[i], 'loss': float(m[i]), 'sd': float(sd[i]), 'seeds': len(by_seed),
+                    'minus_rope': d})
     return out
 
 # %% ../nbs/26_mlm.ipynb #cdacad3c
@@ -476,10 +574,13 @@ def load_finetune(folder='results/roformer-glue', # where the fine-tuning record
 def finetune_table(records: list) -> list:
     "Per (task, encoding): test metric mean ± sd from scratch and pre-trained, and the per-seed gain of pre-training."
     g = {}
-    for r in records: g.setdefault((r['task'], r['encoding']), {}).setdefault(r['pretrained'], {})[r['seed']] = r['test_' + r['metric']]
+    for r in records:
+        g.setdefault((r['task'], r['encoding']), {}).setdefault(r['pretrained'],
+                                                                {})[r['seed']] = r['test_' + r['metric']]
     rows = []
     for (task, enc), d in sorted(g.items()):
         sc, pr = d.get(False, {}), d.get(True, {})
-        rows.append({'task': task, 'encoding': enc, 'scratch': mean_sd(list(sc.values())), 'pretrained': mean_sd(list(pr.values())),
+        rows.append({'task': task, 'encoding': enc, 'scratch': mean_sd(list(sc.values())),
+                     'pretrained': mean_sd(list(pr.values())),
                      'gain': [pr[s] - sc[s] for s in sorted(pr) if s in sc]})
     return rows

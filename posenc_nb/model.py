@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, asdict
 from typing import Optional
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
-from .core import Positions, PosEnc, Attention, make_posenc, list_posencs
+from .core import Positions, PosEnc, make_posenc, list_posencs
+from .attention import Attention
 
 # %% auto #0
 __all__ = ['ModelConfig', 'dropout', 'EncoderLayer', 'DecoderLayer', 'Seq2Seq', 'reorder_cache', 'warm_start_weights',
@@ -34,7 +35,8 @@ class ModelConfig:
     dec_pe: Optional[str] = None          # None -> same as enc_pe
     pe_options: dict = field(default_factory=dict)   # options of the encoder's encoding's constructor
     dec_pe_options: Optional[dict] = None # None -> pe_options when the decoder uses the encoder's encoding, else {}
-    max_len: int = 1024                   # longest input: a limit for `bounded` encodings (learned, rope), a size hint for others
+    # longest input: a limit for `bounded` encodings (learned, rope), a size hint for others
+    max_len: int = 1024
     prenorm: bool = True                  # pre-LN (True) or post-LN (False)
     tie_embeddings: bool = True           # one embedding matrix for input(s) and output projection
     pad_id: int = 0                       # padding token id (zero embedding row)
@@ -45,11 +47,14 @@ class ModelConfig:
     def __post_init__(self):
         for k in ('d_model', 'n_heads', 'd_ff', 'max_len'):
             v = getattr(self, k)
-            if not (isinstance(v, int) and v >= 1) and not (k == 'max_len' and v is None): raise ValueError(f"{k} must be a positive integer, got {v!r}")
+            if not (isinstance(v, int) and v >= 1) and not (k == 'max_len' and v is None):
+                raise ValueError(f"{k} must be a positive integer, got {v!r}")
         for k in ('n_enc', 'n_dec', 'src_vocab', 'tgt_vocab'):
-            if not isinstance(getattr(self, k), int) or getattr(self, k) < 0: raise ValueError(f"{k} must be an integer >= 0, got {getattr(self, k)!r}")
+            if not isinstance(getattr(self, k), int) or getattr(self, k) < 0:
+                raise ValueError(f"{k} must be an integer >= 0, got {getattr(self, k)!r}")
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; pick n_heads that divides d_model")
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; pick n_heads that "
+                             "divides d_model")
         if self.activation not in ('relu', 'gelu'):
             raise ValueError(f"activation must be 'relu' or 'gelu', got {self.activation!r}")
         if not 0 <= self.dropout < 1: raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
@@ -58,7 +63,8 @@ class ModelConfig:
     def dec_pe_name(self) -> str: return self.dec_pe or self.enc_pe
     @property
     def dec_options(self) -> dict:
-        "Options of the decoder's encoding: explicit `dec_pe_options`, else the encoder's when both use the same encoding."
+        """Options of the decoder's encoding: explicit `dec_pe_options`, else the encoder's when both use the same
+        encoding."""
         if self.dec_pe_options is not None: return self.dec_pe_options
         return self.pe_options if self.dec_pe_name == self.enc_pe else {}
     def to_dict(self) -> dict: return asdict(self)
@@ -70,14 +76,20 @@ def dropout(x: Tensor, # activations of any float dtype
             p: float, # probability of zeroing each entry
             training: bool = True # False: `x` comes back unchanged
            ) -> Tensor: # x with entries zeroed with probability p and the rest scaled by 1/(1-p)
-    "`F.dropout(x, p, training)`; on CPU, outside torch.compile, the keep mask is 32-bit random integers compared with a threshold."
-    if not (training and 0 < p < 1 and x.device.type == 'cpu' and x.numel()) or torch.compiler.is_compiling(): return F.dropout(x, p, training)
+    """`F.dropout(x, p, training)`; on CPU, outside torch.compile, the keep mask is 32-bit random integers compared with
+    a threshold."""
+    if not (training and 0 < p < 1 and x.device.type == 'cpu' and x.numel()) or torch.compiler.is_compiling():
+        return F.dropout(x, p, training)
     n = x.numel()
-    words = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-2**63, None)      # the full 64-bit range: two 32-bit draws a word
-    u, t = words.view(torch.int32)[:n].view(x.shape), min(round(p * 2**32), 2**32 - 1) - 2**31    # keep u >= p 2^32, in signed form
-    if x.dtype in (torch.float32, torch.float64):       # 1/(1-p) folded into a mask of x's dtype: one multiply forward, one backward
+    # the full 64-bit range: two 32-bit draws a word
+    words = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-2**63, None)
+    # keep u >= p 2^32, in signed form
+    u, t = words.view(torch.int32)[:n].view(x.shape), min(round(p * 2**32), 2**32 - 1) - 2**31
+    # 1/(1-p) folded into a mask of x's dtype: one multiply forward, one backward
+    if x.dtype in (torch.float32, torch.float64):
         return x * torch.ge(u, t, out=torch.empty_like(x)).mul_(1 / (1 - p))
-    return (x * (u >= t)).mul_(1 / (1 - p))             # half precision: a bool mask, the scale not rounded to x's dtype
+    # half precision: a bool mask, the scale not rounded to x's dtype
+    return (x * (u >= t)).mul_(1 / (1 - p))
 
 # %% ../nbs/02_model.ipynb #ca5da97e
 def _act(name): return F.gelu if name == 'gelu' else F.relu
@@ -140,7 +152,9 @@ def _init_linear(m: nn.Module):
             for lin in (mod.in_proj, mod.out_proj):
                 if lin.bias is not None: nn.init.zeros_(lin.bias)
         elif isinstance(mod, (EncoderLayer, DecoderLayer)):
-            for lin in (mod.linear1, mod.linear2): nn.init.xavier_uniform_(lin.weight); nn.init.zeros_(lin.bias)
+            for lin in (mod.linear1, mod.linear2):
+                nn.init.xavier_uniform_(lin.weight)
+                nn.init.zeros_(lin.bias)
 
 # %% ../nbs/02_model.ipynb #a7680d6a
 def _embedding(n: int, d: int, pad_id: int) -> nn.Embedding:
@@ -151,7 +165,8 @@ def _embedding(n: int, d: int, pad_id: int) -> nn.Embedding:
 
 # %% ../nbs/02_model.ipynb #4a42a37e
 def _dense(p: Optional[Positions]) -> Optional[Positions]:
-    "Drop an all-True padding mask so attention can take its fast paths (the mask read once per tensor: a decoding loop reads it once)."
+    """Drop an all-True padding mask so attention can take its fast paths (the mask read once per tensor: a decoding
+    loop reads it once)."""
     if p is not None and p.mask is not None and p.mask.numel() and host_fact(p.mask, 'all', lambda m: bool(m.all())):
         return Positions(p.pos, None, p.streams)
     return p
@@ -162,8 +177,11 @@ def _check_input(ids: Tensor, vocab: int, p: Positions, what: str, training: boo
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
         raise ValueError(f"{what} token ids must be an integer tensor, got {ids.dtype}; convert them with .long()")
     if not ids.numel() or (training and ids.is_cuda): return
-    lo, hi, pmin = torch.stack([ids.min().long(), ids.max().long(), p.pos.min().long() if p.pos.numel() else ids.new_zeros((), dtype=torch.long)]).tolist()
-    if lo < 0 or hi >= vocab: raise ValueError(f"{what} token id {lo if lo < 0 else hi} is outside the vocabulary [0, {vocab}); check the tokenizer matches the model")
+    lo, hi, pmin = torch.stack([ids.min().long(), ids.max().long(), p.pos.min().long() if p.pos.numel()
+                                else ids.new_zeros((), dtype=torch.long)]).tolist()
+    if lo < 0 or hi >= vocab:
+        raise ValueError(f"{what} token id {lo if lo < 0 else hi} is outside the vocabulary [0, {vocab}); check the "
+                         "tokenizer matches the model")
     if pmin < 0: raise ValueError(f"{what} has a negative position ({pmin}); positions count from 0")
 
 # %% ../nbs/02_model.ipynb #d1581d52
@@ -177,8 +195,10 @@ class Seq2Seq(nn.Module):
         self.src_emb = self.tgt_emb if self.shared_src else _embedding(cfg.src_vocab, D, cfg.pad_id)
         self.out_proj = None if cfg.tie_embeddings else nn.Linear(D, cfg.tgt_vocab, bias=False)
         if self.out_proj is not None: nn.init.normal_(self.out_proj.weight, 0., D ** -0.5)
-        self.enc_pe = make_posenc(cfg.enc_pe, D, cfg.n_heads, n_layers=cfg.n_enc, max_len=cfg.max_len, causal=False, **cfg.pe_options)
-        self.dec_pe = make_posenc(cfg.dec_pe_name, D, cfg.n_heads, n_layers=cfg.n_dec, max_len=cfg.max_len, causal=True, **cfg.dec_options)
+        self.enc_pe = make_posenc(cfg.enc_pe, D, cfg.n_heads, n_layers=cfg.n_enc, max_len=cfg.max_len, causal=False,
+                                  **cfg.pe_options)
+        self.dec_pe = make_posenc(cfg.dec_pe_name, D, cfg.n_heads, n_layers=cfg.n_dec, max_len=cfg.max_len, causal=True,
+                                  **cfg.dec_options)
         self.enc_layers = nn.ModuleList(EncoderLayer(cfg, i) for i in range(cfg.n_enc))
         self.dec_layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.n_dec))
         self.enc_norm = nn.LayerNorm(D) if cfg.prenorm else nn.Identity()
@@ -203,15 +223,20 @@ class Seq2Seq(nn.Module):
                cache: Optional[list] = None) -> Tensor:
         "Logits (B,T,V) for `tgt_in`; with `cache` (from `new_cache`) only the new tokens are fed."
         if tgt_p is None:
-            if cache is not None and cache[0]: raise ValueError("incremental decoding needs explicit positions; pass tgt_p=Positions.arange(B, 1, offset=t)")
+            if cache is not None and cache[0]:
+                raise ValueError("incremental decoding needs explicit positions; pass tgt_p=Positions.arange(B, 1, "
+                                 "offset=t)")
             tgt_p = Positions.from_mask(tgt_in != self.cfg.pad_id)
         if src_p is None: raise ValueError("decode needs the source Positions (src_p) used for encode")
         tgt_p, src_p = _dense(tgt_p.to(tgt_in.device)), _dense(src_p.to(mem.device))
         if cache is not None and len(cache) != 2 * len(self.dec_layers):
-            raise ValueError(f"cache has {len(cache)} entries but the decoder needs {2 * len(self.dec_layers)}; build it with model.new_cache()")
-        if cache is None or not cache[0]: _check_input(tgt_in, self.cfg.tgt_vocab, tgt_p, 'target', self.training)   # once, not per decoding step
+            raise ValueError(f"cache has {len(cache)} entries but the decoder needs {2 * len(self.dec_layers)}; build "
+                             "it with model.new_cache()")
+        # once, not per decoding step
+        if cache is None or not cache[0]: _check_input(tgt_in, self.cfg.tgt_vocab, tgt_p, 'target', self.training)
         self.dec_pe.check_positions(tgt_p)
-        if cache is not None and 'decoding_step' in self.dec_pe.own_hooks: self.dec_pe.decoding_step(tgt_p, not cache[0])
+        if cache is not None and 'decoding_step' in self.dec_pe.own_hooks:
+            self.dec_pe.decoding_step(tgt_p, not cache[0])
         x = self._embed(self.tgt_emb, self.dec_pe, tgt_in, tgt_p)
         for i, layer in enumerate(self.dec_layers):
             x = layer(x, tgt_p, self.dec_pe, mem, src_p, None if cache is None else (cache[2 * i], cache[2 * i + 1]))
@@ -249,10 +274,13 @@ def warm_start_weights(model: Seq2Seq, # the new model; its encodings may differ
     differ = {s for s in trained if trained[s] != mine[s]}
     copied = lambda k: k.split('.')[0] not in differ          # every weight but those of an encoding that changes
     try: res = model.load_state_dict({k: v for k, v in state.items() if copied(k)}, strict=False)
-    except RuntimeError as e: raise ValueError(f"cannot warm start: the trained model's weights do not fit ({next(iter(str(e).splitlines()[1:]), str(e)).strip()})") from None
+    except RuntimeError as e:
+        raise ValueError("cannot warm start: the trained model's weights do not fit "
+                         f"({next(iter(str(e).splitlines()[1:]), str(e)).strip()})") from None
     missing = [k for k in res.missing_keys if copied(k)]
     if missing or res.unexpected_keys:
-        raise ValueError(f"cannot warm start: the models differ beyond their position encodings (missing {missing[:3]}, unexpected {res.unexpected_keys[:3]})")
+        raise ValueError("cannot warm start: the models differ beyond their position encodings (missing "
+                         f"{missing[:3]}, unexpected {res.unexpected_keys[:3]})")
     for s in differ: getattr(model, s).start_from(*trained[s])
     return model
 
@@ -260,24 +288,35 @@ def warm_start_weights(model: Seq2Seq, # the new model; its encodings may differ
 def to_torch_transformer(model: Seq2Seq) -> nn.Transformer:
     "A `torch.nn.Transformer` (batch_first) with the same layer weights as `model` (final LayerNorms only for pre-LN)."
     cfg, D = model.cfg, model.cfg.d_model
-    kw = dict(dim_feedforward=cfg.d_ff, dropout=cfg.dropout, activation=cfg.activation, batch_first=True, norm_first=cfg.prenorm)
+    kw = dict(dim_feedforward=cfg.d_ff, dropout=cfg.dropout, activation=cfg.activation, batch_first=True,
+              norm_first=cfg.prenorm)
     encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(D, cfg.n_heads, **kw), cfg.n_enc,
                                     norm=nn.LayerNorm(D) if cfg.prenorm else None, enable_nested_tensor=False)
-    decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(D, cfg.n_heads, **kw), cfg.n_dec, norm=nn.LayerNorm(D) if cfg.prenorm else None)
-    ref = nn.Transformer(D, cfg.n_heads, custom_encoder=encoder, custom_decoder=decoder, batch_first=True).to(model.tgt_emb.weight.device)
+    decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(D, cfg.n_heads, **kw), cfg.n_dec, norm=nn.LayerNorm(D)
+                                    if cfg.prenorm else None)
+    ref = nn.Transformer(D, cfg.n_heads, custom_encoder=encoder, custom_decoder=decoder,
+                         batch_first=True).to(model.tgt_emb.weight.device)
     def copy_att(dst: nn.MultiheadAttention, src: Attention):
-        dst.in_proj_weight.data.copy_(src.in_proj.weight); dst.in_proj_bias.data.copy_(src.in_proj.bias)
+        dst.in_proj_weight.data.copy_(src.in_proj.weight)
+        dst.in_proj_bias.data.copy_(src.in_proj.bias)
         dst.out_proj.load_state_dict(src.out_proj.state_dict())
-    for ours, theirs in zip(list(model.enc_layers) + list(model.dec_layers), list(ref.encoder.layers) + list(ref.decoder.layers)):
+    for ours, theirs in zip(list(model.enc_layers) + list(model.dec_layers),
+                            list(ref.encoder.layers) + list(ref.decoder.layers)):
         copy_att(theirs.self_attn, ours.self_attn)
-        if hasattr(ours, 'cross_attn'): copy_att(theirs.multihead_attn, ours.cross_attn); theirs.norm3.load_state_dict(ours.norm3.state_dict())
-        for n in ('linear1', 'linear2', 'norm1', 'norm2'): getattr(theirs, n).load_state_dict(getattr(ours, n).state_dict())
-    if cfg.prenorm: ref.encoder.norm.load_state_dict(model.enc_norm.state_dict()); ref.decoder.norm.load_state_dict(model.dec_norm.state_dict())
+        if hasattr(ours, 'cross_attn'):
+            copy_att(theirs.multihead_attn, ours.cross_attn)
+            theirs.norm3.load_state_dict(ours.norm3.state_dict())
+        for n in ('linear1', 'linear2', 'norm1', 'norm2'):
+            getattr(theirs, n).load_state_dict(getattr(ours, n).state_dict())
+    if cfg.prenorm:
+        ref.encoder.norm.load_state_dict(model.enc_norm.state_dict())
+        ref.decoder.norm.load_state_dict(model.dec_norm.state_dict())
     return ref
 
 # %% ../nbs/02_model.ipynb #a24b5da8
 class _SmoothedNLL(torch.autograd.Function):
-    "Label-smoothed NLL sums of float logits (N, V) as one autograd node: forward as `log_softmax`, a gather and a row sum; backward writes the logits' gradient into one tensor, not through a chain of full-size autograd steps."
+    """Label-smoothed NLL sums of float logits (N, V) as one autograd node: forward as `log_softmax`, a gather and a row
+    sum; backward writes the logits' gradient into one tensor, not through a chain of full-size autograd steps."""
     @staticmethod
     def forward(ctx, x, tgt, keep, eps):
         V = x.shape[-1]
@@ -297,7 +336,8 @@ class _SmoothedNLL(torch.autograd.Function):
         eps, e, V = ctx.eps, ctx.e, lp.shape[-1]
         k = keep.to(lp.dtype)
         wg = g_loss * (1 - eps - e) + g_nll                              # weight of -log p(gold)
-        a = (wg + g_loss * (e * V)) * k                                  # d/dx of -sum_v w_v log p_v = p (sum_v w_v) - w
+        # d/dx of -sum_v w_v log p_v = p (sum_v w_v) - w
+        a = (wg + g_loss * (e * V)) * k
         g = torch.exp(lp).mul_(a[:, None]).sub_((g_loss * e * k)[:, None])
         return g.scatter_add_(1, tgt[:, None], (-wg * k)[:, None]), None, None, None
 
@@ -321,7 +361,8 @@ class Classifier(nn.Module):
         super().__init__()
         self.cfg, D = cfg, cfg.d_model
         self.emb = _embedding(cfg.src_vocab, D, cfg.pad_id)
-        self.enc_pe = make_posenc(cfg.enc_pe, D, cfg.n_heads, n_layers=cfg.n_enc, max_len=cfg.max_len, causal=False, **cfg.pe_options)
+        self.enc_pe = make_posenc(cfg.enc_pe, D, cfg.n_heads, n_layers=cfg.n_enc, max_len=cfg.max_len, causal=False,
+                                  **cfg.pe_options)
         self.layers = nn.ModuleList(EncoderLayer(cfg, i) for i in range(cfg.n_enc))
         self.norm = nn.LayerNorm(D) if cfg.prenorm else nn.Identity()
         self.head = nn.Linear(D, cfg.n_classes)

@@ -12,7 +12,8 @@ from .core import Positions, list_posencs
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll
 from .classify import write_result
 from .utils import provenance
-from .cli import check_device, command_line, use_threads, main as cli_main
+from .cli import command_line, main as cli_main
+from .args import check_device, use_threads
 
 # %% auto #0
 __all__ = ['METRICS', 'measure_once', 'cpu_peak_mem_mb', 'speed_table', 'format_table', 'speed_run_table', 'speed_run', 'main']
@@ -24,7 +25,8 @@ from .engine import Budget, Learner, Task, fit
 # %% ../nbs/24_speed.ipynb #e823e780
 def _model(enc, vocab, d_model, n_heads, n_layers, d_ff, max_len, seed=0):
     torch.manual_seed(seed)
-    cfg = ModelConfig(src_vocab=vocab, tgt_vocab=vocab, d_model=d_model, n_heads=n_heads, n_enc=n_layers, n_dec=n_layers, d_ff=d_ff,
+    cfg = ModelConfig(src_vocab=vocab, tgt_vocab=vocab, d_model=d_model, n_heads=n_heads, n_enc=n_layers,
+                      n_dec=n_layers, d_ff=d_ff,
                       dropout=0.1, enc_pe=enc, max_len=max_len)
     return Seq2Seq(cfg)
 
@@ -32,7 +34,13 @@ def _batch(batch, length, vocab, device, seed=0):
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(4, vocab, (batch, length), generator=g).to(device)
     tgt = torch.randint(4, vocab, (batch, length + 1), generator=g).to(device)
-    return src, Positions.arange(batch, length, device=device), tgt[:, :-1], tgt[:, 1:], Positions.arange(batch, length, device=device)
+    return (
+        src,
+        Positions.arange(batch, length, device=device),
+        tgt[:, :-1],
+        tgt[:, 1:],
+        Positions.arange(batch, length, device=device),
+    )
 
 def _sync(device):
     if device.type == 'cuda': torch.cuda.synchronize(device)
@@ -54,7 +62,8 @@ def _train_step(model, opt, b): _train_steps(model, opt, b, 1)
 @torch.no_grad()
 def _greedy_fixed(model, src, sp, steps):
     "Greedy incremental decoding for exactly `steps` tokens (no EOS stop)."
-    mem = model.encode(src, sp); cache = model.new_cache()
+    mem = model.encode(src, sp)
+    cache = model.new_cache()
     tok = torch.ones(src.shape[0], 1, dtype=torch.long, device=src.device)
     for t in range(steps):
         logits = model.decode(tok, Positions.arange(src.shape[0], 1, offset=t, device=src.device), mem, sp, cache=cache)
@@ -64,27 +73,35 @@ def _greedy_fixed(model, src, sp, steps):
 # %% ../nbs/24_speed.ipynb #5c814f95
 def measure_once(enc: str, batch: int = 16, length: int = 64, dec_steps: int = 32, d_model: int = 256, n_heads: int = 4,
                  n_layers: int = 3, d_ff: int = 1024, vocab: int = 1000, train_steps: int = 2, device='cpu') -> dict:
-    "One repetition for one encoding: tokens/s of training updates, of encoder forwards and of greedy decoding (+ CUDA peak memory)."
+    """One repetition for one encoding: tokens/s of training updates, of encoder forwards and of greedy decoding (+ CUDA
+    peak memory)."""
     device = torch.device(device)
     model = _model(enc, vocab, d_model, n_heads, n_layers, d_ff, max(1024, length + dec_steps + 1)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     b = _batch(batch, length, vocab, device)
-    model.train(); _train_step(model, opt, b); _sync(device)       # warm-up: allocates gradients and optimizer state
+    model.train()
+    _train_step(model, opt, b)
+    _sync(device)       # warm-up: allocates gradients and optimizer state
     out = {}
     if device.type == 'cuda':
-        base = torch.cuda.memory_allocated(device); torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
     t0 = time.perf_counter()
     _train_steps(model, opt, b, train_steps)
-    _sync(device); out['train_tok_s'] = train_steps * 2 * batch * length / (time.perf_counter() - t0)
+    _sync(device)
+    out['train_tok_s'] = train_steps * 2 * batch * length / (time.perf_counter() - t0)
     if device.type == 'cuda': out['peak_mem_mb'] = (torch.cuda.max_memory_allocated(device) - base) / 2 ** 20
     model.eval()
     with torch.no_grad():
-        model.encode(b[0], b[1]); _sync(device)
+        model.encode(b[0], b[1])
+        _sync(device)
         t0 = time.perf_counter()
         for _ in range(train_steps): model.encode(b[0], b[1])
-        _sync(device); out['encode_tok_s'] = train_steps * batch * length / (time.perf_counter() - t0)
+        _sync(device)
+        out['encode_tok_s'] = train_steps * batch * length / (time.perf_counter() - t0)
     t0 = time.perf_counter()
-    _greedy_fixed(model, b[0], b[1], dec_steps); _sync(device)
+    _greedy_fixed(model, b[0], b[1], dec_steps)
+    _sync(device)
     out['decode_tok_s'] = batch * dec_steps / (time.perf_counter() - t0)
     return out
 
@@ -107,22 +124,30 @@ s0 = status(); _train_step(m, opt, b); s1 = status()
 print(json.dumps({'rss_kb': s0['VmRSS'], 'hwm_kb': s1['VmHWM']}))
 """
 
-def cpu_peak_mem_mb(enc: str, batch: int = 16, length: int = 64, d_model: int = 256, n_heads: int = 4, n_layers: int = 3,
+def cpu_peak_mem_mb(enc: str, batch: int = 16, length: int = 64, d_model: int = 256, n_heads: int = 4,
+                    n_layers: int = 3,
                     d_ff: int = 1024, vocab: int = 1000) -> dict:
-    "In a fresh subprocess (Linux): the rise of resident memory (MiB) above its level before one training update, at the update's peak."
-    if not Path('/proc/self/clear_refs').exists(): raise RuntimeError("the CPU memory probe needs Linux /proc/self/clear_refs; run with memory=False")
-    args = dict(enc=enc, batch=batch, length=length, d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff, vocab=vocab)
+    """In a fresh subprocess (Linux): the rise of resident memory (MiB) above its level before one training update, at
+    the update's peak."""
+    if not Path('/proc/self/clear_refs').exists():
+        raise RuntimeError("the CPU memory probe needs Linux /proc/self/clear_refs; run with memory=False")
+    args = dict(enc=enc, batch=batch, length=length, d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff,
+                vocab=vocab)
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MALLOC_MMAP_THRESHOLD_': '65536', 'MALLOC_TRIM_THRESHOLD_': '0'}
     r = subprocess.run([sys.executable, '-c', _MEM_PROBE, json.dumps(args)], capture_output=True, text=True, env=env)
-    if r.returncode: raise RuntimeError(f"memory probe for {enc!r} failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+    if r.returncode:
+        raise RuntimeError(f"memory probe for {enc!r} failed: "
+                           f"{r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
     d = json.loads(r.stdout.strip().splitlines()[-1])
     return {'peak_mem_mb': (d['hwm_kb'] - d['rss_kb']) / 1024, 'rss_before_mb': d['rss_kb'] / 1024}
 
 # %% ../nbs/24_speed.ipynb #5c362ce9
 METRICS = ('train_tok_s', 'encode_tok_s', 'decode_tok_s', 'peak_mem_mb')
 
-def speed_table(encodings: Optional[Sequence[str]] = None, d_model: int = 256, n_heads: int = 4, n_layers: int = 3, d_ff: int = 1024,
-                batch: int = 16, length: int = 64, dec_steps: int = 32, vocab: int = 1000, reps: int = 3, train_steps: int = 2,
+def speed_table(encodings: Optional[Sequence[str]] = None, d_model: int = 256, n_heads: int = 4, n_layers: int = 3,
+                d_ff: int = 1024,
+                batch: int = 16, length: int = 64, dec_steps: int = 32, vocab: int = 1000, reps: int = 3,
+                train_steps: int = 2,
                 memory: bool = True, reference: str = 'sinusoidal', device='cpu', verbose: bool = False) -> dict:
     """Median tokens/s (train, encode, greedy decode) and training peak memory per encoding, with ratios to `reference`
     measured in the same run; repetitions interleave the encodings. Returns a JSON-ready dict with `rows`."""
@@ -133,13 +158,16 @@ def speed_table(encodings: Optional[Sequence[str]] = None, d_model: int = 256, n
     if reps < 1: raise ValueError(f"reps={reps} must be >= 1")
     device = torch.device(device)
     size = dict(d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff, vocab=vocab)
-    runs = {e: [] for e in encodings}; errors = {}
+    runs = {e: [] for e in encodings}
+    errors = {}
     t_start, load0 = time.time(), [round(v, 2) for v in os.getloadavg()]
     for r in range(reps):
         k = r % len(encodings)
         for e in encodings[k:] + encodings[:k]:
             if e in errors: continue
-            try: runs[e].append(measure_once(e, batch, length, dec_steps, train_steps=train_steps, device=device, **size))
+            try:
+                runs[e].append(measure_once(e, batch, length, dec_steps, train_steps=train_steps, device=device,
+                                            **size))
             except Exception as ex: errors[e] = f"{type(ex).__name__}: {ex}"
             if verbose: print(r, e, runs[e][-1] if runs[e] else errors[e], flush=True)
     mem = {}
@@ -162,7 +190,8 @@ def speed_table(encodings: Optional[Sequence[str]] = None, d_model: int = 256, n
         for m in METRICS:
             if m in row and m in ref: row[m + '_ratio'] = row[m] / ref[m] if ref[m] else math.nan
     return {'reference': reference, 'rows': rows, 'errors': errors, 'device': str(device),
-            'config': dict(size, batch=batch, length=length, dec_steps=dec_steps, reps=reps, train_steps=train_steps, memory=memory,
+            'config': dict(size, batch=batch, length=length, dec_steps=dec_steps, reps=reps, train_steps=train_steps,
+                           memory=memory,
                            threads=torch.get_num_threads()),
             'measure_s': round(time.time() - t_start, 1), 'loadavg_at_start': load0}
 
@@ -172,7 +201,8 @@ def format_table(res: dict) -> str:
     cols = [m for m in METRICS if any(m + '_ratio' in r for r in res['rows'])]
     lines = ['| encoding | ' + ' | '.join(cols) + ' |', '|---|' + '---:|' * len(cols)]
     for r in res['rows']:
-        lines.append(f"| {r['encoding']} | " + ' | '.join(f"{r[m + '_ratio']:.2f}" if m + '_ratio' in r else '' for m in cols) + ' |')
+        lines.append(f"| {r['encoding']} | " + ' | '.join(f"{r[m + '_ratio']:.2f}" if m + '_ratio' in r else ''
+                                                          for m in cols) + ' |')
     return '\n'.join(lines)
 
 # %% ../nbs/24_speed.ipynb #8e4a39c6
@@ -180,13 +210,17 @@ def speed_run_table(encodings: str = None, # comma-separated encodings (default:
                     device: str = None, # torch device (default: cuda when available, else cpu)
                     out: str = None, # also write the result, with its provenance record, to this JSON file
                     command: str = None, # the command line to record in the provenance
-                    **kw, # further `speed_table` settings: d_model, n_heads, n_layers, d_ff, batch, length, dec_steps, reps, train_steps, memory
+                    # further `speed_table` settings: d_model, n_heads, n_layers, d_ff, batch, length, dec_steps, reps,
+                    # train_steps, memory
+                    **kw,
                    ) -> dict:
-    "The `speed_table` of `encodings` with its provenance (taken at the start): printed as Markdown, written to `out`, and returned."
+    """The `speed_table` of `encodings` with its provenance (taken at the start): printed as Markdown, written to `out`,
+    and returned."""
     device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
     rec = provenance(None, device=device, command=command)
     res = speed_table(encodings.split(',') if encodings else None, device=device, verbose=True, **kw)
-    res.update(rec); print(format_table(res))
+    res.update(rec)
+    print(format_table(res))
     if out: write_result(res, out)
     return res
 
@@ -211,15 +245,18 @@ def speed_run(*, encodings: str = None, # comma-separated encodings (default: al
     Examples:
       python -m posenc_nb.speed --out results/speed/cpu.json
       python -m posenc_nb.speed --encodings sinusoidal,rope --length 512 --reps 5"""
-    use_threads(threads); check_device(device)
-    speed_run_table(encodings, device, out, command_line(), d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff, batch=batch,
+    use_threads(threads)
+    check_device(device)
+    speed_run_table(encodings, device, out, command_line(), d_model=d_model, n_heads=n_heads, n_layers=n_layers,
+                    d_ff=d_ff, batch=batch,
                     length=length, dec_steps=dec_steps, reps=reps, train_steps=train_steps, memory=not no_memory)
     return 0
 
 # %% ../nbs/24_speed.ipynb #9cebd4e8
 def main(argv=None, # the arguments (default: `sys.argv[1:]`)
         ) -> int:
-    "`python -m posenc_nb.speed`: the `speed_run` command line (`posenc_nb.cli.main`: one-line errors, status 2 on bad input)."
+    """`python -m posenc_nb.speed`: the `speed_run` command line (`posenc_nb.cli.main`: one-line errors, status 2 on bad
+    input)."""
     return cli_main(argv, speed_run, 'python -m posenc_nb.speed')
 
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())

@@ -32,7 +32,8 @@ SYNTH_CONJ = 'sosite'
 
 # %% ../nbs/07_synthetic.ipynb #e4b8331b
 def _src_stem(rng, n_syl):
-    return ''.join(rng.choice(_SRC_ONSETS) + rng.choice(_SRC_VOWELS) + (rng.choice(_SRC_CODAS) if k == n_syl - 1 or rng.random() < .3 else '')
+    return ''.join(rng.choice(_SRC_ONSETS) + rng.choice(_SRC_VOWELS) + (rng.choice(_SRC_CODAS) if k == n_syl - 1
+                                                                        or rng.random() < .3 else '')
                    for k in range(n_syl))
 
 # %% ../nbs/07_synthetic.ipynb #94cccacc
@@ -48,7 +49,9 @@ def _fresh(make, used: set) -> str:
     "Call `make()` until it gives a word not in `used`; reserve and return it."
     while True:
         w = make()
-        if w not in used: used.add(w); return w
+        if w not in used:
+            used.add(w)
+            return w
 
 def _src_word(rng, suffix: str) -> str:
     "A source stem of one or two syllables with its category's ending (verbs: third person -s/-es)."
@@ -65,7 +68,8 @@ _TGT_SHAPES = {   # category -> target word maker: syllable count and ending
 
 # %% ../nbs/07_synthetic.ipynb #f28e72cd
 def _make_lexicon(seed=20261202, n_noun=160, n_adj=60, n_vt=60, n_vi=40):
-    "Invented words per category: source stems (English-like, verbs end in -s), target CV-syllable words (verbs end in -u)."
+    """Invented words per category: source stems (English-like, verbs end in -s), target CV-syllable words (verbs end in
+    -u)."""
     rng = random.Random(seed)
     used_src = set(SYNTH_ARTICLES) | set(SYNTH_DETS) | set(SYNTH_PREPS) | {SYNTH_THAT, SYNTH_AND}
     used_tgt = set(SYNTH_PARTICLES.values()) | {SYNTH_CONJ}
@@ -75,12 +79,15 @@ def _make_lexicon(seed=20261202, n_noun=160, n_adj=60, n_vt=60, n_vi=40):
     lex = {w: _fresh(lambda: _TGT_SHAPES[c](rng), used_tgt) for c, ws in src.items() for w in ws}
     lex[SYNTH_AND] = SYNTH_CONJ
     cats = {w: c for c, ws in src.items() for w in ws}
-    cats.update({a: 'ART' for a in SYNTH_ARTICLES}); cats[SYNTH_THAT] = 'THAT'; cats[SYNTH_AND] = 'AND'
+    cats.update({a: 'ART' for a in SYNTH_ARTICLES})
+    cats[SYNTH_THAT] = 'THAT'
+    cats[SYNTH_AND] = 'AND'
     src['ART'], src['THAT'], src['AND'] = list(SYNTH_ARTICLES), [SYNTH_THAT], [SYNTH_AND]
     return src, lex, cats
 
 # %% ../nbs/07_synthetic.ipynb #f1987be1
-SYNTH_WORDS, SYNTH_LEX, SYNTH_CATS = _make_lexicon()   # category -> source words, source -> target word, source word -> category
+# category -> source words, source -> target word, source word -> category
+SYNTH_WORDS, SYNTH_LEX, SYNTH_CATS = _make_lexicon()
 
 # %% ../nbs/07_synthetic.ipynb #c85e7dc2
 def _synth_rules(depth: int, pand=.15, pvi=.35, prc=.3, ppp=(.6, .3, .1), padj=.3, pdeta=.25):
@@ -91,7 +98,8 @@ def _synth_rules(depth: int, pand=.15, pvi=.35, prc=.3, ppp=(.6, .3, .1), padj=.
     R = {'S': [(('C',), 1 - pand, False, None), (('C', 'CONJ'), pand, False, None)],
          'CONJ': [(('AND', 'S'), 1., False, None)],
          'C': [((f'SUBJ{D}', 'VP'), 1., False, None)],
-         'VP': [(('VC',), ppp[0], False, None), (('VC', 'PP'), ppp[1], True, None), (('VC', 'PP2'), ppp[2], True, None)],
+         'VP': [(('VC',), ppp[0], False, None), (('VC', 'PP'), ppp[1], True, None), (('VC', 'PP2'), ppp[2], True,
+                                                                                     None)],
          'PP2': [(('PP', 'PP'), 1., True, None)],
          'PP': [(('P', f'NP{D}'), 1., True, None)],
          'VC': [(('VI',), pvi, False, None), (('VT', f'OBJ{D}'), 1 - pvi, True, None)],
@@ -143,7 +151,9 @@ class _SynthGrammar:
                     if w > 0: opts.append((r, k, w))
         self._opts[key] = opts
         cum, t = [], 0.
-        for o in opts: t += o[2]; cum.append(t)
+        for o in opts:
+            t += o[2]
+            cum.append(t)
         self._opts[key, 'cum'] = cum
         return opts
 
@@ -151,12 +161,15 @@ class _SynthGrammar:
         "A derivation of `sym` with exactly n words: nested ('r', rule, children) / ('w', cat, word) tuples."
         if sym not in self.rules:
             return ('w', sym, rng.choice(SYNTH_WORDS[sym]))
-        opts = self._options(sym, n); cum = self._opts[(sym, n), 'cum']
+        opts = self._options(sym, n)
+        cum = self._opts[(sym, n), 'cum']
         if not opts: raise ValueError(f"the grammar cannot derive {sym} with {n} words")
-        i = bisect.bisect_right(cum, rng.random() * cum[-1]); i = min(i, len(opts) - 1)
+        i = bisect.bisect_right(cum, rng.random() * cum[-1])
+        i = min(i, len(opts) - 1)
         r, k, _ = opts[i]
         rhs = self.rules[sym][r][0]
-        kids = [self.sample(rhs[0], k, rng)] if len(rhs) == 1 else [self.sample(rhs[0], k, rng), self.sample(rhs[1], n - k, rng)]
+        kids = [self.sample(rhs[0], k, rng)] if len(rhs) == 1 else [self.sample(rhs[0], k, rng),
+                                                                    self.sample(rhs[1], n - k, rng)]
         return ('r', (sym, r), kids)
 
 # %% ../nbs/07_synthetic.ipynb #3b412660
@@ -187,7 +200,8 @@ def _linearize(tree, rules):
     src, tgt, align, perm = [], [], [], []
     def walk_src(node):                        # assign source indices in reading order
         if node[0] == 'w':
-            src.append(node[2]); return ('w', node[1], node[2], len(src) - 1)
+            src.append(node[2])
+            return ('w', node[1], node[2], len(src) - 1)
         return ('r', node[1], [walk_src(c) for c in node[2]])
     t = walk_src(tree)
     def walk_tgt(node):
@@ -195,9 +209,11 @@ def _linearize(tree, rules):
             _, cat, word, i = node
             perm.append(i)
             if cat not in ('ART', 'THAT'):
-                align.append((i, len(tgt))); tgt.append(SYNTH_LEX[word])
+                align.append((i, len(tgt)))
+                tgt.append(SYNTH_LEX[word])
             return
-        sym, r = node[1]; _, _, inv, parts = rules[sym][r]
+        sym, r = node[1]
+        _, _, inv, parts = rules[sym][r]
         order = range(len(node[2]) - 1, -1, -1) if inv else range(len(node[2]))
         for c in order:
             walk_tgt(node[2][c])
@@ -220,7 +236,8 @@ _GRAMMARS = {}
 # %% ../nbs/07_synthetic.ipynb #cfb36e45
 def synthetic_corpus(n: int, min_len: int = 3, max_len: int = 12, seed: int = 0, depth: int = 2) -> list:
     "`n` SynthPairs with source lengths uniform on [min_len, max_len] and relative clauses nested at most `depth` deep."
-    if min_len < 3: raise ValueError(f"min_len={min_len}: the shortest sentence of the grammar has 3 words; use min_len >= 3")
+    if min_len < 3:
+        raise ValueError(f"min_len={min_len}: the shortest sentence of the grammar has 3 words; use min_len >= 3")
     if max_len < min_len: raise ValueError(f"max_len={max_len} < min_len={min_len}; pass min_len <= max_len")
     if depth not in _GRAMMARS: _GRAMMARS[depth] = _SynthGrammar(depth)
     g = _GRAMMARS[depth]
@@ -235,19 +252,27 @@ def synthetic_corpus(n: int, min_len: int = 3, max_len: int = 12, seed: int = 0,
 
 # %% ../nbs/07_synthetic.ipynb #416263bd
 def synth_translate(words) -> list:
-    "Reference translator: parse a source sentence of the synthetic grammar (LL(1), no lookahead beyond one word) and return its target words."
+    """Reference translator: parse a source sentence of the synthetic grammar (LL(1), no lookahead beyond one word) and
+    return its target words."""
     words = words.split() if isinstance(words, str) else list(words)
     n, lex, ga, wo = len(words), SYNTH_LEX, SYNTH_PARTICLES['subj'], SYNTH_PARTICLES['obj']
     def cat(i): return SYNTH_CATS.get(words[i]) if i < n else None
     def expect(i, *cats):
         if cat(i) not in cats:
             got = repr(words[i]) if i < n else 'end of sentence'
-            raise ValueError(f"not a sentence of the synthetic grammar: expected {'/'.join(cats)} at word {i}, got {got}")
+            raise ValueError(f"not a sentence of the synthetic grammar: expected {'/'.join(cats)} at word {i}, got "
+                             f"{got}")
     def np_(i):
-        expect(i, 'ART', 'DETA'); det = [] if cat(i) == 'ART' else [lex[words[i]]]; i += 1
+        expect(i, 'ART', 'DETA')
+        det = [] if cat(i) == 'ART' else [lex[words[i]]]
+        i += 1
         an = []
-        while cat(i) == 'ADJ': an.append(lex[words[i]]); i += 1
-        expect(i, 'N'); an.append(lex[words[i]]); i += 1
+        while cat(i) == 'ADJ':
+            an.append(lex[words[i]])
+            i += 1
+        expect(i, 'N')
+        an.append(lex[words[i]])
+        i += 1
         rc = []
         if cat(i) == 'THAT': rc, i = vc(i + 1)
         return det + rc + an, i
@@ -257,13 +282,18 @@ def synth_translate(words) -> list:
         obj, j = np_(i + 1)
         return obj + [wo, lex[words[i]]], j
     def clause(i):
-        subj, i = np_(i); v, i = vc(i); pps = []
+        subj, i = np_(i)
+        v, i = vc(i)
+        pps = []
         while cat(i) == 'P':
-            obj, j = np_(i + 1); pps.append(obj + [lex[words[i]]]); i = j
+            obj, j = np_(i + 1)
+            pps.append(obj + [lex[words[i]]])
+            i = j
         return subj + [ga] + [w for pp in reversed(pps) for w in pp] + v, i
     out, i = clause(0)
     while cat(i) == 'AND':
-        c, i = clause(i + 1); out += [lex[SYNTH_AND]] + c
+        c, i = clause(i + 1)
+        out += [lex[SYNTH_AND]] + c
     if i != n: raise ValueError(f"not a sentence of the synthetic grammar: unexpected {words[i]!r} at word {i}")
     return out
 
@@ -282,7 +312,8 @@ def max_jump(perm) -> int:
 
 # %% ../nbs/07_synthetic.ipynb #a5e13a4a
 def synth_tokenizer() -> Tokenizer:
-    "The word-level tokenizer of the synthetic corpus: every source and target word of the lexicon (a shared vocabulary)."
+    """The word-level tokenizer of the synthetic corpus: every source and target word of the lexicon (a shared
+    vocabulary)."""
     src = [w for c in ('ART', 'DETA', 'ADJ', 'N', 'VT', 'VI', 'P', 'THAT', 'AND') for w in SYNTH_WORDS[c]]
     tgt = [SYNTH_LEX[w] for w in src if w in SYNTH_LEX] + list(SYNTH_PARTICLES.values())
     return word_tokenizer(src + tgt)
@@ -296,8 +327,10 @@ def synth_split(split: str, # a key of SYNTH_SPLITS
                ) -> list:
     "(source text, target text) pairs of a split of the synthetic corpus."
     n, lo, hi, seed = SYNTH_SPLITS[split]
-    kw = dict(n=n, min_len=lo, max_len=hi, seed=seed); kw.update(options)
+    kw = dict(n=n, min_len=lo, max_len=hi, seed=seed)
+    kw.update(options)
     return [(p.src_text, p.tgt_text) for p in synthetic_corpus(**kw)]
 
 # %% ../nbs/07_synthetic.ipynb #de7e071f
-register_dataset(ParallelSpec('synthetic', langs=('src', 'tgt'), splits=tuple(SYNTH_SPLITS), generate=synth_split, tokenizer=synth_tokenizer))
+register_dataset(ParallelSpec('synthetic', langs=('src', 'tgt'), splits=tuple(SYNTH_SPLITS), generate=synth_split,
+                              tokenizer=synth_tokenizer))

@@ -14,7 +14,8 @@ import torch.distributed as dist
 from .config import TrainConfig, CONFIGS, config_from_name, _RESUMABLE_FIELDS
 from .config import config_fields, upgrade_config_dict   # read from here by the CLI and the tests
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll, warm_start_weights
-from .data import load_parallel, get_dataset, get_tokenizer, bpe_tokenizer, collate, TokenBatchSampler
+from .data import load_parallel, get_dataset, get_tokenizer, bpe_tokenizer
+from .batches import collate, TokenBatchSampler
 from .data import Tokenizer
 from .data import cache_dir
 from .streams import StreamProvider, make_stream_provider, stream_provider_state, stream_provider_from_state

@@ -4,7 +4,8 @@
 
 # %% ../nbs/00_utils.ipynb #19ebd73f
 from __future__ import annotations
-import contextlib, errno, json, math, os, platform, shlex, shutil, signal, threading, statistics, subprocess, sys, tempfile, time
+import contextlib, errno, json, math, os, platform, shlex, shutil, signal, threading, statistics, subprocess, sys
+import tempfile, time
 import importlib, importlib.util
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
@@ -17,7 +18,8 @@ __all__ = ['EXTRAS', 'WriteFailed', 'atomic_write', 'atomic_save', 'git', 'hardw
 
 # %% ../nbs/00_utils.ipynb #930c3c5d
 def _fsync_dir(folder: Path):
-    "Make a rename in `folder` durable (a crash right after it keeps the new name); a no-op where folders cannot be synced."
+    """Make a rename in `folder` durable (a crash right after it keeps the new name); a no-op where folders cannot be
+    synced."""
     with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
         try: os.fsync(fd)
@@ -25,26 +27,36 @@ def _fsync_dir(folder: Path):
 
 # %% ../nbs/00_utils.ipynb #e99e79b8
 class WriteFailed(OSError, ValueError):
-    "A file could not be written (disk full, quota, unwritable folder); the message names the file. Nothing half-written is left."
+    """A file could not be written (disk full, quota, unwritable folder); the message names the file. Nothing
+    half-written is left."""
     def __str__(self): return self.strerror
 
 def _write_failed(path, e: BaseException) -> WriteFailed:
-    "The `WriteFailed` for `e`, raised while writing `path` (an OSError, or torch's RuntimeError from a failed stream write)."
+    """The `WriteFailed` for `e`, raised while writing `path` (an OSError, or torch's RuntimeError from a failed stream
+    write)."""
     code = getattr(e, 'errno', None) or errno.EIO
-    full = code in (errno.ENOSPC, errno.EDQUOT) or (isinstance(e, RuntimeError) and shutil.disk_usage(Path(path).parent).free < 2 ** 20)
-    why = 'no space left on device' if full else (os.strerror(code) if isinstance(e, OSError) else str(e).strip().splitlines()[-1])
-    return WriteFailed(errno.ENOSPC if full else code, f"could not write {path}: {why}; free some space or write elsewhere (no partial file was left)")
+    full = code in (errno.ENOSPC, errno.EDQUOT) or (isinstance(e, RuntimeError)
+                                                    and shutil.disk_usage(Path(path).parent).free < 2 ** 20)
+    why = 'no space left on device' if full else (os.strerror(code) if isinstance(e, OSError)
+                                                  else str(e).strip().splitlines()[-1])
+    return WriteFailed(errno.ENOSPC if full else code, f"could not write {path}: {why}; free some space or write "
+                       "elsewhere (no partial file was left)")
 
 # %% ../nbs/00_utils.ipynb #66ced622
 def _is_write_error(e: BaseException) -> bool:
     "An error of the writing itself: an OSError, or torch's zip writer failing (how it reports a full disk)."
-    return isinstance(e, OSError) or (isinstance(e, RuntimeError) and any(k in str(e) for k in ('PytorchStreamWriter', 'inline_container')))
+    return isinstance(e, OSError) or (isinstance(e, RuntimeError) and any(k in str(e)
+                                                                          for k in ('PytorchStreamWriter',
+                                                                                    'inline_container')))
 
 # %% ../nbs/00_utils.ipynb #0a8e1b10
 @contextlib.contextmanager
 def _signals_deferred():
-    "Within: SIGINT and SIGTERM are held and delivered to their handlers on exit, so a write is never cut in two by them."
-    if threading.current_thread() is not threading.main_thread(): yield; return   # signals only reach the main thread
+    """Within: SIGINT and SIGTERM are held and delivered to their handlers on exit, so a write is never cut in two by
+    them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return   # signals only reach the main thread
     got, sigs = [], (signal.SIGINT, signal.SIGTERM)
     old = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in sigs}
     try: yield
@@ -58,12 +70,19 @@ def _signals_deferred():
 # %% ../nbs/00_utils.ipynb #54d53366
 def _atomic(path, write: Callable, # called with the open binary temp file; writes the content
             ) -> Path:
-    "Run `write(f)` on a temp file next to `path`, fsync it, give it the usual permissions, rename it onto `path`, fsync the folder."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    """Run `write(f)` on a temp file next to `path`, fsync it, give it the usual permissions, rename it onto `path`,
+    fsync the folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + '.', suffix='.tmp')
     try:
-        with _signals_deferred(), os.fdopen(fd, 'wb') as f: write(f); f.flush(); os.fsync(f.fileno())
-        umask = os.umask(0); os.umask(umask); os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600
+        with _signals_deferred(), os.fdopen(fd, 'wb') as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError): os.unlink(tmp)
@@ -90,7 +109,8 @@ def atomic_save(obj, # anything `torch.save` accepts
 def git(*args, cwd=None) -> Optional[str]:
     "Output of `git args` in `cwd` (default: this package's folder), or None when git or the repository is missing."
     try:
-        r = subprocess.run(['git', *args], cwd=cwd or Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10)
+        r = subprocess.run(['git', *args], cwd=cwd or Path(__file__).resolve().parent, capture_output=True, text=True,
+                           timeout=10)
         return r.stdout.strip() if r.returncode == 0 else None
     except Exception: return None
 
@@ -103,7 +123,8 @@ def hardware(device=None, # torch device (default: CUDA when available)
     if dev.type == 'cuda': return f"{torch.cuda.get_device_name(dev)} x{world_size}"
     model = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
-        model = next((l.split(':', 1)[1].strip() for l in Path('/proc/cpuinfo').read_text().splitlines() if l.startswith('model name')), model)
+        model = next((l.split(':', 1)[1].strip() for l in Path('/proc/cpuinfo').read_text().splitlines()
+                      if l.startswith('model name')), model)
     return f"CPU {model} ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
 
 # %% ../nbs/00_utils.ipynb #c24dc736
@@ -121,14 +142,17 @@ def provenance(seed=None, # the run's seed
     "What is needed to rerun or explain a result: code version, hardware, versions, precision, seed, command, UTC time."
     status = git('status', '--porcelain', '--untracked-files=no')
     return dict(git_commit=git('rev-parse', 'HEAD'), git_dirty=None if status is None else bool(status),
-                hardware=hardware(device, world_size), torch_version=torch.__version__, python_version=platform.python_version(),
+                hardware=hardware(device, world_size), torch_version=torch.__version__,
+                python_version=platform.python_version(),
                 precision=precision, seed=seed, command=command if command is not None else shlex.join(sys.argv),
-                platform=platform.platform(), loadavg_1_5_15=_loadavg(), started_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()))
+                platform=platform.platform(), loadavg_1_5_15=_loadavg(),
+                started_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()))
 
 # %% ../nbs/00_utils.ipynb #10b841cf
 def slow_cells_enabled(what: str, # what the cell does, for the note shown when it is skipped
                       ) -> bool:
-    "Whether a notebook's long-running cell should run: only with `POSENC_SLOW=1` (`make test-slow`); otherwise print why not."
+    """Whether a notebook's long-running cell should run: only with `POSENC_SLOW=1` (`make test-slow`); otherwise print
+    why not."""
     if os.environ.get('POSENC_SLOW') == '1': return True
     print(f"Skipped: this cell {what}. Run it with POSENC_SLOW=1 (make test-slow runs every slow cell).")
     return False
@@ -139,7 +163,8 @@ def read_records(folder, # a folder of JSON result records
                  experiment: Optional[str] = None, # keep only records whose 'experiment' field is this
                  key: Optional[Callable] = None, # sort by this (default: file order)
                 ) -> list:
-    "The JSON records in `folder` matching `pattern`, optionally of one experiment and sorted: how experiment notebooks load their results."
+    """The JSON records in `folder` matching `pattern`, optionally of one experiment and sorted: how experiment
+    notebooks load their results."""
     recs = [json.loads(f.read_text()) for f in sorted(Path(folder).glob(pattern))]
     if experiment is not None: recs = [r for r in recs if r.get('experiment') == experiment]
     return sorted(recs, key=key) if key else recs
@@ -166,14 +191,17 @@ def format_table(header: Sequence, # column names
                  ) -> str:
     "Plain text (first column left-aligned, the others right-aligned, a dashed rule) or a markdown table."
     cells = [[str(v) for v in r] for r in [header, *rows]]
-    if markdown: return '\n'.join(['| ' + ' | '.join(cells[0]) + ' |', '|' + '---|' * len(header)] + ['| ' + ' | '.join(r) + ' |' for r in cells[1:]])
+    if markdown:
+        return '\n'.join(['| ' + ' | '.join(cells[0]) + ' |',
+                          '|' + '---|' * len(header)] + ['| ' + ' | '.join(r) + ' |' for r in cells[1:]])
     w = [max(len(r[i]) for r in cells) for i in range(len(header))]
     line = lambda r: '  '.join(v.ljust(w[i]) if i == 0 else v.rjust(w[i]) for i, v in enumerate(r)).rstrip()
     return '\n'.join([line(cells[0]), line(['-' * n for n in w])] + [line(r) for r in cells[1:]])
 
 # %% ../nbs/00_utils.ipynb #38e09ce5
 # extra -> the optional modules it installs: data, scoring, plots, statistics, classifiers; FLOATER's ODE solvers
-EXTRAS = {'experiments': ('datasets', 'sacrebleu', 'tokenizers', 'matplotlib', 'scipy', 'sklearn'), 'floater': ('torchdiffeq',)}
+EXTRAS = {'experiments': ('datasets', 'sacrebleu', 'tokenizers', 'matplotlib', 'scipy', 'sklearn'),
+          'floater': ('torchdiffeq',)}
 
 def extra_for(module: str # a module name, dotted or not
              ) -> Optional[str]: # the extra of this package that installs it, or None

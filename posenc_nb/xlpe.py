@@ -9,11 +9,14 @@ from typing import Optional, Sequence, Union
 import numpy as np
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
-from .core import Positions, Site, PosEnc, register_posenc, make_posenc, list_posencs, Attention
+from .core import Positions, Site, PosEnc, register_posenc, make_posenc, list_posencs
+from .attention import Attention
 from .baselines import sinusoidal_table, relative_offsets, SinusoidalPosEnc
-from .rope import RoPE, apply_rotary, RotaryCache
+from .rope import RoPE
+from .rotary import RotaryCache
+from .rotary_kernel import apply_rotary
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll
-from .data import collate
+from .batches import collate
 from .streams import StreamProvider, register_stream_provider
 from fastcore.basics import patch
 # posenc_nb.align/btg (scipy) and posenc_nb.decode (sacrebleu) are imported inside the functions that use them:
@@ -35,7 +38,8 @@ def _as_long(x, what: str) -> Tensor:
         return x.long()
     a = np.asarray(list(x) if not isinstance(x, np.ndarray) else x)
     if a.size == 0: a = a.astype(np.int64)
-    if a.dtype.kind not in 'iu': raise TypeError(f"{what} must hold integers, got {a.dtype}; pass a list of int indices")
+    if a.dtype.kind not in 'iu':
+        raise TypeError(f"{what} must hold integers, got {a.dtype}; pass a list of int indices")
     return torch.as_tensor(a.astype(np.int64))
 
 def is_permutation(x) -> bool:
@@ -48,28 +52,35 @@ def is_permutation(x) -> bool:
 def xl_positions(order) -> Union[list, Tensor]:
     "Cross-lingual positions from a reorderer's `order` (source indices in target-like order): the inverse permutation."
     t = _as_long(order, 'order')
-    if t.dim() not in (1, 2): raise ValueError(f"order must be 1-D (one sentence) or 2-D (batch, n), got shape {tuple(t.shape)}")
+    if t.dim() not in (1, 2):
+        raise ValueError(f"order must be 1-D (one sentence) or 2-D (batch, n), got shape {tuple(t.shape)}")
     if not is_permutation(t):
-        raise ValueError(f"order must be a permutation of 0..n-1 in every row, got {t.tolist()}; pass the reorderer's output order")
+        raise ValueError(f"order must be a permutation of 0..n-1 in every row, got {t.tolist()}; pass the reorderer's "
+                         "output order")
     inv = torch.empty_like(t)
     inv.scatter_(-1, t, torch.arange(t.shape[-1]).expand_as(t).contiguous())
     return inv if isinstance(order, Tensor) else inv.tolist()
 
 # %% ../nbs/14_xlpe.ipynb #1d4d5903
 def xl_for_subwords(word_xl: Sequence[int], word_ids: Sequence[Optional[int]]) -> list:
-    "XL index per token: pieces of each word move as one block to the word's XL slot; tokens with word id None keep their index."
+    """XL index per token: pieces of each word move as one block to the word's XL slot; tokens with word id None keep
+    their index."""
     word_xl = list(_as_long(word_xl, 'word_xl').tolist()) if len(word_xl) else []
     if not is_permutation(word_xl):
-        raise ValueError(f"word_xl must be a permutation of 0..{len(word_xl) - 1}, got {word_xl}; build it with xl_positions(order)")
+        raise ValueError(f"word_xl must be a permutation of 0..{len(word_xl) - 1}, got {word_xl}; build it with "
+                         "xl_positions(order)")
     blocks = [[] for _ in word_xl]
     last = None
     for t, w in enumerate(word_ids):
         if w is None: continue
         if not isinstance(w, (int, np.integer)) or not 0 <= w < len(word_xl):
-            raise ValueError(f"word id {w!r} at token {t} is not a word index in 0..{len(word_xl) - 1} (or None for a special token)")
+            raise ValueError(f"word id {w!r} at token {t} is not a word index in 0..{len(word_xl) - 1} (or None for a "
+                             "special token)")
         if blocks[w] and last != w:
-            raise ValueError(f"the pieces of word {w} are not contiguous (token {t}); word_ids must list each word's pieces together")
-        blocks[w].append(t); last = w
+            raise ValueError(f"the pieces of word {w} are not contiguous (token {t}); word_ids must list each word's "
+                             "pieces together")
+        blocks[w].append(t)
+        last = w
     slots = [t for t, w in enumerate(word_ids) if w is not None]     # token indices that word pieces may occupy
     out = list(range(len(word_ids)))                                 # special tokens keep their own index
     moved = [t for w in sorted(range(len(word_xl)), key=word_xl.__getitem__) for t in blocks[w]]
@@ -86,7 +97,8 @@ class _SinCodes(nn.Module):
     def forward(self, idx: Tensor) -> Tensor:
         hi = known_range(idx)[1]                 # read once per positions tensor
         if hi >= self.table.shape[0]:
-            self.table = sinusoidal_table(torch.arange(1 << hi.bit_length(), device=self.table.device), self.d_model, self.base)
+            self.table = sinusoidal_table(torch.arange(1 << hi.bit_length(), device=self.table.device), self.d_model,
+                                          self.base)
         return F.embedding(idx, self.table)
 
 XL = 'xl'   # the name of the cross-lingual stream in `Positions.streams`
@@ -121,26 +133,34 @@ def _n_xl_heads(n_heads: int, n_xl_heads: Optional[int]) -> int:
 def _layers(xl_layers, n_layers: int) -> tuple:
     ls = tuple(range(n_layers)) if xl_layers == 'all' else tuple(int(l) for l in xl_layers)
     if any(not 0 <= l < n_layers for l in ls):
-        raise ValueError(f"xl_layers={xl_layers} must hold layer indices in 0..{n_layers - 1} (or be 'all'); pass n_layers or fix xl_layers")
+        raise ValueError(f"xl_layers={xl_layers} must hold layer indices in 0..{n_layers - 1} (or be 'all'); pass "
+                         "n_layers or fix xl_layers")
     return ls
 
 def xl_head_positions(p: Positions, site: Site, n_xl_heads: int, xl_layers: tuple) -> Tensor:
-    "Per-head positions: (B,H,L) with XL indices in the first `n_xl_heads` heads at encoder layers `xl_layers`, else (B,1,L) absolute."
-    if XL not in p.streams or site.kind != 'enc' or site.layer not in xl_layers or n_xl_heads == 0: return p.pos[:, None]
+    """Per-head positions: (B,H,L) with XL indices in the first `n_xl_heads` heads at encoder layers `xl_layers`, else
+    (B,1,L) absolute."""
+    if XL not in p.streams or site.kind != 'enc' or site.layer not in xl_layers or n_xl_heads == 0:
+        return p.pos[:, None]
     hp = p.pos[:, None].repeat(1, site.n_heads, 1)
     hp[:, :n_xl_heads] = p.streams[XL][:, None]
     return hp
 
 @register_posenc('xl-head')
 class XLHeadPosEnc(PosEnc):
-    "Sinusoidal input + Shaw relative term in `xl_layers`, where the first `n_xl_heads` encoder heads measure offsets in XL order."
+    """Sinusoidal input + Shaw relative term in `xl_layers`, where the first `n_xl_heads` encoder heads measure offsets
+    in XL order."""
     reads_streams = (XL,)
+    bias_reads_query = True   # its Shaw term depends on the queries (`posenc_nb.interop.reads_query`)
     def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False, n_xl_heads: Optional[int] = None,
                  xl_layers=(0,), clip: int = 16, base: float = 10000.):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
-        if d_model % n_heads: raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pick n_heads that divides d_model")
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pick n_heads that divides "
+                             "d_model")
         if clip < 0: raise ValueError(f"clip must be >= 0, got {clip}")
-        self.n_xl_heads, self.xl_layers, self.clip = _n_xl_heads(n_heads, n_xl_heads), _layers(xl_layers, n_layers), clip
+        self.n_xl_heads, self.xl_layers, self.clip = _n_xl_heads(n_heads,
+                                                                 n_xl_heads), _layers(xl_layers, n_layers), clip
         self.codes, dh = _SinCodes(d_model, max_len, base), d_model // n_heads
         self.rel_k = nn.Parameter(torch.randn(len(self.xl_layers), 2 * clip + 1, dh) * dh ** -0.5)
 
@@ -158,7 +178,8 @@ class XLHeadPosEnc(PosEnc):
 # %% ../nbs/14_xlpe.ipynb #52893676
 @register_posenc('xl-headxl')
 class XLHeadXLPosEnc(SinusoidalPosEnc):
-    "HeadXL (Ding et al. 2020): sinusoidal input; the first `n_xl_heads` heads of encoder layers `xl_layers` read E + PE(xl) in place of E + PE(pos)."
+    """HeadXL (Ding et al. 2020): sinusoidal input; the first `n_xl_heads` heads of encoder layers `xl_layers` read E +
+    PE(xl) in place of E + PE(pos)."""
     reads_streams = (XL,)
     def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
                  n_xl_heads: Optional[int] = None, # r, the heads that read XL positions (None: half the heads)
@@ -168,8 +189,10 @@ class XLHeadXLPosEnc(SinusoidalPosEnc):
         self.n_xl_heads, self.xl_layers = _n_xl_heads(n_heads, n_xl_heads), _layers(xl_layers, n_layers)
 
     def qkv_bias(self, q_p: Positions, kv_p: Positions, site: Site):
-        "Per-head input (B,H,L,D): PE(xl) - PE(pos) for the first r heads of the XL layers, 0 for the others; None where nothing reads XL."
-        if XL not in q_p.streams or site.kind != 'enc' or site.layer not in self.xl_layers or self.n_xl_heads == 0: return None
+        """Per-head input (B,H,L,D): PE(xl) - PE(pos) for the first r heads of the XL layers, 0 for the others; None
+        where nothing reads XL."""
+        if XL not in q_p.streams or site.kind != 'enc' or site.layer not in self.xl_layers or self.n_xl_heads == 0:
+            return None
         delta = self.codes(q_p.streams[XL]) - self.codes(q_p.pos)                              # (B,L,D)
         b = delta.new_zeros(delta.shape[0], site.n_heads, *delta.shape[1:])
         b[:, :self.n_xl_heads] = delta[:, None]
@@ -191,8 +214,10 @@ class XLRopePosEnc(RoPE):
 
 # %% ../nbs/14_xlpe.ipynb #fac38ba2
 ORDER_MODES = ('oracle-gold', 'oracle-aligner', 'predicted', 'random', 'monotone')
-_MODE_ALIASES = {'oracle': 'oracle-aligner'}   # the name of the aligner oracle before the gold oracle existed (committed records)
-ALIGN_OPTIONS = dict(method='intersection', p0=0.2)   # one aligner setting everywhere: p0 chosen on AER (notebook 12), intersection links
+# the name of the aligner oracle before the gold oracle existed (committed records)
+_MODE_ALIASES = {'oracle': 'oracle-aligner'}
+# one aligner setting everywhere: p0 chosen on AER (notebook 12), intersection links
+ALIGN_OPTIONS = dict(method='intersection', p0=0.2)
 
 def random_order(words: Sequence[str], seed: int = 0) -> list:
     "A random permutation of the words, the same every time for the same sentence and seed."
@@ -202,12 +227,14 @@ def random_order(words: Sequence[str], seed: int = 0) -> list:
     return order
 
 def aligned_orders(src: Sequence, tgt: Sequence, links: Optional[Sequence] = None, **align_options) -> list:
-    "Oracle orders of a parallel corpus: target-order permutations from `links`, or from fast_align with ALIGN_OPTIONS (overridable) when None."
+    """Oracle orders of a parallel corpus: target-order permutations from `links`, or from fast_align with ALIGN_OPTIONS
+    (overridable) when None."""
     from posenc_nb.align import align, as_corpus
     from posenc_nb.btg import alignment_to_permutation
     src, tgt = as_corpus(src, tgt)
     if links is None: links = align(src, tgt, **{**ALIGN_OPTIONS, **align_options})
-    if len(links) != len(src): raise ValueError(f"links has {len(links)} sentences for {len(src)} sentence pairs; align the same corpus")
+    if len(links) != len(src):
+        raise ValueError(f"links has {len(links)} sentences for {len(src)} sentence pairs; align the same corpus")
     return [alignment_to_permutation(len(s), l, len(t)) for s, t, l in zip(src, tgt, links)]
 
 def _words(s) -> list:
@@ -217,20 +244,30 @@ def _words(s) -> list:
 
 # %% ../nbs/14_xlpe.ipynb #df4df9fc
 def synthetic_gold_order(words) -> list:
-    "The generator's target-order permutation of a source sentence of the synthetic grammar, read off its parse (no target needed)."
+    """The generator's target-order permutation of a source sentence of the synthetic grammar, read off its parse (no
+    target needed)."""
     from posenc_nb.synthetic import SYNTH_CATS
     words = words.split() if isinstance(words, str) else list(words)
     n = len(words)
     cat = lambda i: SYNTH_CATS.get(words[i]) if i < n else None
     def expect(i, *cats):
-        if cat(i) not in cats: raise ValueError(f"{' '.join(words)!r} is not a sentence of the synthetic grammar (word {i}); the gold order exists for data='synthetic' only")
+        if cat(i) not in cats:
+            raise ValueError(f"{' '.join(words)!r} is not a sentence of the synthetic grammar (word {i}); the gold "
+                             "order exists for data='synthetic' only")
     def np_(i):                                            # determiner, relative clause, adjectives and noun
-        expect(i, 'ART', 'DETA'); det, i, an = [i], i + 1, []
-        while cat(i) == 'ADJ': an.append(i); i += 1
-        expect(i, 'N'); an.append(i); i += 1
+        expect(i, 'ART', 'DETA')
+        det, i, an = [i], i + 1, []
+        while cat(i) == 'ADJ':
+            an.append(i)
+            i += 1
+        expect(i, 'N')
+        an.append(i)
+        i += 1
         rc = []
         if cat(i) == 'THAT':                               # 'that' opens its relative clause
-            t = i; rc, i = vc(i + 1); rc = [t] + rc
+            t = i
+            rc, i = vc(i + 1)
+            rc = [t] + rc
         return det + rc + an, i
     def vc(i):
         expect(i, 'VI', 'VT')
@@ -238,14 +275,22 @@ def synthetic_gold_order(words) -> list:
         obj, j = np_(i + 1)
         return obj + [i], j
     def clause(i):
-        subj, i = np_(i); v, i = vc(i); pps = []
+        subj, i = np_(i)
+        v, i = vc(i)
+        pps = []
         while cat(i) == 'P':
-            obj, j = np_(i + 1); pps.append(obj + [i]); i = j
+            obj, j = np_(i + 1)
+            pps.append(obj + [i])
+            i = j
         return subj + [k for pp in reversed(pps) for k in pp] + v, i
     out, i = clause(0)
     while cat(i) == 'AND':
-        c, j = clause(i + 1); out += [i] + c; i = j
-    if i != n: raise ValueError(f"{' '.join(words)!r} is not a sentence of the synthetic grammar (word {i}); the gold order exists for data='synthetic' only")
+        c, j = clause(i + 1)
+        out += [i] + c
+        i = j
+    if i != n:
+        raise ValueError(f"{' '.join(words)!r} is not a sentence of the synthetic grammar (word {i}); the gold order "
+                         "exists for data='synthetic' only")
     return out
 
 # %% ../nbs/14_xlpe.ipynb #28ddefce
@@ -261,21 +306,26 @@ class XLPositionProvider(StreamProvider):
         super().__init__(mode, seed)
         self.mode, self.reorderer, self.gold, self.cache = mode, reorderer, {}, {}
     @property
-    def fit_on_eval(self) -> bool: return self.mode == 'oracle-aligner'   # it aligns the test sentences with their references
+    def fit_on_eval(self) -> bool:
+        return self.mode == 'oracle-aligner'   # it aligns the test sentences with their references
 
 # %% ../nbs/14_xlpe.ipynb #e18aa5d3
 @patch
 def fit(self: XLPositionProvider, src: Sequence, tgt: Optional[Sequence] = None, orders: Optional[Sequence] = None,
         links: Optional[Sequence] = None, **reorderer_options) -> XLPositionProvider:
-    "Oracle orders of the corpus (given, or from links/alignment), the reorderer trained on them and its orders of `src` cached."
-    if self.mode in ('random', 'monotone', 'oracle-gold'): return self   # nothing to learn (the gold order comes from the parse)
+    """Oracle orders of the corpus (given, or from links/alignment), the reorderer trained on them and its orders of
+    `src` cached."""
+    # nothing to learn (the gold order comes from the parse)
+    if self.mode in ('random', 'monotone', 'oracle-gold'): return self
     if orders is None:
         if tgt is None: raise ValueError("fit needs target sentences (tgt=...) or the oracle orders (orders=...)")
         orders = aligned_orders(src, tgt, links)
     src = [_words(s) for s in src]
-    if len(orders) != len(src): raise ValueError(f"{len(orders)} orders for {len(src)} source sentences; give one per sentence")
+    if len(orders) != len(src):
+        raise ValueError(f"{len(orders)} orders for {len(src)} source sentences; give one per sentence")
     for s, o in zip(src, orders):
-        if len(o) != len(s): raise ValueError(f"order {list(o)} has {len(o)} entries for the {len(s)}-word sentence {' '.join(s)!r}")
+        if len(o) != len(s):
+            raise ValueError(f"order {list(o)} has {len(o)} entries for the {len(s)}-word sentence {' '.join(s)!r}")
         self.gold[tuple(s)] = list(o)
     if self.mode == 'predicted': self._fit_reorderer(src, orders, reorderer_options)
     return self
@@ -287,7 +337,8 @@ def _fit_reorderer(self: XLPositionProvider, src: list, orders: Sequence, option
     from posenc_nb.btg import BTGReorderer
     self.reorderer = self.reorderer or BTGReorderer(**options)
     self.reorderer.fit(src, [list(o) for o in orders])
-    self.cache.clear(); self.predict_all(src)
+    self.cache.clear()
+    self.predict_all(src)
 
 # %% ../nbs/14_xlpe.ipynb #324cc081
 @patch
@@ -299,9 +350,12 @@ def order(self: XLPositionProvider, words, gold: Optional[Sequence[int]] = None)
     if self.mode == 'oracle-gold': return synthetic_gold_order(words) if gold is None else list(gold)
     if self.mode == 'oracle-aligner':
         o = gold if gold is not None else self.gold.get(tuple(words))
-        if o is None: raise ValueError(f"oracle mode has no order for {' '.join(words)!r}; pass gold=... or fit on a corpus that contains it")
+        if o is None:
+            raise ValueError(f"oracle mode has no order for {' '.join(words)!r}; pass gold=... or fit on a corpus that "
+                             "contains it")
         return list(o)
-    if self.reorderer is None: raise ValueError("predicted mode needs a trained reorderer; call fit(src, tgt) first or pass reorderer=...")
+    if self.reorderer is None:
+        raise ValueError("predicted mode needs a trained reorderer; call fit(src, tgt) first or pass reorderer=...")
     key = tuple(words)
     if key not in self.cache: self.cache[key] = list(self.reorderer.predict(words))
     return self.cache[key]
@@ -322,16 +376,19 @@ def token_xl(self: XLPositionProvider, text: str, tokenizer, gold=None) -> list:
 def predict_all(self: XLPositionProvider, sents: Sequence) -> None:
     "Fill the cache for many sentences at once (the reorderer decodes same-length sentences together)."
     if self.mode != 'predicted': return
-    if self.reorderer is None: raise ValueError("predicted mode needs a trained reorderer; call fit(src, tgt) first or pass reorderer=...")
+    if self.reorderer is None:
+        raise ValueError("predicted mode needs a trained reorderer; call fit(src, tgt) first or pass reorderer=...")
     todo = list(dict.fromkeys(k for k in (tuple(_words(s)) for s in sents) if k not in self.cache))
-    for k, o in zip(todo, self.reorderer.predict_batch([list(k) for k in todo]) if todo else []): self.cache[k] = list(o)
+    for k, o in zip(todo, self.reorderer.predict_batch([list(k) for k in todo]) if todo else []):
+        self.cache[k] = list(o)
 
 # %% ../nbs/14_xlpe.ipynb #f9eba703
 @patch
 def xl_streams(self: XLPositionProvider, texts: Sequence[str], tokenizer, golds: Optional[Sequence] = None) -> list:
     "One XL stream per text (one index per token)."
     golds = [None] * len(texts) if golds is None else golds
-    if len(golds) != len(texts): raise ValueError(f"{len(golds)} gold orders for {len(texts)} texts; give one per text or none")
+    if len(golds) != len(texts):
+        raise ValueError(f"{len(golds)} gold orders for {len(texts)} texts; give one per text or none")
     self.predict_all(texts)
     return [self.token_xl(t, tokenizer, g) for t, g in zip(texts, golds)]
 
@@ -349,7 +406,8 @@ def _to_json(v):
 
 def _from_json(v):
     if not (isinstance(v, dict) and '__ndarray__' in v): return v
-    a = np.zeros(int(np.prod(v['__ndarray__'])), dtype=v['dtype']); a[v['idx']] = v['val']
+    a = np.zeros(int(np.prod(v['__ndarray__'])), dtype=v['dtype'])
+    a[v['idx']] = v['val']
     return a.reshape(v['__ndarray__'])
 
 # %% ../nbs/14_xlpe.ipynb #30bd61ae
@@ -357,7 +415,8 @@ def _from_json(v):
 def state_dict(self: XLPositionProvider) -> dict:
     "JSON-able fitted state: mode, oracle orders, cached predictions, reorderer fields (its arrays sparse)."
     r = None if self.reorderer is None else {k: _to_json(v) for k, v in vars(self.reorderer).items()}
-    return dict(mode=self.mode, gold=[[list(k), v] for k, v in self.gold.items()], cache=[[list(k), v] for k, v in self.cache.items()], reorderer=r)
+    return dict(mode=self.mode, gold=[[list(k), v] for k, v in self.gold.items()],
+                cache=[[list(k), v] for k, v in self.cache.items()], reorderer=r)
 
 @patch
 def load_state_dict(self: XLPositionProvider, state: dict) -> None:
@@ -367,7 +426,8 @@ def load_state_dict(self: XLPositionProvider, state: dict) -> None:
     self.gold, self.cache = {tuple(k): v for k, v in state['gold']}, {tuple(k): v for k, v in state['cache']}
     self.reorderer = None
     if state.get('reorderer') is not None:
-        self.reorderer = BTGReorderer.__new__(BTGReorderer); vars(self.reorderer).update({k: _from_json(v) for k, v in state['reorderer'].items()})
+        self.reorderer = BTGReorderer.__new__(BTGReorderer)
+        vars(self.reorderer).update({k: _from_json(v) for k, v in state['reorderer'].items()})
 
 # %% ../nbs/14_xlpe.ipynb #8d03f0c3
 def xl_streams_for(pairs, tok, provider: Optional[XLPositionProvider], golds=None) -> Optional[list]:
@@ -381,12 +441,15 @@ def _batches(ids, xls, bs):
 def eval_xl(model: Seq2Seq, ids, xls, tok=None, refs=None, batch_size: int = 100, max_len: int = 100) -> dict:
     "Validation NLL per target token (no smoothing); with `tok` and `refs` also greedy-decoding BLEU."
     from posenc_nb.decode import greedy_decode, bleu
-    model.eval(); dev = next(model.parameters()).device
-    tot = n_tok = 0; hyps = []
+    model.eval()
+    dev = next(model.parameters()).device
+    tot = n_tok = 0
+    hyps = []
     for b in _batches(ids, xls, batch_size):
         b = b.to(dev)
         _, nll, n = label_smoothed_nll(model(b.src, b.src_p, b.tgt_in, b.tgt_p), b.tgt_out, eps=0.)
-        tot += float(nll); n_tok += int(n)
+        tot += float(nll)
+        n_tok += int(n)
         if refs is not None: hyps += [tok.decode(h) for h in greedy_decode(model, b.src, b.src_p, max_len=max_len)]
     out = dict(nll=tot / n_tok)
     if refs is not None: out['bleu'] = bleu(hyps, refs)['score']
@@ -397,35 +460,45 @@ from .engine import Budget, Learner, Task, fit, fused_adam
 
 # %% ../nbs/14_xlpe.ipynb #2da8409c
 class XLPairs(Task):
-    "Batches of `batch_size` token-id pairs drawn at random (seeded), with their XL streams; label-smoothed loss per target token."
+    """Batches of `batch_size` token-id pairs drawn at random (seeded), with their XL streams; label-smoothed loss per
+    target token."""
     def __init__(self, ids, xls, batch_size: int = 32, seed: int = 0, device='cpu'):
         self.ids, self.xls, self.bs, self.device, self.rng = ids, xls, batch_size, device, random.Random(seed)
         self.batches = iter(self._draw, None)
     def _draw(self):
         idx = self.rng.sample(range(len(self.ids)), min(self.bs, len(self.ids)))
-        return collate([self.ids[i] for i in idx], streams=None if self.xls is None else {XL: [self.xls[i] for i in idx]}).to(self.device)
+        return collate([self.ids[i] for i in idx], streams=None if self.xls is None
+                       else {XL: [self.xls[i] for i in idx]}).to(self.device)
     def loss(self, model, b):
         loss, _, n = label_smoothed_nll(model(b.src, b.src_p, b.tgt_in, b.tgt_p), b.tgt_out)
         return loss / n
 
 # %% ../nbs/14_xlpe.ipynb #5ba1023a
-def train_xl(train_ids, train_xl, vocab_size: int, enc_pe: str = 'xl-input', dec_pe: str = 'sinusoidal', steps: int = 250,
-             batch_size: int = 32, lr: float = 3e-3, warmup: int = 50, seed: int = 0, d_model: int = 64, n_heads: int = 4,
-             n_layers: int = 2, d_ff: Optional[int] = None, dropout: float = 0.0, inverse_sqrt: bool = False, device='cpu',
+def train_xl(train_ids, train_xl, vocab_size: int, enc_pe: str = 'xl-input', dec_pe: str = 'sinusoidal',
+             steps: int = 250,
+             batch_size: int = 32, lr: float = 3e-3, warmup: int = 50, seed: int = 0, d_model: int = 64,
+             n_heads: int = 4,
+             n_layers: int = 2, d_ff: Optional[int] = None, dropout: float = 0.0, inverse_sqrt: bool = False,
+             device='cpu',
              **pe_options) -> Seq2Seq:
-    "Train a Seq2Seq on token-id pairs with per-sentence XL streams (None: no stream); `pe_options` go to the encoder's encoding only."
+    """Train a Seq2Seq on token-id pairs with per-sentence XL streams (None: no stream); `pe_options` go to the
+    encoder's encoding only."""
     if train_xl is not None and len(train_xl) != len(train_ids):
         raise ValueError(f"{len(train_xl)} XL streams for {len(train_ids)} training pairs; give one per pair or None")
     torch.manual_seed(seed)
-    model = Seq2Seq(ModelConfig(src_vocab=vocab_size, tgt_vocab=vocab_size, d_model=d_model, n_heads=n_heads, n_enc=n_layers,
-                                n_dec=n_layers, d_ff=d_ff or 2 * d_model, dropout=dropout, enc_pe=enc_pe, dec_pe=dec_pe))
+    model = Seq2Seq(ModelConfig(src_vocab=vocab_size, tgt_vocab=vocab_size, d_model=d_model, n_heads=n_heads,
+                                n_enc=n_layers,
+                                n_dec=n_layers, d_ff=d_ff or 2 * d_model, dropout=dropout, enc_pe=enc_pe,
+                                dec_pe=dec_pe))
     if pe_options:   # ModelConfig.pe_options would go to the decoder's encoding too; these are for the encoder only
         model.enc_pe = make_posenc(enc_pe, d_model, n_heads, n_layers=n_layers, max_len=model.cfg.max_len, **pe_options)
     model.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), fused=fused_adam(device))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warmup, math.sqrt(warmup / (s + 1)) if inverse_sqrt else 1.))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warmup, math.sqrt(warmup / (s + 1))
+                                                                 if inverse_sqrt else 1.))
     with torch.enable_grad():
-        fit(Learner(model, opt, XLPairs(train_ids, train_xl, batch_size, seed, device), Budget(max_steps=steps), sched=sched, grad_clip=1.0))
+        fit(Learner(model, opt, XLPairs(train_ids, train_xl, batch_size, seed, device), Budget(max_steps=steps),
+                    sched=sched, grad_clip=1.0))
     return model.eval()
 
 # %% ../nbs/14_xlpe.ipynb #9c614231
@@ -437,7 +510,8 @@ def check_subword_xl(token_xl: list, # your XL index per token
     "Exercise 14.1: token-level XL indices of a hand example, against `xl_for_subwords`."
     want = xl_for_subwords(list(word_xl), list(word_ids))
     if list(token_xl) == want: return Verdict(True, f"{want}: each word's pieces stay together, in its XL slot")
-    if list(token_xl)[:5] == [word_xl[w] for w in word_ids[:5]]: return Verdict(False, 'those are word slots; count the tokens of the words placed before')
+    if list(token_xl)[:5] == [word_xl[w] for w in word_ids[:5]]:
+        return Verdict(False, 'those are word slots; count the tokens of the words placed before')
     return Verdict(False, f'{list(token_xl)} is not it: place the block of the word with XL 0 first')
 
 # %% ../nbs/14_xlpe.ipynb #9d64a165
@@ -460,10 +534,15 @@ def check_mean_shift(value: float # your mean |XL position - absolute position| 
                     ) -> Verdict:
     "Exercise 14.3: the mean displacement of words under the gold order of `synthetic_corpus(300, seed=3)`."
     from posenc_nb.synthetic import synthetic_corpus
-    shifts = [abs(x - i) for q in synthetic_corpus(300, seed=3) for i, x in enumerate(xl_positions(synthetic_gold_order(q.src)))]
+    shifts = [abs(x - i) for q in synthetic_corpus(300, seed=3) for i,
+              x in enumerate(xl_positions(synthetic_gold_order(q.src)))]
     want = sum(shifts) / len(shifts)
     v = check_close(value, want, 'the mean shift per word', rtol=1e-9)
-    return Verdict(True, f'{value:.3f} positions per word: the XL stream differs from the absolute one for most words') if v else v
+    return (
+        Verdict(True, f'{value:.3f} positions per word: the XL stream differs from the absolute one for most words')
+        if v
+        else v
+    )
 
 # %% ../nbs/14_xlpe.ipynb #215718c0
 def check_subword_break(word_ids: list # your word ids per token (ints in 0..2, or None)

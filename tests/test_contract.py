@@ -12,9 +12,11 @@ stream provider and a stream-reading encoding in this file and show them found a
 import copy, dataclasses, io, os
 import pytest, torch, torch.nn as nn
 import posenc_nb.core as core
+import posenc_nb.attention as attention_mod
 from posenc_nb.core import SITE_KINDS, Positions, PosEnc, list_posencs, make_posenc, register_posenc
 import posenc_nb.streams as streams
-from posenc_nb.data import collate, word_tokenizer
+from posenc_nb.data import word_tokenizer
+from posenc_nb.batches import collate
 from posenc_nb.streams import StreamProvider, list_stream_providers, make_stream_provider, register_stream_provider
 from posenc_nb.decode import translate
 from posenc_nb.baselines import sinusoidal_table
@@ -163,7 +165,7 @@ def check_bias_rows(name: str):
         (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
         return [out.detach()] + [t.grad for t in model.parameters() if t.grad is not None]
     rows = run()
-    with core.dense_logit_bias(): dense = run()
+    with attention_mod.dense_logit_bias(): dense = run()
     assert len(rows) == len(dense), f"{name}: the row path and the dense path give gradients to different parameters"
     for a, b in zip(rows, dense): close(a, b, 1e-4)
 

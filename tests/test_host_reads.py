@@ -14,7 +14,7 @@ on a GPU is the code checked here.
   checks each new trajectory for NaN/inf (a clear `FloaterDivergence` instead of silent NaN losses), once per solve.
 """
 import pytest, torch
-import posenc_nb.rope as rope
+import posenc_nb.rotary as rotary_mod
 from posenc_nb.core import HostReads, Positions, list_posencs
 from posenc_nb.model import ModelConfig, Seq2Seq
 from posenc_nb.decode import _step_logprobs, greedy_decode
@@ -26,7 +26,7 @@ ENCODINGS = list_posencs()
 @pytest.fixture(params=['cpu', 'accelerator'])
 def accelerator_path(request, monkeypatch):
     "Run each test on the CPU branch and on the branch an accelerator takes (no reads decided on the CPU)."
-    if request.param == 'accelerator': monkeypatch.setattr(rope, '_reads_free', lambda t: False)
+    if request.param == 'accelerator': monkeypatch.setattr(rotary_mod, '_reads_free', lambda t: False)
     return request.param
 
 
@@ -84,8 +84,8 @@ def test_greedy_loop_reads_once_per_step():
 def test_rotary_tables_resolved_once_per_positions_tensor(pe, accelerator_path, monkeypatch):
     "RoPE's cos/sin for a positions tensor are built once and shared by q, k and every layer (2 and 4 layers alike)."
     calls = []
-    orig = rope.RotaryCache._resolve
-    monkeypatch.setattr(rope.RotaryCache, '_resolve', lambda self, pos, *a: (calls.append(tuple(pos.shape)), orig(self, pos, *a))[1])
+    orig = rotary_mod.RotaryCache._resolve
+    monkeypatch.setattr(rotary_mod.RotaryCache, '_resolve', lambda self, pos, *a: (calls.append(tuple(pos.shape)), orig(self, pos, *a))[1])
     counts = []
     for layers in (2, 4):
         m, (src, sp) = _model(pe, layers, train=True), _batch()

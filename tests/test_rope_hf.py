@@ -3,7 +3,9 @@ rotary, both config layouts, config objects and dicts, the length switches of dy
 `torch.compile(apply_rotary, fullgraph=True)` with (B,L) tensor positions. Run with -s to see the max abs differences."""
 import pytest, torch
 from posenc_nb.core import HostReads
-from posenc_nb.rope import RotaryCache, apply_rotary, hf_rope_params, rope_inv_freq, rotary_from_hf, scaled_inv_freq
+from posenc_nb.rope import hf_rope_params, rotary_from_hf
+from posenc_nb.rotary import RotaryCache, scaled_inv_freq
+from posenc_nb.rotary_kernel import apply_rotary
 
 transformers = pytest.importorskip('transformers')
 from transformers import LlamaConfig, PhiConfig

@@ -2,7 +2,9 @@
 HuggingFace transformers (RoFormer sinusoidal rotary, Llama-style apply_rotary_pos_emb) and rotary-embedding-torch.
 Run with -s to see the max abs differences."""
 import pytest, torch
-from posenc_nb.rope import RotaryCache, apply_rotary, permute_rotary_weights, rotary_permutation
+from posenc_nb.rope import permute_rotary_weights, rotary_permutation
+from posenc_nb.rotary import RotaryCache
+from posenc_nb.rotary_kernel import apply_rotary
 
 torch.manual_seed(0)
 B, H, L, D = 2, 4, 700, 64

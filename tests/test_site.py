@@ -63,13 +63,13 @@ def test_nbdev_semantics(tmp_path, syms):
     assert any('GPU cell' in c.source for c in nb.cells)
     last = nb.cells[-1].source
     assert '[`10_rope`](10_rope.ipynb)' in last and '[`apply_rotary`](#sd-rope-apply-rotary)' in last
-    assert '{py:obj}`RotaryCache.lookup <posenc_nb.rope.RotaryCache.lookup>`' in last and '`not_a_name`' in last
+    assert '{py:obj}`RotaryCache.lookup <posenc_nb.rotary.RotaryCache.lookup>`' in last and '`not_a_name`' in last
 
 
 def test_api_block_has_signature_and_parameter_table(syms):
     s, _ = syms
-    import posenc_nb.rope as r
-    b = bs.api_block(r.apply_rotary, 'apply_rotary', 'posenc_nb.rope', lambda t: t)
+    import posenc_nb.rotary_kernel as rotary_kernel_mod
+    b = bs.api_block(rotary_kernel_mod.apply_rotary, 'apply_rotary', 'posenc_nb.rope', lambda t: t)
     assert b.startswith('````{py:function} apply_rotary(x: Tensor') and ':module: posenc_nb.rope' in b
     assert '|  | Type | Default | Details |' in b and "| `style` | `str` | `'interleaved'` |" in b
     assert bs.md_escape_text('a*b* `c*d` $x_i$ e_f') == 'a\\*b\\* `c*d` $x_i$ e\\_f'

@@ -187,7 +187,7 @@ def test_every_committed_config_loads():
 
 def test_flat_overrides_reach_the_model(tmp_path):
     "`config_from_name(name, d_model=...)`, `posenc train --set d_model=...` and checkpoints all see the nested model."
-    from posenc_nb.cli import make_config
+    from posenc_nb.args import make_config
     c = C.config_from_name('synthetic-tiny', d_model=32, n_heads=2)
     assert (c.model.d_model, c.model.n_heads, C.CONFIGS['synthetic-tiny'].d_model) == (32, 2, 64)
     c2 = make_config('synthetic-tiny', ['d_model=66', 'n_heads=6', 'dropout=0.2'])

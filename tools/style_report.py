@@ -1,6 +1,7 @@
 """Style figures of the exported package (issue 39 step 6): module sizes, functions over 60 lines, code lines over 120
-characters, and statements chained with `;`. `python tools/style_report.py [--check]`; --check exits 1 when a target
-is missed (no module over 600 lines, no function over 60, at most 1% of code lines over 120 characters, no `;`)."""
+characters, and statements chained with `;`. `python tools/style_report.py [--check [--allow mod1,mod2]]`; --check exits
+1 when a target is missed (no module over 600 lines except the allowed ones, no function over 60, at most 1% of code
+lines over 120 characters, no `;`)."""
 import ast, io, json, sys, tokenize
 from pathlib import Path
 
@@ -46,11 +47,12 @@ def report(root='.'):
     }
 
 
-def missed(rep):
-    "The targets a report misses, as one line each."
+def missed(rep, allow=()):
+    "The targets a report misses, as one line each; `allow`: modules known to be over the size (named in the Makefile)."
     out = []
-    if rep['modules_over_600']:
-        out.append(f"modules over {MAX_MODULE} lines: {rep['modules_over_600']}")
+    over = {k: v for k, v in rep['modules_over_600'].items() if k not in allow}
+    if over:
+        out.append(f"modules over {MAX_MODULE} lines: {over}")
     if rep['functions_over_60']:
         out.append(f"functions over {MAX_FUNC} lines: {rep['functions_over_60']}")
     if rep['pct_over_120'] > MAX_LONG_PCT:
@@ -63,6 +65,7 @@ def missed(rep):
 if __name__ == '__main__':
     rep = report()
     print(json.dumps(rep, indent=1))
-    if '--check' in sys.argv and missed(rep):
-        print('\n'.join(missed(rep)))
+    allow = sys.argv[sys.argv.index('--allow') + 1].split(',') if '--allow' in sys.argv else ()
+    if '--check' in sys.argv and missed(rep, allow):
+        print('\n'.join(missed(rep, allow)))
         sys.exit(1)
