@@ -136,6 +136,7 @@ def shaw_score_mod(scores: Tensor, # q·w^K_r/sqrt(dh) of every query and clippe
 @register_posenc('shaw')
 class ShawPosEnc(PosEnc):
     "Relative key embeddings w^K_{clip(j-i,k)} (Shaw et al. 2018) as a logit bias q·w/sqrt(dh); one table per layer."
+    bias_reads_query = True   # the bias depends on the queries (`posenc_nb.interop.reads_query`)
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
                  causal: bool = False,
                  clip: int = 16): # offsets beyond +-clip share the last vector

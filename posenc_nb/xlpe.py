@@ -135,6 +135,7 @@ def xl_head_positions(p: Positions, site: Site, n_xl_heads: int, xl_layers: tupl
 class XLHeadPosEnc(PosEnc):
     "Sinusoidal input + Shaw relative term in `xl_layers`, where the first `n_xl_heads` encoder heads measure offsets in XL order."
     reads_streams = (XL,)
+    bias_reads_query = True   # its Shaw term depends on the queries (`posenc_nb.interop.reads_query`)
     def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False, n_xl_heads: Optional[int] = None,
                  xl_layers=(0,), clip: int = 16, base: float = 10000.):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
