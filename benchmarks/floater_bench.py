@@ -26,7 +26,7 @@ from posenc_nb.model import ModelConfig, Seq2Seq, label_smoothed_nll
 
 def variants():
     "name -> (encoding, options); FLOATER_OFFICIAL is None on a checkout that predates it."
-    try: from posenc_nb.floater import FLOATER_OFFICIAL
+    try: from posenc_nb.recipe import FLOATER_OFFICIAL
     except ImportError: FLOATER_OFFICIAL = None
     return {'sinusoidal': ('sinusoidal', {}), 'floater (default: scratch, refresh every update)': ('floater', {}),
             'floater (official, refresh every 400)': ('floater', FLOATER_OFFICIAL), 'floater-input': ('floater-input', {})}

@@ -28,7 +28,7 @@ from posenc_nb.model import ModelConfig, Seq2Seq, label_smoothed_nll, dropout
 from posenc_nb.rotary import RotaryCache
 from posenc_nb.rotary_kernel import apply_rotary
 import posenc_nb.rotary_kernel as rotary_kernel_mod
-from posenc_nb.floater import FLOATER_OFFICIAL
+from posenc_nb.recipe import FLOATER_OFFICIAL
 from posenc_nb.utils import atomic_write, provenance
 from posenc_nb.decode import _step_logprobs
 

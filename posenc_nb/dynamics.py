@@ -11,7 +11,8 @@ from .utils import require
 
 # %% auto #0
 __all__ = ['SOLVERS', 'MAX_POSITION', 'FloaterDynamics', 'FloaterDivergence', 'solve_trajectory', 'sinusoidal_dynamics',
-           'sinusoidal_floater_dynamics']
+           'sinusoidal_floater_dynamics', 'check_omega_block', 'check_rk4_step', 'check_rk4_order',
+           'check_rk4_unstable']
 
 # %% ../nbs/11_dynamics.ipynb #ed28f059
 class FloaterDynamics(nn.Module):
@@ -233,3 +234,69 @@ def sinusoidal_floater_dynamics(d_model: int,           # even width of the enco
         h.l2.weight[:, :d_model] = omega
         h.l2.bias.copy_(-shift * omega.sum(1))
     return h
+
+# %% ../nbs/11_dynamics.ipynb #7b6ad501
+import math
+from .baselines import sinusoidal_table
+from .exercises import Verdict, check_close
+
+
+# %% ../nbs/11_dynamics.ipynb #ac875f84
+def check_omega_block(block, # your 2x2 block (nested list, array or tensor)
+                      k: int = 1, d: int = 16, delta: float = 0.01) -> Verdict:
+    "Exercise 11.1: the 2x2 block of Omega for pair `k`, read off `sinusoidal_floater_dynamics`."
+    want = sinusoidal_floater_dynamics(d, delta).l2.weight[2 * k:2 * k + 2, 2 * k:2 * k + 2].detach()
+    v = check_close(block, want, f'the block of pair {k}', rtol=1e-9)
+    if not v and check_close(block, -want, 'x', rtol=1e-9):
+        return Verdict(False, 'the block turns the wrong way: d/dt sin = +w cos')
+    if not v and check_close(block, want * delta, 'x', rtol=1e-9):
+        return Verdict(False, 'that is per position: divide by delta for time t')
+    return v
+
+# %% ../nbs/11_dynamics.ipynb #d69c9dca
+def check_rk4_step(rk4_step, # your function (f, t, y, dt) -> y at t + dt
+                   seed: int = 0) -> Verdict:
+    "Exercise 11.2: one classical rk4 step on a time-dependent linear ODE; names Euler and midpoint steps."
+    g = torch.Generator().manual_seed(seed)
+    A, y0 = torch.randn(4, 4, dtype=torch.float64, generator=g), torch.randn(4, dtype=torch.float64, generator=g)
+    f = lambda t, y: A @ y + torch.sin(torch.as_tensor(t, dtype=torch.float64)) * torch.ones(4, dtype=torch.float64)
+    t, dt = 0.3, 0.1
+    k1 = f(t, y0)
+    k2 = f(t + dt / 2, y0 + dt / 2 * k1)
+    k3 = f(t + dt / 2, y0 + dt / 2 * k2)
+    k4 = f(t + dt, y0 + dt * k3)
+    want = y0 + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    try: got = torch.as_tensor(rk4_step(f, t, y0.clone(), dt), dtype=torch.float64)
+    except Exception as e: return Verdict(False, f'rk4_step raised {type(e).__name__}: {e}')
+    if check_close(got, y0 + dt * k1, 'x', rtol=1e-12):
+        return Verdict(False, "that is Euler's step: rk4 averages four slopes")
+    if check_close(got, y0 + dt * k2, 'x', rtol=1e-12):
+        return Verdict(False, 'that is the midpoint step: two more slopes are missing')
+    return check_close(got, want, 'rk4_step(f, t, y, dt)', rtol=1e-12)
+
+# %% ../nbs/11_dynamics.ipynb #536e612e
+def _sinusoid_error(substeps: int, d: int = 16, T: int = 64, delta: float = 0.01) -> float:
+    "Largest error of the rk4 solution of the sinusoidal special case over T positions."
+    table = sinusoidal_table(torch.arange(T), d, dtype=torch.float64)
+    with torch.no_grad():
+        sol = solve_trajectory(sinusoidal_floater_dynamics(d, delta), table[:1], 0, T - 1, delta=delta,
+                               substeps=substeps)
+    return (sol[:, 0] - table[1:]).abs().max().item()
+
+def check_rk4_order(order: float # your measured order, log2(error at 5 substeps / error at 10)
+                   ) -> Verdict:
+    "Exercise 11.3: the observed convergence order of the FLOATER solver on the sinusoidal special case."
+    want = math.log2(_sinusoid_error(5) / _sinusoid_error(10))
+    v = check_close(order, want, 'the observed order', rtol=0.02)
+    return Verdict(True, f'{order:.2f}: fourth order, as rk4 should be on a smooth h') if v else v
+
+# %% ../nbs/11_dynamics.ipynb #b3318a03
+def check_rk4_unstable(h: float # your angle per step, radians
+                      ) -> Verdict:
+    "Exercise 11.4: an angle per step at which rk4 on a rotation grows (|R(ih)| > 1)."
+    z = 1j * float(h)
+    amp = abs(1 + z + z ** 2 / 2 + z ** 3 / 6 + z ** 4 / 24)
+    if amp > 1 + 1e-12:
+        return Verdict(True, f'|R({h:g}i)| = {amp:.4f} > 1: after 100 steps the state has grown {amp ** 100:.3g}-fold')
+    return Verdict(False, f'|R({h:g}i)| = {amp:.6f} <= 1: rk4 still turns (and slightly damps) at this angle; take a '
+                   'bigger step')

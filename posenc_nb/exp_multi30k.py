@@ -10,7 +10,7 @@ from typing import Optional
 from .experiments import (Experiment, register_experiment, EXPERIMENTS, ENCODINGS, load_results, summarize,
                                    format_table, significance, format_significance)
 from .data import data_dir
-from .floater import FLOATER_OFFICIAL
+from .recipe import FLOATER_OFFICIAL
 
 # %% auto #0
 __all__ = ['FLOATER_RECIPE', 'FLOATER_RECIPE_1H', 'results_root', 'read_curve', 'plot_learning_curves']

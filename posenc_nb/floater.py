@@ -4,23 +4,19 @@
 
 # %% ../nbs/11_floater.ipynb #6bbe5863
 from __future__ import annotations
-import math, time
-from dataclasses import replace
+import math
 from typing import Optional, Sequence
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from fastcore.basics import patch
-from .core import Positions, Site, PosEnc, register_posenc, make_posenc
-from .attention import Attention
+from .core import Positions, Site, PosEnc, register_posenc
 from .utils import require
-from .baselines import sinusoidal_table, sinusoidal_codes
-from .model import ModelConfig, Seq2Seq, warm_start_weights
-from .dynamics import FloaterDynamics, SOLVERS, sinusoidal_floater_dynamics, solve_trajectory
+from .baselines import sinusoidal_codes
+from .dynamics import FloaterDynamics, SOLVERS, solve_trajectory
+
 
 # %% auto #0
-__all__ = ['FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FLOATER_OFFICIAL', 'FloaterPE', 'FloaterBlocksPE', 'FloaterInputPE',
-           'fused_qkv_bias', 'floater_from_sinusoidal', 'BlockBiasPE', 'check_omega_block', 'check_rk4_step',
-           'check_rk4_order', 'check_rk4_unstable']
+__all__ = ['FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FloaterPE', 'FloaterBlocksPE', 'FloaterInputPE']
 
 # %% ../nbs/11_floater.ipynb #e12b9e3b
 from .core import positions_max
@@ -581,185 +577,3 @@ def _slot_rows(self: FloaterPE, traj: Tensor, i: int) -> Tensor:
     if self._split is None or self._split[0] is not traj:
         self._split = (traj, traj.split(3, 1))
     return self._split[1][i // 3]
-
-# %% ../nbs/11_floater.ipynb #ff907e0e
-def fused_qkv_bias(pe: PosEnc, # an encoding with per-block q/k/v input biases (hook 2): 'floater', 'block-bias'
-                   pos: Tensor, # integer position ids (L,) or (B,L) of the projection's input tokens
-                   weight: Tensor, # the fused projection's weight (3D, D): rows q, k, v (`nn.Linear(D, 3D).weight`)
-                   layer: int = 0, # the block
-                   kind: Optional[str] = None # the block's attention kind, one of `pe.sites` (default: the first)
-                  ) -> Tensor: # (B or 1, L, 3D), in the weight's dtype
-    "The block's q/k/v input biases moved to a fused projection's output: `proj(x) + b` equals three split projections."
-    name = getattr(pe, 'registry_name', type(pe).__name__)
-    if type(pe).qkv_bias is PosEnc.qkv_bias or not pe.sites:
-        raise ValueError(f"{name!r} adds no per-block q/k/v input bias (it acts through its other hooks); "
-                         f"use 'floater' or 'block-bias' here")
-    D = pe.d_model
-    if weight.dim() != 2 or tuple(weight.shape) != (3 * D, D):
-        raise ValueError(f"weight must be a fused qkv projection's ({3 * D}, {D}) weight, got {tuple(weight.shape)}; "
-                         f"pass nn.Linear({D}, {3 * D}).weight")
-    p = Positions(pos[None] if pos.dim() == 1 else pos)
-    biases = pe.qkv_bias(p, p, Site(kind or pe.sites[0], layer, pe.n_heads, D // pe.n_heads))
-    if biases is None:                                       # exactly zero (an untouched warm start)
-        return weight.new_zeros(1, p.pos.shape[1], 3 * D)
-    if any(b.dim() != 3 for b in biases):
-        raise ValueError(f"{name!r} gives per-head q/k/v inputs (B,H,L,D), which a fused projection cannot take")
-    return torch.cat([F.linear(b.to(weight.dtype), w) for b, w in zip(biases, weight.chunk(3))], -1)
-
-# %% ../nbs/11_floater.ipynb #95e880af
-@patch
-def start_from(self: FloaterPE, name: str, options: dict) -> FloaterPE:
-    "Migrate from trained sinusoidal positions: the sinusoid kept as the prior, h and p(0) zero (every bias is 0)."
-    if name != 'sinusoidal':
-        raise ValueError(f"FLOATER can start only from a model trained with 'sinusoidal' positions, not {name!r}; "
-                         f"train a sinusoidal model first or build FLOATER from scratch")
-    if self.prior != 'sinusoidal' or self.base != options.get('base', 10000.):
-        raise ValueError(f"a FLOATER warm start keeps the trained sinusoidal input: build it with prior='sinusoidal' "
-                         f"(FLOATER_OFFICIAL does) and "
-                         f"base={options.get('base', 10000.)}, got prior={self.prior!r}, base={self.base}")
-    return self.zero_dynamics_()
-
-# %% ../nbs/11_floater.ipynb #7f218bc0
-def floater_from_sinusoidal(model: Seq2Seq, variant: str = 'floater', **pe_options) -> Seq2Seq:
-    "A FLOATER `Seq2Seq` computing exactly what the trained sinusoidal `model` computes, ready for fine-tuning."
-    cfg = model.cfg
-    if cfg.enc_pe != 'sinusoidal' or cfg.dec_pe_name != 'sinusoidal':
-        raise ValueError(f"floater_from_sinusoidal needs a model with sinusoidal encodings, got enc_pe={cfg.enc_pe!r}, "
-                         f"dec_pe={cfg.dec_pe_name!r}; train a sinusoidal model first or build FLOATER from scratch")
-    if variant not in ('floater', 'floater-input'):
-        raise ValueError(f"variant must be 'floater' (every block) or 'floater-input', got {variant!r}")
-    opts = {**pe_options, 'prior': 'sinusoidal', 'base': cfg.pe_options.get('base', 10000.)}
-    new = Seq2Seq(replace(cfg, enc_pe=variant, dec_pe=None, pe_options=opts)).to(next(model.parameters()).device)
-    new = warm_start_weights(new, model.state_dict(), cfg)       # the other weights copied; `start_from` zeroes h, p(0)
-    return new.train(model.training)
-
-# %% ../nbs/11_floater.ipynb #ee413ce3
-FLOATER_OFFICIAL = dict(
-    prior='sinusoidal',      # the token-level sinusoidal input encoding is kept; FLOATER's block biases come on top
-    init='xavier',           # Xavier-normal weights and zero biases in h, Xavier-uniform initial values
-    cross_kv_flow=True,      # the decoder's cross-attention keys/values follow their own flow (only with 'cross' sites)
-    refresh_every=400,       # re-solve every 400 training forward passes ...
-    refresh_mode='detach',   # ... and in between use the cached trajectory as a constant (zero gradient to h and p(0))
-    substeps=5,              # rk4 with step delta/5 (delta = 0.01 is the default already) ...
-    adjoint=True)            # ... through torchdiffeq's adjoint
-
-# %% ../nbs/11_floater.ipynb #cd35b8ff
-@register_posenc('block-bias')
-class BlockBiasPE(PosEnc):
-    "FLOATER without an ODE: a learned q/k/v bias row per position in every block, zero at first, at FLOATER's sites."
-    bounded = True
-    def __init__(self, d_model, n_heads, n_layers=1, max_len=None, causal=False,
-                 kinds: Optional[Sequence[str]] = None, # attention kinds with biases (default: FLOATER's)
-                 prior: Optional[str] = None, # 'sinusoidal': keep the sinusoidal input encoding (a migrated model)
-                 base: float = 10000.): # the prior's frequency base
-        if not max_len: raise ValueError("'block-bias' needs max_len (rows of each bias table); pass max_len=...")
-        if prior not in (None, 'sinusoidal'):
-            raise ValueError(f"block-bias prior must be None or 'sinusoidal', got {prior!r}")
-        super().__init__(d_model, n_heads, n_layers, max_len, causal)
-        self.kinds = tuple(kinds) if kinds is not None else (('dec', 'cross') if causal else ('enc',))
-        bad = [k for k in self.kinds if k not in ('enc', 'dec', 'cross')]
-        if bad or not self.kinds:
-            raise ValueError(f"block-bias kinds must be a non-empty subset of ('enc','dec','cross'), got {kinds!r}")
-        self.sites = self.kinds
-        self.prior = prior
-        self.base = base
-        self._prior_table = None
-        n_slots = 3 * n_layers * len(self.kinds)
-        self.table = nn.Parameter(torch.zeros(max_len, n_slots, d_model))   # (position, slot, d)
-        self._slot_of = {(k, l): 3 * (j * n_layers + l) for j, k in enumerate(self.kinds) for l in range(n_layers)}
-
-    def embed(self, x: Tensor, p: Positions) -> Tensor:
-        if self.prior is None: return x
-        codes, table = sinusoidal_codes(p.pos, self._prior_table, self.d_model, self.base, self.max_len)
-        if table is not self._prior_table: self._prior_table = table
-        return x + codes.to(x.dtype)
-
-    def qkv_bias(self, q_p: Positions, kv_p: Positions, site: Site):
-        i = self._slot_of.get((site.kind, site.layer))
-        if i is None:
-            raise ValueError(f"block-bias holds tables for {self.kinds} layers 0..{self.n_layers - 1}; "
-                             f"site {site.kind!r} layer {site.layer} asked; build it with those kinds and n_layers")
-        self.check_positions(q_p)
-        self.check_positions(kv_p)
-        rows = self.table[:, i:i + 3]
-        bq = F.embedding(q_p.pos, rows[:, 0])
-        bk, bv = F.embedding(kv_p.pos, rows[:, 1:].flatten(1)).chunk(2, -1)
-        return bq, bk, bv
-
-    def extra_repr(self): return super().extra_repr() + f", kinds={self.kinds}, prior={self.prior}"
-
-@patch
-def start_from(self: BlockBiasPE, name: str, options: dict) -> BlockBiasPE:
-    "Migrate from trained sinusoidal positions as FLOATER does: the sinusoid kept as the input, every block bias zero."
-    if name != 'sinusoidal':
-        raise ValueError(f"block-bias can start only from a model trained with 'sinusoidal' positions, not {name!r}; "
-                         "train a sinusoidal model first")
-    if self.prior != 'sinusoidal' or self.base != options.get('base', 10000.):
-        raise ValueError("a block-bias warm start keeps the trained sinusoidal input: build it with prior='sinusoidal' "
-                         f"and base={options.get('base', 10000.)}, got prior={self.prior!r}, base={self.base}")
-    with torch.no_grad(): self.table.zero_()
-    return self
-
-
-# %% ../nbs/11_floater.ipynb #7b6ad501
-from .exercises import Verdict, check_close
-
-# %% ../nbs/11_floater.ipynb #ac875f84
-def check_omega_block(block, # your 2x2 block (nested list, array or tensor)
-                      k: int = 1, d: int = 16, delta: float = 0.01) -> Verdict:
-    "Exercise 11.1: the 2x2 block of Omega for pair `k`, read off `sinusoidal_floater_dynamics`."
-    want = sinusoidal_floater_dynamics(d, delta).l2.weight[2 * k:2 * k + 2, 2 * k:2 * k + 2].detach()
-    v = check_close(block, want, f'the block of pair {k}', rtol=1e-9)
-    if not v and check_close(block, -want, 'x', rtol=1e-9):
-        return Verdict(False, 'the block turns the wrong way: d/dt sin = +w cos')
-    if not v and check_close(block, want * delta, 'x', rtol=1e-9):
-        return Verdict(False, 'that is per position: divide by delta for time t')
-    return v
-
-# %% ../nbs/11_floater.ipynb #d69c9dca
-def check_rk4_step(rk4_step, # your function (f, t, y, dt) -> y at t + dt
-                   seed: int = 0) -> Verdict:
-    "Exercise 11.2: one classical rk4 step on a time-dependent linear ODE; names Euler and midpoint steps."
-    g = torch.Generator().manual_seed(seed)
-    A, y0 = torch.randn(4, 4, dtype=torch.float64, generator=g), torch.randn(4, dtype=torch.float64, generator=g)
-    f = lambda t, y: A @ y + torch.sin(torch.as_tensor(t, dtype=torch.float64)) * torch.ones(4, dtype=torch.float64)
-    t, dt = 0.3, 0.1
-    k1 = f(t, y0)
-    k2 = f(t + dt / 2, y0 + dt / 2 * k1)
-    k3 = f(t + dt / 2, y0 + dt / 2 * k2)
-    k4 = f(t + dt, y0 + dt * k3)
-    want = y0 + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-    try: got = torch.as_tensor(rk4_step(f, t, y0.clone(), dt), dtype=torch.float64)
-    except Exception as e: return Verdict(False, f'rk4_step raised {type(e).__name__}: {e}')
-    if check_close(got, y0 + dt * k1, 'x', rtol=1e-12):
-        return Verdict(False, "that is Euler's step: rk4 averages four slopes")
-    if check_close(got, y0 + dt * k2, 'x', rtol=1e-12):
-        return Verdict(False, 'that is the midpoint step: two more slopes are missing')
-    return check_close(got, want, 'rk4_step(f, t, y, dt)', rtol=1e-12)
-
-# %% ../nbs/11_floater.ipynb #536e612e
-def _sinusoid_error(substeps: int, d: int = 16, T: int = 64, delta: float = 0.01) -> float:
-    "Largest error of the rk4 solution of the sinusoidal special case over T positions."
-    table = sinusoidal_table(torch.arange(T), d, dtype=torch.float64)
-    with torch.no_grad():
-        sol = solve_trajectory(sinusoidal_floater_dynamics(d, delta), table[:1], 0, T - 1, delta=delta,
-                               substeps=substeps)
-    return (sol[:, 0] - table[1:]).abs().max().item()
-
-def check_rk4_order(order: float # your measured order, log2(error at 5 substeps / error at 10)
-                   ) -> Verdict:
-    "Exercise 11.3: the observed convergence order of the FLOATER solver on the sinusoidal special case."
-    want = math.log2(_sinusoid_error(5) / _sinusoid_error(10))
-    v = check_close(order, want, 'the observed order', rtol=0.02)
-    return Verdict(True, f'{order:.2f}: fourth order, as rk4 should be on a smooth h') if v else v
-
-# %% ../nbs/11_floater.ipynb #b3318a03
-def check_rk4_unstable(h: float # your angle per step, radians
-                      ) -> Verdict:
-    "Exercise 11.4: an angle per step at which rk4 on a rotation grows (|R(ih)| > 1)."
-    z = 1j * float(h)
-    amp = abs(1 + z + z ** 2 / 2 + z ** 3 / 6 + z ** 4 / 24)
-    if amp > 1 + 1e-12:
-        return Verdict(True, f'|R({h:g}i)| = {amp:.4f} > 1: after 100 steps the state has grown {amp ** 100:.3g}-fold')
-    return Verdict(False, f'|R({h:g}i)| = {amp:.6f} <= 1: rk4 still turns (and slightly damps) at this angle; take a '
-                   'bigger step')

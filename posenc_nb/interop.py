@@ -7,12 +7,13 @@ from __future__ import annotations
 import itertools, sys
 from typing import Optional
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from .core import Positions, Site, PosEnc, list_posencs, make_posenc
 from .baselines import ShawPosEnc
 
 # %% auto #0
-__all__ = ['bias_encodings', 'reads_query', 'position_bias']
+__all__ = ['bias_encodings', 'reads_query', 'position_bias', 'fused_qkv_bias']
 
 # %% ../nbs/15_own_model.ipynb #9398478b
 def bias_encodings() -> list:
@@ -119,3 +120,27 @@ def position_bias(pe: PosEnc, # a bias encoding: a name in `bias_encodings()`, b
     if bias is None:                                                     # no bias at this layer
         return torch.zeros((), device=qp.device).expand(rows, pe.n_heads, qp.shape[1], kp.shape[1])
     return bias.expand(bias.shape[0], pe.n_heads, qp.shape[1], kp.shape[1])
+
+# %% ../nbs/15_own_model.ipynb #ff907e0e
+def fused_qkv_bias(pe: PosEnc, # an encoding with per-block q/k/v input biases (hook 2): 'floater', 'block-bias'
+                   pos: Tensor, # integer position ids (L,) or (B,L) of the projection's input tokens
+                   weight: Tensor, # the fused projection's weight (3D, D): rows q, k, v (`nn.Linear(D, 3D).weight`)
+                   layer: int = 0, # the block
+                   kind: Optional[str] = None # the block's attention kind, one of `pe.sites` (default: the first)
+                  ) -> Tensor: # (B or 1, L, 3D), in the weight's dtype
+    "The block's q/k/v input biases moved to a fused projection's output: `proj(x) + b` equals three split projections."
+    name = getattr(pe, 'registry_name', type(pe).__name__)
+    if type(pe).qkv_bias is PosEnc.qkv_bias or not pe.sites:
+        raise ValueError(f"{name!r} adds no per-block q/k/v input bias (it acts through its other hooks); "
+                         f"use 'floater' or 'block-bias' here")
+    D = pe.d_model
+    if weight.dim() != 2 or tuple(weight.shape) != (3 * D, D):
+        raise ValueError(f"weight must be a fused qkv projection's ({3 * D}, {D}) weight, got {tuple(weight.shape)}; "
+                         f"pass nn.Linear({D}, {3 * D}).weight")
+    p = Positions(pos[None] if pos.dim() == 1 else pos)
+    biases = pe.qkv_bias(p, p, Site(kind or pe.sites[0], layer, pe.n_heads, D // pe.n_heads))
+    if biases is None:                                       # exactly zero (an untouched warm start)
+        return weight.new_zeros(1, p.pos.shape[1], 3 * D)
+    if any(b.dim() != 3 for b in biases):
+        raise ValueError(f"{name!r} gives per-head q/k/v inputs (B,H,L,D), which a fused projection cannot take")
+    return torch.cat([F.linear(b.to(weight.dtype), w) for b, w in zip(biases, weight.chunk(3))], -1)
