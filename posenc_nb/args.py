@@ -4,7 +4,7 @@
 
 # %% ../nbs/06_args.ipynb #c87572fc
 from __future__ import annotations
-import argparse, difflib, functools, inspect, json, sys, typing
+import argparse, contextlib, contextvars, difflib, functools, inspect, json, os, shlex, sys, typing, warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 import torch
@@ -15,10 +15,12 @@ from .core import list_posencs
 from .store import check_budget
 from .store import one_line
 from .train import CONFIGS, TrainConfig, config_fields, config_from_name
+from .utils import MissingExtra, extra_for, install_hint, missing_modules
+from .data import DataUnavailable
 
 # %% auto #0
-__all__ = ['COMMANDS', 'CLIError', 'add_params', 'add_command', 'command', 'build_parser', 'parse_sets', 'make_config',
-           'check_device', 'use_threads']
+__all__ = ['COMMANDS', 'INPUT_ERRORS', 'CLIError', 'add_params', 'add_command', 'command', 'build_parser', 'exit_status',
+           'command_line', 'run_commands', 'parse_sets', 'make_config', 'check_device', 'use_threads']
 
 # %% ../nbs/06_args.ipynb #9d5373ff
 class CLIError(ValueError):
@@ -164,6 +166,73 @@ def build_parser(commands=None, # name -> command function (default: `COMMANDS`)
     sub = p.add_subparsers(dest='cmd', metavar='COMMAND', parser_class=_Parser)
     for name, f in (COMMANDS if commands is None else commands).items(): add_command(sub, f, name)
     return p
+
+# %% ../nbs/06_args.ipynb #f12dff2d
+INPUT_ERRORS = (ValueError, TypeError, DataUnavailable, FileNotFoundError, IsADirectoryError, NotADirectoryError,
+                PermissionError, UnicodeError)    # bad input: status 2
+
+def exit_status(e: BaseException, # what a command raised
+                prog: str = 'posenc', # the program name for the message
+               ) -> int:
+    "The exit status for `e`, after printing its one-line message (POSENC_DEBUG=1 re-raises instead)."
+    if isinstance(e, SystemExit): return e.code if isinstance(e.code, int) else 0          # --help, --version
+    if isinstance(e, BrokenPipeError):                                                     # e.g. `... | head -1`
+        with contextlib.suppress(OSError): sys.stdout = open(os.devnull, 'w')
+        return 0
+    if os.environ.get('POSENC_DEBUG') == '1': raise e
+    if isinstance(e, KeyboardInterrupt):
+        _err("interrupted; files written so far are intact (all writes are atomic); rerun the same command to resume",
+             prog)
+        return 130
+    if isinstance(e, (MissingExtra, *INPUT_ERRORS)):
+        _err(e, prog)
+        return 2
+    if isinstance(e, ModuleNotFoundError) and e.name and extra_for(e.name):        # an optional package
+        _err(f"{e.name.split('.')[0]} is not installed; {install_hint(e.name)}", prog)
+        return 2
+    _err(f"internal error ({type(e).__name__}: {e}); rerun with POSENC_DEBUG=1 for the traceback and please report it",
+         prog)
+    return 1
+
+# %% ../nbs/06_args.ipynb #60ca18e9
+_ARGV = contextvars.ContextVar('posenc_argv', default=('posenc', ()))
+
+def command_line() -> str:
+    "The command being run, as one shell line (recorded in each run's `run.json`)."
+    prog, argv = _ARGV.get()
+    return ' '.join([prog, *map(shlex.quote, argv)])
+
+# %% ../nbs/06_args.ipynb #c6557458
+def _dispatch(parser: argparse.ArgumentParser, argv: list, extras: dict) -> int:
+    args = vars(parser.parse_args(argv))
+    func = args.pop('_func', None)
+    cmd = args.pop('cmd', None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return 2
+    extra = extras.get(cmd)
+    missing = missing_modules(extra) if extra else []
+    if missing:                 # say so before any work, not after a training run that cannot score
+        raise MissingExtra(f"`{parser.prog} {cmd}` needs the {extra} extra ({', '.join(missing)} not installed); "
+                           f"pip install 'posenc_nb[{extra}]'")
+    return int(func(**args) or 0)
+
+# %% ../nbs/06_args.ipynb #01314aeb
+def run_commands(argv: Optional[Sequence[str]] = None, # the arguments (default: `sys.argv[1:]`)
+                 # name -> command function (default: `COMMANDS`), or one function (a program without subcommands)
+                 commands=None,
+                 prog: str = 'posenc', # the program name for usage, errors and `command_line()`
+                 extras: Optional[dict] = None, # command name -> the extra it needs, checked before it runs
+                ) -> int:
+    """Parse `argv`, run the command it names and return the exit status (0 ok, 1 failed run or internal error, 2 bad
+    input, 130 interrupted)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    token = _ARGV.set((prog, tuple(argv)))
+    with warnings.catch_warnings():
+        warnings.showwarning = lambda m, c, *a, **k: print(f"{prog}: warning: {one_line(m)}", file=sys.stderr)
+        try: return _dispatch(build_parser(commands, prog), argv, extras or {})
+        except BaseException as e: return exit_status(e, prog)
+        finally: _ARGV.reset(token)
 
 # %% ../nbs/06_args.ipynb #c6c630fe
 _FIELDS = config_fields()    # the config's own fields and its model's, flat

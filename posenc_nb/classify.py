@@ -225,7 +225,7 @@ def glue_encodings() -> list:
 
 # %% ../nbs/23_glue.ipynb #560e796d
 from fastcore.script import Param
-from .cli import command_line, main as cli_main
+from .args import command_line, run_commands
 from .args import use_threads
 
 # %% ../nbs/23_glue.ipynb #980956f6
@@ -259,9 +259,9 @@ def glue_run(*, task: Param('', str, choices=list(GLUE_TASKS)) = 'cola', # the G
 # %% ../nbs/23_glue.ipynb #18a0fe61
 def main(argv=None, # the arguments (default: `sys.argv[1:]`)
         ) -> int:
-    """`python -m posenc_nb.classify`: the `glue_run` command line (`posenc_nb.cli.main`: one-line errors, status 2 on
+    """`python -m posenc_nb.classify`: the `glue_run` command line (`posenc_nb.args.run_commands`: one-line errors, status 2 on
     bad input)."""
-    return cli_main(argv, glue_run, 'python -m posenc_nb.classify')
+    return run_commands(argv, glue_run, 'python -m posenc_nb.classify')
 
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
 

@@ -4,87 +4,29 @@
 
 # %% ../nbs/06_cli.ipynb #0e5e715c
 from __future__ import annotations
-import argparse, contextlib, contextvars, dataclasses, difflib, functools, inspect, io, json, os, shlex, shutil, sys
-import tempfile, time, typing, warnings
+import contextlib, dataclasses, io, json, sys, time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
-import torch
-from fastcore.docments import docments
 from fastcore.script import Param
-from . import __version__
 from .core import list_posencs, encoding_streams
 from .utils import atomic_write
-from .store import COLUMNS, SUMMARY_KEYS, check_budget, check_output, checkpoint_paths, format_table
-from .store import load_records, lock_folder, one_line, record_run, summarize
-from .utils import MissingExtra, extra_for, install_hint, missing_modules
+from .store import check_output, checkpoint_paths, format_table, lock_folder, one_line, record_run, summarize
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
 from .engine import read_metrics
-from .train import (RunFolderConflict, CONFIGS, TrainConfig, config_fields, config_from_name, load_checkpoint,
-                             load_stream_provider, train)
-from .train import train_and_log
-from .args import (CLIError, _check_encoding, _err, _lines, _read_text, build_parser, check_device, command,
-                            make_config, use_threads)
+from .train import (RunFolderConflict, CONFIGS, TrainConfig, load_checkpoint, load_stream_provider, train,
+                             train_and_log)
+from .args import (CLIError, _check_encoding, _lines, _read_text, check_device, command, command_line,
+                            make_config, run_commands, use_threads)
+
 
 # %% auto #0
-__all__ = ['INPUT_ERRORS', 'COMMAND_EXTRAS', 'COMPARE_KEYS', 'exit_status', 'command_line', 'main', 'run_cli', 'cmd_list',
-           'default_run_dir', 'cmd_train', 'find_checkpoint', 'cmd_translate', 'cmd_evaluate', 'compare_runs',
-           'plot_compare', 'cmd_compare']
+__all__ = ['COMMAND_EXTRAS', 'COMPARE_KEYS', 'main', 'run_cli', 'cmd_list', 'default_run_dir', 'cmd_train', 'find_checkpoint',
+           'cmd_translate', 'cmd_evaluate', 'compare_runs', 'plot_compare', 'cmd_compare']
 
-# %% ../nbs/06_cli.ipynb #f12dff2d
-INPUT_ERRORS = (ValueError, TypeError, DataUnavailable, FileNotFoundError, IsADirectoryError, NotADirectoryError,
-                PermissionError, UnicodeError)    # bad input: status 2
+# %% ../nbs/06_cli.ipynb #c1a1main
+COMMAND_EXTRAS = {'train': 'experiments', 'compare': 'experiments', 'evaluate': 'experiments'}   # checked before a run
 
-def exit_status(e: BaseException, # what a command raised
-                prog: str = 'posenc', # the program name for the message
-               ) -> int:
-    "The exit status for `e`, after printing its one-line message (POSENC_DEBUG=1 re-raises instead)."
-    if isinstance(e, SystemExit): return e.code if isinstance(e.code, int) else 0          # --help, --version
-    if isinstance(e, BrokenPipeError):                                                     # e.g. `... | head -1`
-        with contextlib.suppress(OSError): sys.stdout = open(os.devnull, 'w')
-        return 0
-    if os.environ.get('POSENC_DEBUG') == '1': raise e
-    if isinstance(e, KeyboardInterrupt):
-        _err("interrupted; files written so far are intact (all writes are atomic); rerun the same command to resume",
-             prog)
-        return 130
-    if isinstance(e, (MissingExtra, *INPUT_ERRORS)):
-        _err(e, prog)
-        return 2
-    if isinstance(e, ModuleNotFoundError) and e.name and extra_for(e.name):        # an optional package
-        _err(f"{e.name.split('.')[0]} is not installed; {install_hint(e.name)}", prog)
-        return 2
-    _err(f"internal error ({type(e).__name__}: {e}); rerun with POSENC_DEBUG=1 for the traceback and please report it",
-         prog)
-    return 1
-
-# %% ../nbs/06_cli.ipynb #60ca18e9
-_ARGV = contextvars.ContextVar('posenc_argv', default=('posenc', ()))
-
-def command_line() -> str:
-    "The command being run, as one shell line (recorded in each run's `run.json`)."
-    prog, argv = _ARGV.get()
-    return ' '.join([prog, *map(shlex.quote, argv)])
-
-# %% ../nbs/06_cli.ipynb #c6557458
-# the extra each command needs, checked before it runs
-COMMAND_EXTRAS = {'train': 'experiments', 'compare': 'experiments', 'evaluate': 'experiments'}
-
-def _dispatch(parser: argparse.ArgumentParser, argv: list) -> int:
-    args = vars(parser.parse_args(argv))
-    func = args.pop('_func', None)
-    cmd = args.pop('cmd', None)
-    if func is None:
-        parser.print_help(sys.stderr)
-        return 2
-    extra = COMMAND_EXTRAS.get(cmd)
-    missing = missing_modules(extra) if extra else []
-    if missing:                 # say so before any work, not after a training run that cannot score
-        raise MissingExtra(f"`{parser.prog} {cmd}` needs the {extra} extra ({', '.join(missing)} not installed); "
-                           f"pip install 'posenc_nb[{extra}]'")
-    return int(func(**args) or 0)
-
-# %% ../nbs/06_cli.ipynb #01314aeb
 def main(argv: Optional[Sequence[str]] = None, # the arguments (default: `sys.argv[1:]`)
          # name -> command function (default: `COMMANDS`), or one function (a program without subcommands)
          commands=None,
@@ -92,13 +34,7 @@ def main(argv: Optional[Sequence[str]] = None, # the arguments (default: `sys.ar
         ) -> int:
     """Entry point of the `posenc` console script; returns the exit status (0 ok, 1 failed run or internal error, 2 bad
     input, 130 interrupted)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    token = _ARGV.set((prog, tuple(argv)))
-    with warnings.catch_warnings():
-        warnings.showwarning = lambda m, c, *a, **k: print(f"{prog}: warning: {one_line(m)}", file=sys.stderr)
-        try: return _dispatch(build_parser(commands, prog), argv)
-        except BaseException as e: return exit_status(e, prog)
-        finally: _ARGV.reset(token)
+    return run_commands(argv, commands, prog, COMMAND_EXTRAS)
 
 # %% ../nbs/06_cli.ipynb #5192190f
 def run_cli(*argv):

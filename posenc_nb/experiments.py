@@ -19,7 +19,7 @@ from .train import TrainConfig, CONFIGS, config_from_name, train_and_log
 from .utils import provenance, atomic_write
 from .store import check_budget, finished_record, format_table, load_records, lock_folder, read_json
 from .store import record_run, recover, summarize
-from .cli import command_line, main as cli_main
+from .args import command_line, run_commands
 from .args import CLIError, command, check_device, use_threads, parse_sets
 
 # %% auto #0
@@ -575,7 +575,7 @@ def main(argv: Optional[Sequence[str]] = None, # the arguments (default: `sys.ar
         ) -> int:
     """`python -m posenc_nb.experiments`: returns the exit status (1 when a run failed, 2 on bad input, one line on
     stderr)."""
-    return cli_main(argv, EXP_COMMANDS, 'python -m posenc_nb.experiments')
+    return run_commands(argv, EXP_COMMANDS, 'python -m posenc_nb.experiments')
 
 # %% ../nbs/20_experiments.ipynb #4a81baff
 if __name__ == '__main__' and 'IPython' not in sys.modules: sys.exit(main())

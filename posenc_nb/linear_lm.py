@@ -21,7 +21,7 @@ from .engine import jsonl_logger, precision_name, pick_device, seed_all, fused_a
 from .long_text import peak_rss_mb
 from .utils import (atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled,
                              read_records)
-from .cli import command_line, main as cli_main
+from .args import command_line, run_commands
 from .args import command, use_threads
 
 # %% auto #0
@@ -313,9 +313,9 @@ def lm_bench(*, threads: int = 1, # CPU threads for torch
 # %% ../nbs/28_linear_lm.ipynb #d82fb331
 def main(argv=None, # the arguments (default: `sys.argv[1:]`)
         ) -> int:
-    """`python -m posenc_nb.linear_lm`: its commands through `posenc_nb.cli.main` (one-line errors, status 2 on bad
+    """`python -m posenc_nb.linear_lm`: its commands through `posenc_nb.args.run_commands` (one-line errors, status 2 on bad
     input)."""
-    return cli_main(argv, LM_COMMANDS, 'python -m posenc_nb.linear_lm')
+    return run_commands(argv, LM_COMMANDS, 'python -m posenc_nb.linear_lm')
 
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
 

@@ -16,7 +16,7 @@ from .experiments import seed_test, two_level_bootstrap, accuracy_stats, accurac
 from .utils import (atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled,
                              read_records)
 from .store import check_output
-from .cli import command_line, main as cli_main
+from .args import command_line, run_commands
 from .args import command, use_threads
 
 # %% auto #0
@@ -394,8 +394,8 @@ def longtext_bpe(*, encoding: str = 'rope', # a registered encoding
 # %% ../nbs/27_long_text.ipynb #09db163b
 def main(argv=None, # the arguments (default: `sys.argv[1:]`)
         ) -> int:
-    """`python -m posenc_nb.long_text`: its commands through `posenc_nb.cli.main` (one-line errors, status 2 on bad
+    """`python -m posenc_nb.long_text`: its commands through `posenc_nb.args.run_commands` (one-line errors, status 2 on bad
     input)."""
-    return cli_main(argv, LONG_TEXT_COMMANDS, 'python -m posenc_nb.long_text')
+    return run_commands(argv, LONG_TEXT_COMMANDS, 'python -m posenc_nb.long_text')
 
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())

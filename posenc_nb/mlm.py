@@ -24,7 +24,7 @@ from .classify import ClassifyConfig, ClassifyTask, classification_metrics, pred
 from .utils import (atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled,
                              read_records)
 from .store import check_budget, check_fields, check_output, lock_folder
-from .cli import command_line, main as cli_main
+from .args import command_line, run_commands
 from .args import command, use_threads
 
 # %% auto #0
@@ -514,8 +514,8 @@ def mlm_finetune(*, task: str = 'sst2', # the classification task: a GLUE task o
 # %% ../nbs/26_mlm.ipynb #255fbde8
 def main(argv=None, # the arguments (default: `sys.argv[1:]`)
         ) -> int:
-    "`python -m posenc_nb.mlm`: its commands through `posenc_nb.cli.main` (one-line errors, status 2 on bad input)."
-    return cli_main(argv, MLM_COMMANDS, 'python -m posenc_nb.mlm')
+    "`python -m posenc_nb.mlm`: its commands through `posenc_nb.args.run_commands` (one-line errors, status 2 on bad input)."
+    return run_commands(argv, MLM_COMMANDS, 'python -m posenc_nb.mlm')
 
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
 

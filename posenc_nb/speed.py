@@ -12,7 +12,7 @@ from .core import Positions, list_posencs
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll
 from .classify import write_result
 from .utils import provenance
-from .cli import command_line, main as cli_main
+from .args import command_line, run_commands
 from .args import check_device, use_threads
 
 # %% auto #0
@@ -255,8 +255,8 @@ def speed_run(*, encodings: str = None, # comma-separated encodings (default: al
 # %% ../nbs/24_speed.ipynb #9cebd4e8
 def main(argv=None, # the arguments (default: `sys.argv[1:]`)
         ) -> int:
-    """`python -m posenc_nb.speed`: the `speed_run` command line (`posenc_nb.cli.main`: one-line errors, status 2 on bad
+    """`python -m posenc_nb.speed`: the `speed_run` command line (`posenc_nb.args.run_commands`: one-line errors, status 2 on bad
     input)."""
-    return cli_main(argv, speed_run, 'python -m posenc_nb.speed')
+    return run_commands(argv, speed_run, 'python -m posenc_nb.speed')
 
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
