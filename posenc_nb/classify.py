@@ -182,21 +182,21 @@ def train_classifier(task: str = 'cola', encoding: str = 'sinusoidal', seed: int
                             fused=fused_adam(device))
     ev = Evaluator(cfg.eval_every)
     kb = KeepBest(ev, 'valid_' + metric, verbose=verbose)
-    L = Learner(model, opt, ClassifyTask(data, cfg, metric, model.cfg.pad_id, device),
+    learner = Learner(model, opt, ClassifyTask(data, cfg, metric, model.cfg.pad_id, device),
                 Budget(cfg.max_steps, cfg.max_minutes), [ev, kb],
                 sched=torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt(s + 1, cfg.warmup)),
                 grad_clip=cfg.grad_clip, exclude_pauses=True)
-    st = fit(L)
-    best, best_step = kb.restore_best(L)
+    state = fit(learner)
+    best, best_step = kb.restore_best(learner)
     test = evaluate(model, data['test'], device=device)
     res = {'task': task, 'encoding': encoding, 'metric': metric, 'test_' + metric: test[metric],
            'test_accuracy': test['accuracy'],
            'test_mcc': test['mcc'], 'test_confusion': {k: test[k] for k in ('tp', 'tn', 'fp', 'fn')},
            'valid_' + metric: best,
-           'best_step': best_step, 'steps': st.step, 'epochs': round(L.task.seen / len(data['train']), 2),
-           'train_time_s': round(st.train_time, 2),
+           'best_step': best_step, 'steps': state.step, 'epochs': round(learner.task.seen / len(data['train']), 2),
+           'train_time_s': round(state.train_time, 2),
            'wall_time_s': round(time.time() - t_start, 2),
-           'train_tok_s': round(st.tokens_seen / max(st.train_time, 1e-9), 1),
+           'train_tok_s': round(state.tokens_seen / max(state.train_time, 1e-9), 1),
            'n_params': sum(p.numel() for p in model.parameters()), 'n_train': len(data['train']),
            'n_test': len(data['test']),
            'curve': kb.curve, 'config': asdict(cfg), **provenance(seed, device=device, command=command)}
@@ -259,7 +259,8 @@ def glue_run(*, task: Param('', str, choices=list(GLUE_TASKS)) = 'cola', # the G
 # %% ../nbs/23_glue.ipynb #18a0fe61
 def main(argv=None, # the arguments (default: `sys.argv[1:]`)
         ) -> int:
-    """`python -m posenc_nb.classify`: the `glue_run` command line (`posenc_nb.args.run_commands`: one-line errors, status 2 on
+    """`python -m posenc_nb.classify`: the `glue_run` command line (`run_commands`: one-line errors,
+    status 2 on
     bad input)."""
     return run_commands(argv, glue_run, 'python -m posenc_nb.classify')
 

@@ -156,8 +156,8 @@ def find_checkpoint(path) -> Path:
 def _load(path, device=None):
     """Model, tokenizer and config of the checkpoint at `path`; a file that is not a usable checkpoint is a CLIError
     with the fix."""
-    ck = find_checkpoint(path)
-    try: return load_checkpoint(ck, device=device or 'cpu')
+    ckpt_path = find_checkpoint(path)
+    try: return load_checkpoint(ckpt_path, device=device or 'cpu')
     except ValueError as e: raise CLIError(f"{e}; pass a checkpoint written by `posenc train`") from None
 
 # %% ../nbs/06_cli.ipynb #0a5f44d4

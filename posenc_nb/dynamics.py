@@ -67,8 +67,8 @@ def _rk4_loop(y, W1, W2, M, Z, BY, dt, substeps, n, store):
         a = Al[j]
         torch.add(Zs[s], torch.mm(y, W1), out=As[j])                     # the four stages' pre-activations share y W1
         a[0].relu_()
-        for st in range(3):
-            a[st + 1].addmm_(a[st], M, alpha=c[st]).relu_()           # z_{st+1} += c_st a_st M, in place
+        for stage in range(3):
+            a[stage + 1].addmm_(a[stage], M, alpha=c[stage]).relu_()     # z_{s+1} += c_s a_s M, in place
         torch.mv(As[j].reshape(4, -1).t(), w4, out=Sas[j].view(-1))      # a_1 + 2 a_2 + 2 a_3 + a_4 in one pass
         y = torch.add(y, BYs[s], out=Ys[s + 1]).addmm_(Sas[j], W2, alpha=dt / 6)
     return Y[substeps::substeps], Y, A, Sa
@@ -99,9 +99,9 @@ class _RK4Solve(torch.autograd.Function):
             a, gz = Al[s], GZl[s]
             gS = torch.mm(g, W2t)                                        # dt/6 g W2^T
             thr(gS, a[3], 0, grad_input=gz[3])
-            for st in (2, 1, 0):                                         # beta: the update's weights 2, 2, 1
-                pre = torch.addmm(gS, gz[st + 1], Mt, beta=1 if st == 0 else 2, alpha=c[st], out=gz[st])
-                thr(pre, a[st], 0, grad_input=gz[st])
+            for stage in (2, 1, 0):                                         # beta: the update's weights 2, 2, 1
+                pre = torch.addmm(gS, gz[stage + 1], Mt, beta=1 if stage == 0 else 2, alpha=c[stage], out=gz[stage])
+                thr(pre, a[stage], 0, grad_input=gz[stage])
             gu = torch.sum(GZs[s], 0, out=GUs[s])
             if not s:
                 g = torch.addmm(g, gu, W1t)

@@ -306,7 +306,7 @@ def paired_bootstrap(hyps_a: Sequence[str], hyps_b: Sequence[str], refs: Sequenc
         )
     if not refs: raise ValueError("paired_bootstrap needs a non-empty test set")
     (m, sa), (_, sb) = _bleu_stats(hyps_a, refs), _bleu_stats(hyps_b, refs)
-    score = lambda st: m._compute_score_from_stats(list(st)).score
+    score = lambda stats: m._compute_score_from_stats(list(stats)).score
     idx = np.random.default_rng(seed).integers(0, len(refs), size=(n_samples, len(refs)))
     d = np.array([score(sb[i].sum(0)) - score(sa[i].sum(0)) for i in idx])
     bleu_a, bleu_b = score(sa.sum(0)), score(sb.sum(0))
@@ -430,12 +430,13 @@ def _seed_level(hyps_a: list, hyps_b: list, refs, n_samples) -> dict:
     "Per-seed hypotheses of two arms (seed s with seed s): t-test over seeds on corpus BLEU, two-level bootstrap."
     m, _ = _bleu_stats(refs[:1], refs[:1])
     sa, sb = [_bleu_stats(h, refs)[1] for h in hyps_a], [_bleu_stats(h, refs)[1] for h in hyps_b]
-    score = lambda st: m._compute_score_from_stats(list(st)).score
+    score = lambda stats: m._compute_score_from_stats(list(stats)).score
     ba, bb = [score(x.sum(0)) for x in sa], [score(x.sum(0)) for x in sb]
-    st, tl = seed_test(ba, bb), two_level_bootstrap(sa, sb, score, n_samples=n_samples)
-    return dict(bleu_a=float(np.mean(ba)), bleu_b=float(np.mean(bb)), delta=st['effect'], p_value=st['p'],
-                ci=st['ci'], test=st['test'], win_rate=tl['win_rate'], p_two_level=tl['p_value'],
-                ci_two_level=tl['ci'], seed_deltas=tl['seed_deltas'], n_samples=n_samples, n_sents=len(refs))
+    stats, two_level = seed_test(ba, bb), two_level_bootstrap(sa, sb, score, n_samples=n_samples)
+    return dict(bleu_a=float(np.mean(ba)), bleu_b=float(np.mean(bb)), delta=stats['effect'], p_value=stats['p'],
+                ci=stats['ci'], test=stats['test'], win_rate=two_level['win_rate'], p_two_level=two_level['p_value'],
+                ci_two_level=two_level['ci'], seed_deltas=two_level['seed_deltas'], n_samples=n_samples,
+                n_sents=len(refs))
 
 def significance(experiment, baseline: str = 'sinusoidal', seed: Optional[int] = 0, root='results',
                  n_samples: int = 1000) -> list:

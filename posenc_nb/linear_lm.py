@@ -201,16 +201,18 @@ def _lm_learner(cfg: LMConfig, run_dir: Path, device, train: torch.Tensor, valid
                             fused=fused_adam(device))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier('linear', s + 1, cfg.warmup,
                                                                            (s + 1) / cfg.steps))
-    ckpter = Checkpointer(run_dir, cfg.ckpt_every, keep=1, extra=lambda: {'lm_config': asdict(cfg)}, device=device)
-    ck = ckpter.latest()
-    if ck is not None and {k: v for k, v in ck['lm_config'].items()
+    checkpointer = Checkpointer(run_dir, cfg.ckpt_every, keep=1, extra=lambda: {'lm_config': asdict(cfg)},
+                                device=device)
+    ckpt = checkpointer.latest()
+    if ckpt is not None and {k: v for k, v in ckpt['lm_config'].items()
                            if k not in _RESUMABLE} != {k: v for k, v in asdict(cfg).items() if k not in _RESUMABLE}:
         raise ValueError(f"{run_dir} holds a language-model run with another config; use another run folder")
-    log = jsonl_logger(run_dir / 'metrics.jsonl', True, ck['step'] if ck else 0)
-    L = Learner(model, opt, LMTask(train, valid, cfg, device), Budget(min(cfg.steps, stop_after or cfg.steps)),
-                [TrainLog(cfg.log_every, log), Evaluator(cfg.eval_every, log), ckpter], sched=sched, grad_clip=1.0)
-    if ck is not None: restore(L, ck)
-    return L
+    log = jsonl_logger(run_dir / 'metrics.jsonl', True, ckpt['step'] if ckpt else 0)
+    learner = Learner(model, opt, LMTask(train, valid, cfg, device), Budget(min(cfg.steps, stop_after or cfg.steps)),
+                [TrainLog(cfg.log_every, log), Evaluator(cfg.eval_every, log), checkpointer], sched=sched,
+                grad_clip=1.0)
+    if ckpt is not None: restore(learner, ckpt)
+    return learner
 
 # %% ../nbs/28_linear_lm.ipynb #d5ee49e0
 def train_lm(cfg: LMConfig, # the run
@@ -226,17 +228,18 @@ def train_lm(cfg: LMConfig, # the run
     device, run_dir, t0 = pick_device(device, 1), Path(run_dir), time.time()
     run_dir.mkdir(parents=True, exist_ok=True)
     seed_all(cfg.seed)
-    L = _lm_learner(cfg, run_dir, device, byte_stream('train') if train is None else train, byte_stream('validation')
+    learner = _lm_learner(cfg, run_dir, device, byte_stream('train') if train is None else train,
+                          byte_stream('validation')
                     if valid is None else valid, stop_after)
-    fit(L)
+    fit(learner)
     m = read_metrics(run_dir)
-    rec = {'experiment': 'linear-lm', 'variant': cfg.variant, 'seed': cfg.seed, 'steps': L.state.step,
+    rec = {'experiment': 'linear-lm', 'variant': cfg.variant, 'seed': cfg.seed, 'steps': learner.state.step,
            'train_curve': [{'step': r['step'], 'loss': round(r['loss'], 5)} for r in m if 'loss' in r],
            'valid_curve': [{'step': r['step'], 'valid_loss': round(r['valid_loss'], 5)} for r in m
                            if 'valid_loss' in r],
-           'train_time_s': round(L.state.train_time, 2), 'wall_time_s': round(time.time() - t0, 2),
-           'segments': L.state.segments,
-           'tok_s': round(L.state.tokens_seen / max(L.state.train_time, 1e-9), 1), 'config': asdict(cfg),
+           'train_time_s': round(learner.state.train_time, 2), 'wall_time_s': round(time.time() - t0, 2),
+           'segments': learner.state.segments,
+           'tok_s': round(learner.state.tokens_seen / max(learner.state.train_time, 1e-9), 1), 'config': asdict(cfg),
            **provenance(cfg.seed, precision_name(device, None), device, command=command)}
     if out is not None: atomic_write(out, json.dumps(rec, indent=1) + '\n')
     return rec
@@ -313,7 +316,8 @@ def lm_bench(*, threads: int = 1, # CPU threads for torch
 # %% ../nbs/28_linear_lm.ipynb #d82fb331
 def main(argv=None, # the arguments (default: `sys.argv[1:]`)
         ) -> int:
-    """`python -m posenc_nb.linear_lm`: its commands through `posenc_nb.args.run_commands` (one-line errors, status 2 on bad
+    """`python -m posenc_nb.linear_lm`: its commands through `run_commands` (one-line errors, status 2 on
+    bad
     input)."""
     return run_commands(argv, LM_COMMANDS, 'python -m posenc_nb.linear_lm')
 

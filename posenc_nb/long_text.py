@@ -74,9 +74,10 @@ def accuracy_summary(records: list) -> list:
     rows = []
     for (L, pre, enc), rs in sorted(groups.items()):
         m, sd = mean_sd([r['test_accuracy'] for r in rs])
-        st = [r['second_test'] for r in rs if r.get('second_test')]
+        second_tests = [r['second_test'] for r in rs if r.get('second_test')]
         rows.append({'max_len': L, 'pretrained': pre, 'encoding': enc, 'acc': m, 'sd': sd, 'seeds': len(rs),
-                     'acc_at_2x': st[0].get('accuracy') if st else None, 'note_at_2x': st[0].get('error') if st
+                     'acc_at_2x': second_tests[0].get('accuracy') if second_tests else None,
+                     'note_at_2x': second_tests[0].get('error') if second_tests
                      else None})
     return rows
 
@@ -394,7 +395,8 @@ def longtext_bpe(*, encoding: str = 'rope', # a registered encoding
 # %% ../nbs/27_long_text.ipynb #09db163b
 def main(argv=None, # the arguments (default: `sys.argv[1:]`)
         ) -> int:
-    """`python -m posenc_nb.long_text`: its commands through `posenc_nb.args.run_commands` (one-line errors, status 2 on bad
+    """`python -m posenc_nb.long_text`: its commands through `run_commands` (one-line errors, status 2 on
+    bad
     input)."""
     return run_commands(argv, LONG_TEXT_COMMANDS, 'python -m posenc_nb.long_text')
 

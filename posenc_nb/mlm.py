@@ -238,16 +238,17 @@ def evaluate(self: MLMTask, model) -> dict:
 # %% ../nbs/26_mlm.ipynb #1018daea
 _RESUMABLE = ('steps', 'log_every', 'eval_every', 'ckpt_every')
 
-def _resume_point(ckpter: Checkpointer, cfg: MLMConfig) -> Optional[dict]:
+def _resume_point(checkpointer: Checkpointer, cfg: MLMConfig) -> Optional[dict]:
     "The newest checkpoint of the run folder, after checking it holds this configuration's run."
-    ck = ckpter.latest()
-    if ck is not None:
-        old, new = ({k: v for k, v in d.items() if k not in _RESUMABLE} for d in (ck['mlm_config'], asdict(cfg)))
+    ckpt = checkpointer.latest()
+    if ckpt is not None:
+        old, new = ({k: v for k, v in d.items() if k not in _RESUMABLE} for d in (ckpt['mlm_config'], asdict(cfg)))
         diff = [f'{k}: {old.get(k)!r} vs {new.get(k)!r}' for k in new if old.get(k) != new[k]]
         if diff:
-            raise ValueError(f"{ckpter.folder} holds a pre-training run with another config ({'; '.join(diff)}); use "
+            raise ValueError(f"{checkpointer.folder} holds a pre-training run with another config ({'; '.join(diff)}); "
+                             "use "
                              "another run folder")
-    return ck
+    return ckpt
 
 # %% ../nbs/26_mlm.ipynb #8951dc4e
 def _mlm_learner(cfg: MLMConfig, run_dir: Path, device, stop_after: Optional[int] = None) -> Learner:
@@ -261,14 +262,16 @@ def _mlm_learner(cfg: MLMConfig, run_dir: Path, device, stop_after: Optional[int
                             fused=fused_adam(device))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier('linear', s + 1, cfg.warmup,
                                                                            (s + 1) / cfg.steps))
-    ckpter = Checkpointer(run_dir, cfg.ckpt_every, keep=1, extra=lambda: {'mlm_config': asdict(cfg)}, device=device)
-    ck = _resume_point(ckpter, cfg)
-    log = jsonl_logger(run_dir / 'metrics.jsonl', True, ck['step'] if ck else 0)
-    L = Learner(model, opt, task, Budget(min(cfg.steps, stop_after or cfg.steps)), [TrainLog(cfg.log_every, log),
+    checkpointer = Checkpointer(run_dir, cfg.ckpt_every, keep=1, extra=lambda: {'mlm_config': asdict(cfg)},
+                                device=device)
+    ckpt = _resume_point(checkpointer, cfg)
+    log = jsonl_logger(run_dir / 'metrics.jsonl', True, ckpt['step'] if ckpt else 0)
+    learner = Learner(model, opt, task, Budget(min(cfg.steps, stop_after or cfg.steps)), [TrainLog(cfg.log_every, log),
                                                                                     Evaluator(cfg.eval_every, log),
-                                                                                    ckpter], sched=sched, grad_clip=1.0)
-    if ck is not None: restore(L, ck)
-    return L
+                                                                                    checkpointer], sched=sched,
+                                                                                    grad_clip=1.0)
+    if ckpt is not None: restore(learner, ckpt)
+    return learner
 
 # %% ../nbs/26_mlm.ipynb #9ebcb0f8
 def pretrain_mlm(cfg: MLMConfig, # the run
@@ -284,9 +287,9 @@ def pretrain_mlm(cfg: MLMConfig, # the run
     device, run_dir, t0 = pick_device(device, 1), Path(run_dir), time.time()
     with lock_folder(run_dir, 'run folder'):          # one pre-training per folder: a second is refused
         seed_all(cfg.seed)
-        L = _mlm_learner(cfg, run_dir, device, stop_after)
-        fit(L)
-        rec = _mlm_record(cfg, L, run_dir, device, command, time.time() - t0)
+        learner = _mlm_learner(cfg, run_dir, device, stop_after)
+        fit(learner)
+        rec = _mlm_record(cfg, learner, run_dir, device, command, time.time() - t0)
         if out is not None: atomic_write(out, json.dumps(rec, indent=1) + '\n')
     return rec
 
@@ -305,24 +308,24 @@ def _mlm_record(cfg, L, run_dir, device, command, wall) -> dict:
             'config': asdict(cfg), **provenance(cfg.seed, precision_name(device, cfg.amp), device, command=command)}
 
 # %% ../nbs/26_mlm.ipynb #dcc73cb9
-def _finished(ck: Optional[dict]) -> bool:
+def _finished(ckpt: Optional[dict]) -> bool:
     "Whether a pre-training checkpoint (`Checkpointer.latest()`) holds the end of its run."
-    return ck is not None and ck['step'] >= ck['mlm_config']['steps']
+    return ckpt is not None and ckpt['step'] >= ckpt['mlm_config']['steps']
 
 def load_encoder(clf: Classifier, # a Classifier of the same encoding and sizes as the pre-trained MLM
                  run_dir, # a `pretrain_mlm` run folder (its newest checkpoint is used)
                 ) -> Classifier:
     "Copy the pre-trained encoder weights into `clf` (in place); its head stays as initialised."
-    ck = Checkpointer(run_dir, 1, 1).latest()
-    if ck is None: raise FileNotFoundError(f"no pre-training checkpoint in {run_dir}; run pretrain_mlm there first")
-    enc, mine = ck['mlm_config'].get('encoding'), clf.cfg.enc_pe
+    ckpt = Checkpointer(run_dir, 1, 1).latest()
+    if ckpt is None: raise FileNotFoundError(f"no pre-training checkpoint in {run_dir}; run pretrain_mlm there first")
+    enc, mine = ckpt['mlm_config'].get('encoding'), clf.cfg.enc_pe
     if arm_encoding(enc) != mine:
         raise ValueError(f"{run_dir} holds a pre-training of {enc!r}, not of {mine!r}: its weights are not this "
                          f"encoding's; pre-train {mine} into its own folder, or fine-tune with encoding {enc!r}")
-    if not _finished(ck):
-        raise ValueError(f"the pre-training in {run_dir} stopped at update {ck['step']} of "
-                         f"{ck['mlm_config']['steps']}; finish it first (pretrain_mlm resumes it)")
-    enc = {k[4:]: v for k, v in ck['model'].items() if k.startswith('enc.') and not k.startswith('enc.head.')}
+    if not _finished(ckpt):
+        raise ValueError(f"the pre-training in {run_dir} stopped at update {ckpt['step']} of "
+                         f"{ckpt['mlm_config']['steps']}; finish it first (pretrain_mlm resumes it)")
+    enc = {k[4:]: v for k, v in ckpt['model'].items() if k.startswith('enc.') and not k.startswith('enc.head.')}
     try: missing, unexpected = clf.load_state_dict(enc, strict=False)
     except RuntimeError as e:
         raise ValueError(f"the checkpoint in {run_dir} does not fit this classifier "
@@ -359,10 +362,10 @@ def _ft_learner(cfg: FinetuneConfig, model, data, metric, device):
     ev = Evaluator(cfg.eval_every)
     kb = KeepBest(ev, 'valid_' + metric)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt(s + 1, cfg.warmup))
-    L = Learner(model, opt, ClassifyTask(data, cfg, metric, model.cfg.pad_id, device),
+    learner = Learner(model, opt, ClassifyTask(data, cfg, metric, model.cfg.pad_id, device),
                 Budget(cfg.max_steps, cfg.max_minutes), [ev, kb],
                 sched=sched, grad_clip=cfg.grad_clip, exclude_pauses=True)
-    return L, kb
+    return learner, kb
 
 # %% ../nbs/26_mlm.ipynb #60a2bfbf
 def _second_test(cfg: FinetuneConfig, model, device) -> Optional[dict]:
@@ -514,7 +517,8 @@ def mlm_finetune(*, task: str = 'sst2', # the classification task: a GLUE task o
 # %% ../nbs/26_mlm.ipynb #255fbde8
 def main(argv=None, # the arguments (default: `sys.argv[1:]`)
         ) -> int:
-    "`python -m posenc_nb.mlm`: its commands through `posenc_nb.args.run_commands` (one-line errors, status 2 on bad input)."
+    """`python -m posenc_nb.mlm`: its commands through `run_commands` (one-line errors, status 2 on bad
+    input)."""
     return run_commands(argv, MLM_COMMANDS, 'python -m posenc_nb.mlm')
 
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
@@ -534,9 +538,9 @@ def seed_curve(records: list,
     "(steps, mean, sd) over the runs of a loss curve, on the steps all runs share (sd 0 for one run; empty for none)."
     cs = [{c['step']: c[k] for c in r[f'{key}_curve'] for k in c if k != 'step'} for r in records]
     if not cs: return [], np.zeros(0), np.zeros(0)
-    st = sorted(set.intersection(*[set(c) for c in cs]))
-    v = np.array([[c[s] for s in st] for c in cs])
-    return st, v.mean(0), v.std(0, ddof=1) if len(cs) > 1 else np.zeros(len(st))
+    shared_steps = sorted(set.intersection(*[set(c) for c in cs]))
+    v = np.array([[c[s] for s in shared_steps] for c in cs])
+    return shared_steps, v.mean(0), v.std(0, ddof=1) if len(cs) > 1 else np.zeros(len(shared_steps))
 
 # %% ../nbs/26_mlm.ipynb #85541281
 def mlm_curve(records: list, # pre-training records (`load_mlm`)
@@ -552,15 +556,17 @@ def mlm_table(records: list, encodings=('rope', 'sinusoidal', 'learned'), at: Op
     per-seed difference from RoPE."""
     out = []
     for enc in encodings:
-        st, m, sd = mlm_curve(records, enc)
-        if not st: continue
-        i = st.index(at) if at in st else -1
+        shared_steps, m, sd = mlm_curve(records, enc)
+        if not shared_steps: continue
+        i = shared_steps.index(at) if at in shared_steps else -1
         by_seed = {r['seed']: {c['step']: c['valid_loss'] for c in r['valid_curve']} for r in records
                    if r['encoding'] == enc}
         rope = {r['seed']: {c['step']: c['valid_loss'] for c in r['valid_curve']} for r in records
                 if r['encoding'] == 'rope'}
-        d = [by_seed[s][st[i]] - rope[s][st[i]] for s in by_seed if s in rope and st[i] in rope[s]]
-        out.append({'encoding': enc, 'step': st[i], 'loss': float(m[i]), 'sd': float(sd[i]), 'seeds': len(by_seed),
+        d = [by_seed[s][shared_steps[i]] - rope[s][shared_steps[i]] for s in by_seed if s in rope
+             and shared_steps[i] in rope[s]]
+        out.append({'encoding': enc, 'step': shared_steps[i], 'loss': float(m[i]), 'sd': float(sd[i]),
+                    'seeds': len(by_seed),
                     'minus_rope': d})
     return out
 

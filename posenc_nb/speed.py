@@ -255,7 +255,7 @@ def speed_run(*, encodings: str = None, # comma-separated encodings (default: al
 # %% ../nbs/24_speed.ipynb #9cebd4e8
 def main(argv=None, # the arguments (default: `sys.argv[1:]`)
         ) -> int:
-    """`python -m posenc_nb.speed`: the `speed_run` command line (`posenc_nb.args.run_commands`: one-line errors, status 2 on bad
+    """`python -m posenc_nb.speed`: the `speed_run` command line (`run_commands`: one-line errors, status 2 on bad
     input)."""
     return run_commands(argv, speed_run, 'python -m posenc_nb.speed')
 

@@ -76,9 +76,9 @@ def _make_lexicon(seed=20261202, n_noun=160, n_adj=60, n_vt=60, n_vi=40):
     src = {c: [_fresh(lambda: _src_word(rng, suf), used_src) for _ in range(n)]
            for c, n, suf in (('N', n_noun, ''), ('ADJ', n_adj, 'y'), ('VT', n_vt, 's'), ('VI', n_vi, 's'))}
     src.update(P=list(SYNTH_PREPS), DETA=list(SYNTH_DETS))
-    lex = {w: _fresh(lambda: _TGT_SHAPES[c](rng), used_tgt) for c, ws in src.items() for w in ws}
+    lex = {w: _fresh(lambda: _TGT_SHAPES[c](rng), used_tgt) for c, words in src.items() for w in words}
     lex[SYNTH_AND] = SYNTH_CONJ
-    cats = {w: c for c, ws in src.items() for w in ws}
+    cats = {w: c for c, words in src.items() for w in words}
     cats.update({a: 'ART' for a in SYNTH_ARTICLES})
     cats[SYNTH_THAT] = 'THAT'
     cats[SYNTH_AND] = 'AND'
