@@ -62,4 +62,4 @@ nbdev_clean
 # module aliases the import rewrite left unused in the scripts it touched
 ruff check --isolated --select F401 --fix -q $(git diff --name-only -- tests benchmarks tools | grep '\.py$' | grep -v 'tools/') || true
 ruff check nbs posenc_nb
-python tools/style_report.py --check --allow floater
+python tools/style_report.py --check
