@@ -34,8 +34,10 @@ demo: install
 
 test: install test-nbs test-py
 
+# one process per notebook (tools/test_notebooks.py says why: nbdev_test's workers carry one notebook's registrations
+# into the next)
 test-nbs: install
-	cd nbs && ../$(BIN)/nbdev_test --n_workers $(NB_WORKERS) --timing
+	$(BIN)/python tools/test_notebooks.py --workers $(NB_WORKERS)
 
 test-py: install
 	$(BIN)/python -m pytest tests -q -x --durations=10 || [ $$? -eq 5 ]

@@ -16,7 +16,7 @@ from .model import ModelConfig, Classifier
 from .store import check_budget, check_fields, check_writable
 from .data import load_glue, get_tokenizer, GLUE_TASKS, UNK
 from .batches import pad_batch, TokenBatchSampler
-from .engine import inverse_sqrt, autocast_for, fused_adam
+from .engine import inverse_sqrt, autocast_for, fused_adam, precision_name
 from .utils import atomic_write, provenance, mean_sd, read_records
 
 # %% auto #0
@@ -199,7 +199,8 @@ def train_classifier(task: str = 'cola', encoding: str = 'sinusoidal', seed: int
            'train_tok_s': round(state.tokens_seen / max(state.train_time, 1e-9), 1),
            'n_params': sum(p.numel() for p in model.parameters()), 'n_train': len(data['train']),
            'n_test': len(data['test']),
-           'curve': kb.curve, 'config': asdict(cfg), **provenance(seed, device=device, command=command)}
+           'curve': kb.curve, 'config': asdict(cfg), **provenance(seed, precision_name(device, cfg.amp), device,
+                                                                         command=command)}
     if out is not None: write_result(res, out)
     return {**res, 'model': model}
 

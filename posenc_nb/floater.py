@@ -577,3 +577,16 @@ def _slot_rows(self: FloaterPE, traj: Tensor, i: int) -> Tensor:
     if self._split is None or self._split[0] is not traj:
         self._split = (traj, traj.split(3, 1))
     return self._split[1][i // 3]
+
+# %% ../nbs/11_floater.ipynb #95e880af
+@patch
+def start_from(self: FloaterPE, name: str, options: dict) -> FloaterPE:
+    "Migrate from trained sinusoidal positions: the sinusoid kept as the prior, h and p(0) zero (every bias is 0)."
+    if name != 'sinusoidal':
+        raise ValueError(f"FLOATER can start only from a model trained with 'sinusoidal' positions, not {name!r}; "
+                         f"train a sinusoidal model first or build FLOATER from scratch")
+    if self.prior != 'sinusoidal' or self.base != options.get('base', 10000.):
+        raise ValueError(f"a FLOATER warm start keeps the trained sinusoidal input: build it with prior='sinusoidal' "
+                         f"(FLOATER_OFFICIAL does) and "
+                         f"base={options.get('base', 10000.)}, got prior={self.prior!r}, base={self.base}")
+    return self.zero_dynamics_()

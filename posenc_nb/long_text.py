@@ -23,7 +23,7 @@ from .args import command, use_threads
 __all__ = ['LONG_ENCODINGS', 'LONG_TEXT_COMMANDS', 'BPE_PLANS', 'byte_lengths', 'length_shares', 'load_records', 'test_subset',
            'accuracy_summary', 'format_accuracy', 'paired_bootstrap_acc', 'significance', 'format_significance',
            'compare_arms', 'length_gain', 'peak_rss_mb', 'bench_encodings', 'longtext_bench', 'ngram_reference',
-           'longtext_ngram', 'bpe_splits', 'longtext_bpe', 'main']
+           'longtext_ngram', 'bpe_splits', 'longtext_bpe', 'longtext_lengths', 'main']
 
 # %% ../nbs/27_long_text.ipynb #2cd38db7
 def byte_lengths(name: str, # a registered labelled data set
@@ -390,6 +390,34 @@ def longtext_bpe(*, encoding: str = 'rope', # a registered encoding
            'n_test_subset_seed': 0, 'plan': plan}
     atomic_write(out, json.dumps(rec, indent=1) + '\n')
     print(f"{out}: test accuracy {rec['test_accuracy']:.4f} in {rec['train_time_s']:.0f}s of training", flush=True)
+    return 0
+
+# %% ../nbs/27_long_text.ipynb #a688a9a2
+@command(registry=LONG_TEXT_COMMANDS)
+def longtext_lengths(*, limits: str = '128,256,512', # token limits whose shares are counted (comma-separated)
+                         vocab_size: int = 8000, # the BPE's ids, specials included (`bpe_splits`)
+                         n_test: int = 5000, # the fixed test subset's size
+                         out: str = 'results/roformer-longtext-bpe/lengths.json', # the record (kept when it exists)
+                        ) -> int:
+    """Count how many reviews are longer than each BPE limit and write the record (skipped when it exists).
+
+    Examples:
+      python -m posenc_nb.long_text lengths"""
+    cuts = sorted({int(x) for x in limits.split(',') if x.strip()})
+    if not cuts or cuts[0] < 1: raise ValueError(f"limits must be positive integers, got {limits!r}; e.g. --limits 128,256")
+    out = Path(out)
+    if out.exists():
+        print(f'{out}: done', flush=True)
+        return 0
+    _, ids = _bpe_ids(vocab_size)
+    lengths = {s: [len(x) for x in ids[s]] for s in ('train', 'test')}
+    lengths['test_subset'] = [lengths['test'][i] for i in test_subset(n_test, 0)['indices']]
+    rec = {'experiment': 'bpe-lengths', 'vocab_size': vocab_size, 'limits': cuts,
+           'shares_longer': {s: length_shares(v, cuts) for s, v in lengths.items()},
+           'median': {s: float(np.median(v)) for s, v in lengths.items()},
+           'n': {s: len(v) for s, v in lengths.items()}, **provenance(None, None, 'cpu', command=command_line())}
+    atomic_write(out, json.dumps(rec, indent=1) + '\n')
+    print(f"{out}: longer than {cuts}: {rec['shares_longer']['test_subset']} of the test subset", flush=True)
     return 0
 
 # %% ../nbs/27_long_text.ipynb #09db163b

@@ -12,23 +12,9 @@ from fastcore.basics import patch
 from .core import Positions, Site, PosEnc, register_posenc
 from .baselines import sinusoidal_codes
 from .model import Seq2Seq, warm_start_weights
-from .floater import FloaterPE
 
 # %% auto #0
 __all__ = ['FLOATER_OFFICIAL', 'floater_from_sinusoidal', 'BlockBiasPE']
-
-# %% ../nbs/11_recipe.ipynb #95e880af
-@patch
-def start_from(self: FloaterPE, name: str, options: dict) -> FloaterPE:
-    "Migrate from trained sinusoidal positions: the sinusoid kept as the prior, h and p(0) zero (every bias is 0)."
-    if name != 'sinusoidal':
-        raise ValueError(f"FLOATER can start only from a model trained with 'sinusoidal' positions, not {name!r}; "
-                         f"train a sinusoidal model first or build FLOATER from scratch")
-    if self.prior != 'sinusoidal' or self.base != options.get('base', 10000.):
-        raise ValueError(f"a FLOATER warm start keeps the trained sinusoidal input: build it with prior='sinusoidal' "
-                         f"(FLOATER_OFFICIAL does) and "
-                         f"base={options.get('base', 10000.)}, got prior={self.prior!r}, base={self.base}")
-    return self.zero_dynamics_()
 
 # %% ../nbs/11_recipe.ipynb #7f218bc0
 def floater_from_sinusoidal(model: Seq2Seq, variant: str = 'floater', **pe_options) -> Seq2Seq:
