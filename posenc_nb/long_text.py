@@ -404,7 +404,8 @@ def longtext_lengths(*, limits: str = '128,256,512', # token limits whose shares
     Examples:
       python -m posenc_nb.long_text lengths"""
     cuts = sorted({int(x) for x in limits.split(',') if x.strip()})
-    if not cuts or cuts[0] < 1: raise ValueError(f"limits must be positive integers, got {limits!r}; e.g. --limits 128,256")
+    if not cuts or cuts[0] < 1:
+        raise ValueError(f"limits must be positive integers, got {limits!r}; e.g. --limits 128,256")
     out = Path(out)
     if out.exists():
         print(f'{out}: done', flush=True)
