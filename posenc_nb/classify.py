@@ -183,9 +183,9 @@ def train_classifier(task: str = 'cola', encoding: str = 'sinusoidal', seed: int
     ev = Evaluator(cfg.eval_every)
     kb = KeepBest(ev, 'valid_' + metric, verbose=verbose)
     learner = Learner(model, opt, ClassifyTask(data, cfg, metric, model.cfg.pad_id, device),
-                Budget(cfg.max_steps, cfg.max_minutes), [ev, kb],
-                sched=torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt(s + 1, cfg.warmup)),
-                grad_clip=cfg.grad_clip, exclude_pauses=True)
+                      Budget(cfg.max_steps, cfg.max_minutes), [ev, kb],
+                      sched=torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt(s + 1, cfg.warmup)),
+                      grad_clip=cfg.grad_clip, exclude_pauses=True)
     state = fit(learner)
     best, best_step = kb.restore_best(learner)
     test = evaluate(model, data['test'], device=device)

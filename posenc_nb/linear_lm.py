@@ -209,8 +209,8 @@ def _lm_learner(cfg: LMConfig, run_dir: Path, device, train: torch.Tensor, valid
         raise ValueError(f"{run_dir} holds a language-model run with another config; use another run folder")
     log = jsonl_logger(run_dir / 'metrics.jsonl', True, ckpt['step'] if ckpt else 0)
     learner = Learner(model, opt, LMTask(train, valid, cfg, device), Budget(min(cfg.steps, stop_after or cfg.steps)),
-                [TrainLog(cfg.log_every, log), Evaluator(cfg.eval_every, log), checkpointer], sched=sched,
-                grad_clip=1.0)
+                      [TrainLog(cfg.log_every, log), Evaluator(cfg.eval_every, log), checkpointer], sched=sched,
+                      grad_clip=1.0)
     if ckpt is not None: restore(learner, ckpt)
     return learner
 
@@ -229,8 +229,7 @@ def train_lm(cfg: LMConfig, # the run
     run_dir.mkdir(parents=True, exist_ok=True)
     seed_all(cfg.seed)
     learner = _lm_learner(cfg, run_dir, device, byte_stream('train') if train is None else train,
-                          byte_stream('validation')
-                    if valid is None else valid, stop_after)
+                          byte_stream('validation') if valid is None else valid, stop_after)
     fit(learner)
     m = read_metrics(run_dir)
     rec = {'experiment': 'linear-lm', 'variant': cfg.variant, 'seed': cfg.seed, 'steps': learner.state.step,

@@ -266,10 +266,9 @@ def _mlm_learner(cfg: MLMConfig, run_dir: Path, device, stop_after: Optional[int
                                 device=device)
     ckpt = _resume_point(checkpointer, cfg)
     log = jsonl_logger(run_dir / 'metrics.jsonl', True, ckpt['step'] if ckpt else 0)
-    learner = Learner(model, opt, task, Budget(min(cfg.steps, stop_after or cfg.steps)), [TrainLog(cfg.log_every, log),
-                                                                                    Evaluator(cfg.eval_every, log),
-                                                                                    checkpointer], sched=sched,
-                                                                                    grad_clip=1.0)
+    callbacks = [TrainLog(cfg.log_every, log), Evaluator(cfg.eval_every, log), checkpointer]
+    learner = Learner(model, opt, task, Budget(min(cfg.steps, stop_after or cfg.steps)), callbacks, sched=sched,
+                      grad_clip=1.0)
     if ckpt is not None: restore(learner, ckpt)
     return learner
 
@@ -363,8 +362,8 @@ def _ft_learner(cfg: FinetuneConfig, model, data, metric, device):
     kb = KeepBest(ev, 'valid_' + metric)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt(s + 1, cfg.warmup))
     learner = Learner(model, opt, ClassifyTask(data, cfg, metric, model.cfg.pad_id, device),
-                Budget(cfg.max_steps, cfg.max_minutes), [ev, kb],
-                sched=sched, grad_clip=cfg.grad_clip, exclude_pauses=True)
+                      Budget(cfg.max_steps, cfg.max_minutes), [ev, kb],
+                      sched=sched, grad_clip=cfg.grad_clip, exclude_pauses=True)
     return learner, kb
 
 # %% ../nbs/26_mlm.ipynb #60a2bfbf
