@@ -13,6 +13,8 @@
 #               base is trained again into runs/rebase for its checkpoint (about 7 minutes a base, 5 an arm: 80 minutes in all)
 #   bpe-probe   one BPE long-text arm (rope, 256 tokens, seed 0, plan cpu): its time and accuracy size the stage below
 #   bpe         the BPE long-text arms: rope sinusoidal learned alibi t5 none at 128 and 256 tokens, 3 seeds (36 runs, plan cpu)
+#   bpe512      the same arms at 512 tokens, 3 seeds (18 runs of about 9 minutes, 13-15 for ALiBi and T5): with the 256-token
+#               arms, the second pair of limits (every 128-token mean fell under the ledger's learning reference)
 #   xl          xl-enja-2400's oracle-aligner and random arms, 3 seeds (6 runs of 2,400 updates, about 20 minutes each)
 #   mlm3000     rope/sinusoidal/learned/learned-bert/none pre-training for 3,000 updates, 2 seeds (the issue's budget: 10 runs
 #               of about 15 minutes; not run on the shared CPU in the session that wrote this)
@@ -44,6 +46,10 @@ for st in "${stages[@]}"; do
       for s in 0 1 2; do for L in 256 128; do for e in rope sinusoidal learned alibi none t5; do
         python -m posenc_nb.long_text bpe --encoding $e --max-len $L --seed $s
       done; done; done ;;
+    bpe512)
+      for s in 0 1 2; do for e in rope sinusoidal learned alibi none t5; do
+        python -m posenc_nb.long_text bpe --encoding $e --max-len 512 --seed $s
+      done; done ;;
     xl)     python -m posenc_nb.experiments run xl-enja-2400 --full --threads 1 --encodings xl-input@oracle-aligner xl-input@random ;;
     mlm3000)
       for s in 0 1; do for e in rope sinusoidal learned learned-bert none; do
@@ -51,6 +57,6 @@ for st in "${stages[@]}"; do
         POSENC_CACHE=${POSENC_CACHE:-$HOME/.cache/posenc_nb}/mlm3000 python -m posenc_nb.mlm pretrain --encoding $e --seed $s --config cpu-small --steps 3000 \
           --out results/roformer-mlm/cpu-small3000_${e}_seed$s.json
       done; done ;;
-    *) echo "unknown stage $st; choose from ngram linear-tiny mlm-tiny linear mlm bpe-probe bpe floater xl mlm3000" >&2; exit 2 ;;
+    *) echo "unknown stage $st; choose from ngram linear-tiny mlm-tiny linear mlm bpe-probe bpe bpe512 floater xl mlm3000" >&2; exit 2 ;;
   esac
 done
