@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 from .experiments import seed_test, holm, min_detectable_effect, seeds_needed
-from .mlm import BYTE_VOCAB
+from .mlm import BYTE_VOCAB, run_name
 from .utils import atomic_write, format_table
 
 # %% auto #0
@@ -293,6 +293,13 @@ REGIMES_CLAIMS = [
     *[Claim(f'roformer-mlm-control-{size}-vs-{e}', 'RoFormer', RF_MLM, 'roformer-mlm', scale, MLM_LOSS,
             _mlm(size, e), _mlm(size, 'rope'), -1, f'roformer-mlm-control-{size}', LM_CHANCE, where='26_mlm')
       for size, scale in MLM_SCALES for e in ('none', 'learned-bert')],
+    # the learning-rate sweep of the absolute arms (registered before its runs): RoPE at the config's rate against
+    # each absolute arm at another peak rate
+    *[Claim(f'roformer-mlm-lr-cpu-small-{e}-lr{lr:g}', 'RoFormer', RF_MLM, 'roformer-mlm',
+            f"{MLM_SCALES[0][1]}; the absolute arm at peak learning rate {lr:g}, RoPE at the config's", MLM_LOSS,
+            (f'{e} at lr {lr:g}', *_mlm(run_name('cpu-small', lr), e)[1:]), _mlm('cpu-small', 'rope'), -1,
+            'roformer-mlm-lr-cpu-small', LM_CHANCE, where='26_mlm')
+      for lr in (1e-3, 1e-2) for e in ('sinusoidal', 'learned', 'learned-bert')],
     *[Claim(f'roformer-longtext-bpe-{L}-vs-{e}', 'RoFormer', RF_LONG_BPE, 'roformer-longtext-bpe', BPE_SCALE,
             'test accuracy', _bpe(L, e), _bpe(L, 'rope'), +1, 'roformer-longtext-bpe', NGRAM_REF, where='27_long_text')
       for L in (128, 256) for e in ('sinusoidal', 'learned', 'alibi', 't5', 'none')],

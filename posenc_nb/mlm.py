@@ -31,8 +31,8 @@ from .args import command, use_threads
 __all__ = ['BYTE_OFFSET', 'MASK_ID', 'BYTE_VOCAB', 'MLM_ARMS', 'MLM_CONFIGS', 'FT_SIZES', 'RESULTS', 'MLM_COMMANDS', 'clean_text',
            'byte_ids', 'subset_indices', 'byte_split', 'mask_tokens', 'encoder_states', 'MLM', 'arm_encoding',
            'init_positions', 'MLMConfig', 'MLMTask', 'pretrain_mlm', 'load_encoder', 'FinetuneConfig', 'finetune',
-           'runs_dir', 'pretrain_dir', 'mlm_pretrain', 'mlm_finetune', 'main', 'load_mlm', 'seed_curve', 'mlm_curve',
-           'mlm_table', 'load_finetune', 'finetune_table']
+           'runs_dir', 'pretrain_dir', 'run_name', 'mlm_pretrain', 'mlm_finetune', 'main', 'load_mlm', 'seed_curve',
+           'mlm_curve', 'mlm_table', 'load_finetune', 'finetune_table']
 
 # %% ../nbs/26_mlm.ipynb #c5330522
 # ids 0-3 are the specials <pad> <s> </s> <unk> of `posenc_nb.data`; byte b is id b + 4
@@ -434,6 +434,13 @@ def pretrain_dir(encoding: str, seed: int, config: str = 'cpu-tiny') -> Path:
     "The run folder of one pre-training run."
     return runs_dir() / f'mlm-{config}-{encoding}-seed{seed}'
 
+def run_name(config: str, # a key of `MLM_CONFIGS`
+             lr: float = None, # the run's peak learning rate (None: the config's)
+            ) -> str:
+    """A pre-training run's name in its record file and run folder: the config's name, with `-lrRATE` when the rate is
+    not the config's, so a learning-rate sweep never resumes or overwrites the config's own run."""
+    return config if lr is None or lr == MLM_CONFIGS[config].lr else f'{config}-lr{lr:g}'
+
 # %% ../nbs/26_mlm.ipynb #fc24c486
 MLM_COMMANDS: dict = {}    # the `python -m posenc_nb.mlm` subcommands: name -> function
 
@@ -442,8 +449,11 @@ def mlm_pretrain(*, encoding: str = 'rope', # the position encoding
                  seed: int = 0, # random seed
                  config: Param('', str, choices=list(MLM_CONFIGS)) = 'cpu-tiny', # model and budget (`MLM_CONFIGS`)
                  steps: int = None, # updates (default: the config's)
+                 # peak learning rate (default: the config's); another rate names its own record and run folder
+                 lr: float = None,
                  threads: int = 1, # CPU threads for torch
-                 out: str = None, # record file (default: results/roformer-mlm/CONFIG_ENCODING_seedSEED.json)
+                 # record file (default: results/roformer-mlm/NAME_ENCODING_seedSEED.json, NAME = `run_name`)
+                 out: str = None,
                  # the fine-tuning needs the weights here: pre-train again when the record exists but the finished
                  # checkpoint does not (a record made on another machine), replacing the record
                  weights: bool = False,
@@ -452,12 +462,15 @@ def mlm_pretrain(*, encoding: str = 'rope', # the position encoding
     (and, with `weights`, its finished checkpoint).
 
     Examples:
-      python -m posenc_nb.mlm pretrain --encoding rope --seed 0 --config cpu-tiny"""
+      python -m posenc_nb.mlm pretrain --encoding rope --seed 0 --config cpu-tiny
+      python -m posenc_nb.mlm pretrain --encoding learned --seed 0 --config cpu-small --lr 1e-3"""
     use_threads(threads)
     check_budget(steps)
-    cfg = replace(MLM_CONFIGS[config], encoding=encoding, seed=seed, **({'steps': steps} if steps is not None else {}))
-    out = check_output(out or RESULTS / 'roformer-mlm' / f'{config}_{encoding}_seed{seed}.json', flag='--out')
-    run = pretrain_dir(encoding, seed, config)
+    given = {k: v for k, v in dict(steps=steps, lr=lr).items() if v is not None}
+    cfg = replace(MLM_CONFIGS[config], encoding=encoding, seed=seed, **given)    # refuses a rate <= 0 (check_fields)
+    name = run_name(config, lr)
+    out = check_output(out or RESULTS / 'roformer-mlm' / f'{name}_{encoding}_seed{seed}.json', flag='--out')
+    run = pretrain_dir(encoding, seed, name)
     again = weights and out.exists() and not _finished(Checkpointer(run, 1, 1).latest())
     if again: print(f'{out}: the record exists but {run} holds no finished checkpoint: pre-training again '
                     '(the record is replaced at the end)', flush=True)

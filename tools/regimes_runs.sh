@@ -16,6 +16,8 @@
 #   bpe512      the same arms at 512 tokens, 3 seeds (18 runs of about 9 minutes, 13-15 for ALiBi and T5): with the 256-token
 #               arms, the second pair of limits (every 128-token mean fell under the ledger's learning reference)
 #   xl          xl-enja-2400's oracle-aligner and random arms, 3 seeds (6 runs of 2,400 updates, about 20 minutes each)
+#   mlm-lr      the learning-rate sweep of the absolute MLM arms: sinusoidal, learned, learned-bert at peak rates 1e-3 and
+#               1e-2 (the config's is 3e-3), cpu-small, 3 seeds (18 runs of about 3-5 minutes)
 #   mlm3000     rope/sinusoidal/learned/learned-bert/none pre-training for 3,000 updates, 2 seeds (the issue's budget: 10 runs
 #               of about 15 minutes; not run on the shared CPU in the session that wrote this)
 set -euo pipefail
@@ -51,12 +53,16 @@ for st in "${stages[@]}"; do
         python -m posenc_nb.long_text bpe --encoding $e --max-len 512 --seed $s
       done; done ;;
     xl)     python -m posenc_nb.experiments run xl-enja-2400 --full --threads 1 --encodings xl-input@oracle-aligner xl-input@random ;;
+    mlm-lr)
+      for lr in 1e-3 1e-2; do for e in sinusoidal learned learned-bert; do for s in 0 1 2; do
+        python -m posenc_nb.mlm pretrain --encoding $e --seed $s --config cpu-small --lr $lr
+      done; done; done ;;
     mlm3000)
       for s in 0 1; do for e in rope sinusoidal learned learned-bert none; do
         # its own checkpoint folders: a 600-update run's finished checkpoint would otherwise be resumed with another schedule
         POSENC_CACHE=${POSENC_CACHE:-$HOME/.cache/posenc_nb}/mlm3000 python -m posenc_nb.mlm pretrain --encoding $e --seed $s --config cpu-small --steps 3000 \
           --out results/roformer-mlm/cpu-small3000_${e}_seed$s.json
       done; done ;;
-    *) echo "unknown stage $st; choose from ngram linear-tiny mlm-tiny linear mlm bpe-probe bpe bpe512 floater xl mlm3000" >&2; exit 2 ;;
+    *) echo "unknown stage $st; choose from ngram linear-tiny mlm-tiny linear mlm bpe-probe bpe bpe512 floater xl mlm-lr mlm3000" >&2; exit 2 ;;
   esac
 done
