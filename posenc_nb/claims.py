@@ -326,12 +326,21 @@ REGIMES_CLAIMS = [
             BPE_SCALE, 'test accuracy', _bpe(256, e), _bpe(512, e), +1, 'roformer-longtext-bpe-512-length', NGRAM_REF,
             where='27_long_text')
       for e in ('rope', 'sinusoidal', 'learned', 'alibi', 't5', 'none')],
-    *[mt_claim(f'{exp}-vs-block-bias', 'FLOATER',
-               FL_REC + '; against per-block learned biases at the same sites (block-bias: the ODE isolated)', exp,
-               scale, 'block-bias-migrated', 'floater-migrated', '11_floater, 21_multi30k', family=f'{exp}-ablation')
-      for exp, scale in (('floater-recipe', M30K + ': 400-update sinusoidal base, then 200 updates per arm, 1 CPU '
-                          'thread'),
-                         ('floater-recipe-1h', M30K + ': 3,000-update sinusoidal base, then 1,000 updates per arm'))],
+    # the ODE ablation at CPU scale: the recipe run whole again (a base and its arms per seed, one commit, seeds 0-4)
+    # into its own folder, since a base trained again does not reproduce the committed floater-recipe bases
+    *[mt_claim(id, 'FLOATER', FL_REC + note, 'floater-recipe-ablation',
+               M30K + ': 400-update sinusoidal base, then 200 updates per arm, 1 CPU thread', a, b, '21_multi30k',
+               family='floater-recipe-ablation')
+      for id, note, a, b in (
+          ('floater-recipe-vs-block-bias', '; against per-block learned biases at the same sites (block-bias: the '
+           'ODE isolated)', 'block-bias-migrated', 'floater-migrated'),
+          ('floater-recipe-ablation-floater', '; the recipe again, 5 seeds', 'sinusoidal-continued', 'floater-migrated'),
+          ('floater-recipe-ablation-block-bias', '; per-block learned biases alone against the control',
+           'sinusoidal-continued', 'block-bias-migrated'))],
+    mt_claim('floater-recipe-1h-vs-block-bias', 'FLOATER',
+             FL_REC + '; against per-block learned biases at the same sites (block-bias: the ODE isolated)',
+             'floater-recipe-1h', M30K + ': 3,000-update sinusoidal base, then 1,000 updates per arm',
+             'block-bias-migrated', 'floater-migrated', '11_floater, 21_multi30k', family='floater-recipe-1h-ablation'),
     mt_claim('xl-input-enja-2400-oracle', 'XL-PE',
              XL_MT + '; here the aligner\'s oracle orders of the test sentences (the bound of a perfect reorderer)',
              'xl-enja-2400', ENJA_2400, 'xl-input@monotone', 'xl-input@oracle-aligner', '25_xl_translation',

@@ -11,7 +11,7 @@
 #   linear      linear+sinusoidal and linear+learned, cpu-small, 3 seeds (6 runs of about 2.5 minutes)
 #   mlm         none and learned-bert pre-training, cpu-small (600 updates), 3 seeds (6 runs of about 3 minutes)
 #   floater     floater-recipe's four arms (base, FLOATER and block-bias migrated, sinusoidal continued), seeds 0-4,
-#               each seed whole (about 7 minutes a base, 5 an arm: 22 minutes a seed)
+#               each seed whole, into results/floater-recipe-ablation (7 minutes a base, 5 an arm: 22 a seed)
 #   bpe-probe   one BPE long-text arm (rope, 256 tokens, seed 0, plan cpu): its time and accuracy size the stage below
 #   bpe         the BPE long-text arms: rope sinusoidal learned alibi t5 none at 128 and 256 tokens, 3 seeds (36 runs,
 #               plan cpu)
@@ -36,21 +36,15 @@ for st in "${stages[@]}"; do
     mlm-tiny) python tools/roformer_runs.py mlm-control ;;
     mlm)    python tools/roformer_runs.py mlm-control --config cpu-small ;;
     floater)
-      # a seed is one base and its four arms from one version of the code: a base trained again at newer code does
-      # not reproduce a committed one (seed 0's validation loss moved from 4.509 to 4.522 between da93a19 and
-      # 1f92df5), so a seed with some records committed and others missing is run whole into runs/rebase, and its
-      # records replace the committed ones together
-      exp="python -m posenc_nb.experiments run floater-recipe --full --threads 1 --work runs/experiments"
-      arms=(floater-migrated sinusoidal-continued block-bias-migrated)
+      # the ODE ablation: floater-recipe run whole (per seed a base and its three arms, from one version of the code)
+      # into results/floater-recipe-ablation; a base trained again at newer code does not reproduce the one committed
+      # under results/floater-recipe (seed 0's validation loss 4.509 at da93a19, 4.522 at 1f92df5), so the arms that
+      # are compared seed by seed always share their base
+      exp="python -m posenc_nb.experiments run floater-recipe --full --threads 1 --work runs/experiments-ablation"
       for s in 0 1 2 3 4; do
-        have=0
-        for a in sinusoidal-base "${arms[@]}"; do
-          [ -f results/floater-recipe/$a-s$s/metrics.json ] && have=$((have+1))
-        done
-        [ $have -eq 4 ] && continue
-        out=(); [ $have -gt 0 ] && out=(--out runs/rebase/floater-recipe)
-        $exp --encodings sinusoidal-base --seeds $s "${out[@]}"
-        $exp --encodings "${arms[@]}" --seeds $s "${out[@]}"
+        $exp --encodings sinusoidal-base --seeds $s --out results/floater-recipe-ablation
+        $exp --encodings floater-migrated sinusoidal-continued block-bias-migrated --seeds $s \
+          --out results/floater-recipe-ablation
       done ;;
     bpe-probe) python -m posenc_nb.long_text bpe --encoding rope --max-len 256 --seed 0 ;;
     bpe)
