@@ -334,7 +334,8 @@ REGIMES_CLAIMS = [
       for id, note, a, b in (
           ('floater-recipe-vs-block-bias', '; against per-block learned biases at the same sites (block-bias: the '
            'ODE isolated)', 'block-bias-migrated', 'floater-migrated'),
-          ('floater-recipe-ablation-floater', '; the recipe again, 5 seeds', 'sinusoidal-continued', 'floater-migrated'),
+          ('floater-recipe-ablation-floater', '; the recipe again, 5 seeds', 'sinusoidal-continued',
+           'floater-migrated'),
           ('floater-recipe-ablation-block-bias', '; per-block learned biases alone against the control',
            'sinusoidal-continued', 'block-bias-migrated'))],
     mt_claim('floater-recipe-1h-vs-block-bias', 'FLOATER',
