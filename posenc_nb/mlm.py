@@ -176,11 +176,9 @@ MLM_CONFIGS = {
     'cpu-small': MLMConfig(max_tokens=16384, steps=600, warmup=30, n_valid=256, log_every=20, eval_every=100,
                            ckpt_every=100),   # the fine-tuning budget
     'gpu-small': MLMConfig(d_model=256, n_heads=4, n_layers=4, d_ff=1024, dropout=0.1, max_tokens=32768, lr=1e-3,
-                           warmup=200,
-                           steps=2000, n_valid=512, log_every=50, eval_every=250, ckpt_every=500),
+                           warmup=200, steps=2000, n_valid=512, log_every=50, eval_every=250, ckpt_every=500),
     'gpu-base': MLMConfig(d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1, max_tokens=65536, lr=1e-4,
-                          warmup=10_000,
-                          steps=100_000, n_valid=2000, log_every=100, eval_every=2000, ckpt_every=2000),
+                          warmup=10_000, steps=100_000, n_valid=2000, log_every=100, eval_every=2000, ckpt_every=2000),
 }
 
 # %% ../nbs/26_mlm.ipynb #39ef76c8
@@ -449,11 +447,9 @@ def mlm_pretrain(*, encoding: str = 'rope', # the position encoding
                  seed: int = 0, # random seed
                  config: Param('', str, choices=list(MLM_CONFIGS)) = 'cpu-tiny', # model and budget (`MLM_CONFIGS`)
                  steps: int = None, # updates (default: the config's)
-                 # peak learning rate (default: the config's); another rate names its own record and run folder
-                 lr: float = None,
+                 lr: float = None, # peak learning rate (default: the config's); another: its own record and run folder
                  threads: int = 1, # CPU threads for torch
-                 # record file (default: results/roformer-mlm/NAME_ENCODING_seedSEED.json, NAME = `run_name`)
-                 out: str = None,
+                 out: str = None, # record file (default: results/roformer-mlm/NAME_ENCODING_seedSEED.json, `run_name`)
                  # the fine-tuning needs the weights here: pre-train again when the record exists but the finished
                  # checkpoint does not (a record made on another machine), replacing the record
                  weights: bool = False,
