@@ -15,12 +15,12 @@
 #   bpe-probe   one BPE long-text arm (rope, 256 tokens, seed 0, plan cpu): its time and accuracy size the stage below
 #   bpe         the BPE long-text arms: rope sinusoidal learned alibi t5 none at 128 and 256 tokens, 3 seeds (36 runs,
 #               plan cpu)
-#   bpe512      the same arms at 512 tokens, 3 seeds (18 runs of about 9 minutes, 13-15 for ALiBi and T5): with the
-#               256-token arms, the second pair of limits (every 128-token mean fell under the ledger's learning
-#               reference)
+#   bpe512      the same arms at 512 tokens, 3 seeds (18 runs of about 12 minutes, measured for RoPE seed 0; more for
+#               ALiBi and T5): with the 256-token arms, the second pair of limits (every 128-token mean fell under the
+#               ledger's learning reference)
 #   xl          xl-enja-2400's oracle-aligner and random arms, 3 seeds (6 runs of 2,400 updates, about 20 minutes each)
 #   mlm-lr      the learning-rate sweep of the absolute MLM arms: sinusoidal, learned, learned-bert at peak rates 1e-3
-#               and 1e-2 (the config's is 3e-3), cpu-small, 3 seeds (18 runs of about 3-5 minutes)
+#               and 1e-2 (the config's is 3e-3), cpu-small, 3 seeds (18 runs of 3.5 to 6 minutes)
 #   mlm3000     rope/sinusoidal/learned/learned-bert/none pre-training for 3,000 updates, 2 seeds (the issue's budget:
 #               10 runs of about 15 minutes; not run on the shared CPU in the session that wrote this)
 set -euo pipefail
