@@ -185,18 +185,13 @@ MLM_CONFIGS = {
 class MLMTask(Task):
     "Masked-language modelling of id sequences: bucketed batches, a fresh BERT mask per batch, fixed validation masks."
     def __init__(self, train: list, valid: list, cfg: MLMConfig, device, amp_ctx=None):
-        self.cfg, self.train, self.device, self.amp = (
-            cfg,
-            train,
-            device,
-            amp_ctx or (lambda: torch.autocast('cpu', enabled=False)),
-        )
+        self.cfg, self.train, self.device = cfg, train, device
+        self.amp = amp_ctx or (lambda: torch.autocast('cpu', enabled=False))
         self.stream, self.g = BatchStream(TokenBatchSampler([len(x) for x in train], cfg.max_tokens,
                                                             seed=cfg.seed)), torch.Generator().manual_seed(cfg.seed)
         self.batches, gv = map(self._batch, self.stream), torch.Generator().manual_seed(12345)
-        self.valid = [self._mask([valid[i] for i in b], gv) for b in TokenBatchSampler([len(x) for x in valid],
-                                                                                       cfg.max_tokens,
-                                                                                       shuffle=False).all_batches(0)]
+        valid_batches = TokenBatchSampler([len(x) for x in valid], cfg.max_tokens, shuffle=False).all_batches(0)
+        self.valid = [self._mask([valid[i] for i in b], gv) for b in valid_batches]
     def _mask(self, seqs, g):
         x, m = pad_batch(seqs)
         inp, tgt = mask_tokens(x, g, self.cfg.mask_p)
@@ -434,10 +429,14 @@ def pretrain_dir(encoding: str, seed: int, config: str = 'cpu-tiny') -> Path:
 
 def run_name(config: str, # a key of `MLM_CONFIGS`
              lr: float = None, # the run's peak learning rate (None: the config's)
+             steps: int = None, # the run's updates (None: the config's)
             ) -> str:
-    """A pre-training run's name in its record file and run folder: the config's name, with `-lrRATE` when the rate is
-    not the config's, so a learning-rate sweep never resumes or overwrites the config's own run."""
-    return config if lr is None or lr == MLM_CONFIGS[config].lr else f'{config}-lr{lr:g}'
+    """A pre-training run's name in its record file and run folder: the config's name, with `-lrRATE` and `-stepsN`
+    when the rate or the budget is not the config's, so a sweep or a longer run never resumes (with a schedule it does
+    not share) or stands in for the config's own run."""
+    c = MLM_CONFIGS[config]
+    return (config + ('' if lr is None or lr == c.lr else f'-lr{lr:g}')
+            + ('' if steps is None or steps == c.steps else f'-steps{steps}'))
 
 # %% ../nbs/26_mlm.ipynb #fc24c486
 MLM_COMMANDS: dict = {}    # the `python -m posenc_nb.mlm` subcommands: name -> function
@@ -446,7 +445,7 @@ MLM_COMMANDS: dict = {}    # the `python -m posenc_nb.mlm` subcommands: name -> 
 def mlm_pretrain(*, encoding: str = 'rope', # the position encoding
                  seed: int = 0, # random seed
                  config: Param('', str, choices=list(MLM_CONFIGS)) = 'cpu-tiny', # model and budget (`MLM_CONFIGS`)
-                 steps: int = None, # updates (default: the config's)
+                 steps: int = None, # updates (default: the config's); another: its own record and run folder
                  lr: float = None, # peak learning rate (default: the config's); another: its own record and run folder
                  threads: int = 1, # CPU threads for torch
                  out: str = None, # record file (default: results/roformer-mlm/NAME_ENCODING_seedSEED.json, `run_name`)
@@ -464,7 +463,7 @@ def mlm_pretrain(*, encoding: str = 'rope', # the position encoding
     check_budget(steps)
     given = {k: v for k, v in dict(steps=steps, lr=lr).items() if v is not None}
     cfg = replace(MLM_CONFIGS[config], encoding=encoding, seed=seed, **given)    # refuses a rate <= 0 (check_fields)
-    name = run_name(config, lr)
+    name = run_name(config, lr, steps)
     out = check_output(out or RESULTS / 'roformer-mlm' / f'{name}_{encoding}_seed{seed}.json', flag='--out')
     run = pretrain_dir(encoding, seed, name)
     again = weights and out.exists() and not _finished(Checkpointer(run, 1, 1).latest())
@@ -479,9 +478,7 @@ def _ft_out(task, max_len, config, encoding, pretrained, seed) -> Path:
     """The default record of a fine-tuning run: IMDb under results/roformer-longtext, GLUE tasks under
     results/roformer-glue."""
     folder = 'roformer-longtext' if task == 'imdb' else 'roformer-glue'
-    return (
-        RESULTS / folder / f'{task}{max_len}_{config}_{encoding}_{"pre" if pretrained else "scratch"}_seed{seed}.json'
-    )
+    return RESULTS / folder / f'{task}{max_len}_{config}_{encoding}_{["scratch", "pre"][pretrained]}_seed{seed}.json'
 
 # %% ../nbs/26_mlm.ipynb #6444d483
 @command(registry=MLM_COMMANDS)
@@ -490,7 +487,8 @@ def mlm_finetune(*, task: str = 'sst2', # the classification task: a GLUE task o
                  seed: int = 0, # random seed
                  # model size (`FT_SIZES`), and the pre-training run's config
                  config: Param('', str, choices=list(MLM_CONFIGS)) = 'cpu-tiny',
-                 pretrained: bool = False, # start from pretrain_dir(encoding, seed, config)
+                 pretrained: bool = False, # start from the pre-training run of this encoding, seed and config
+                 pretrain_steps: int = None, # that run's updates when not the config's (`run_name`)
                  steps: int = None, # updates (default: 150)
                  max_len: int = 128, # bytes per training input
                  n_test: int = None, # test examples, a fixed seeded subset (default: all)
@@ -511,14 +509,17 @@ def mlm_finetune(*, task: str = 'sst2', # the classification task: a GLUE task o
       python -m posenc_nb.mlm finetune --task imdb --max-len 512 --eval-len 1024 --encoding alibi --steps 60"""
     use_threads(threads)
     check_budget(steps)
+    if pretrain_steps is not None and not pretrained:
+        raise ValueError('--pretrain-steps names the pre-training to start from: add --pretrained, or drop it')
     cfg = FinetuneConfig(task=task, encoding=encoding, seed=seed, max_len=max_len,
                          pe_len=max(max_len, eval_len or 0, MLM_CONFIGS[config].pe_len),
                          max_steps=150 if steps is None else steps, eval_every=eval_every, max_tokens=max_tokens, lr=lr,
                          warmup=warmup, n_valid=n_valid,
                          n_test=n_test, eval_len=eval_len, **FT_SIZES[config])
-    out = check_output(out or _ft_out(task, max_len, config, encoding, pretrained, seed), flag='--out')
+    name = run_name(config, steps=pretrain_steps)           # the pre-training run: its folder, this record's name
+    out = check_output(out or _ft_out(task, max_len, name, encoding, pretrained, seed), flag='--out')
     if not out.exists():
-        finetune(cfg, pretrain_dir(encoding, seed, config) if pretrained else None, out, command=command_line())
+        finetune(cfg, pretrain_dir(encoding, seed, name) if pretrained else None, out, command=command_line())
     print(f'{out}: {"done" if out.exists() else "missing"}', flush=True)
     return 0
 
@@ -574,8 +575,7 @@ def mlm_table(records: list, encodings=('rope', 'sinusoidal', 'learned'), at: Op
         d = [by_seed[s][shared_steps[i]] - rope[s][shared_steps[i]] for s in by_seed if s in rope
              and shared_steps[i] in rope[s]]
         out.append({'encoding': enc, 'step': shared_steps[i], 'loss': float(m[i]), 'sd': float(sd[i]),
-                    'seeds': len(by_seed),
-                    'minus_rope': d})
+                    'seeds': len(by_seed), 'minus_rope': d})
     return out
 
 # %% ../nbs/26_mlm.ipynb #cdacad3c

@@ -48,4 +48,8 @@ def test_pretraining_keeps_its_weights_when_fine_tuning_follows(monkeypatch):
         assert [a[0] for a in seen] == ['pretrain'] and '--weights' not in seen[0]
         seen.clear(); rr.main(['mlm', 'longtext-pre', '--config', 'gpu-small', '--seeds', '0', '--encodings', 'rope'])
         assert [a[0] for a in seen] == ['pretrain', 'finetune', 'finetune'] and seen[0][-1] == '--weights'
+        # another budget: the fine-tuning starts from the pre-training of that budget (its own run folder)
+        seen.clear(); rr.main(['mlm', 'longtext-pre', '--seeds', '0', '--encodings', 'rope', '--steps', '4'])
+        assert ['--steps', '4'] == seen[0][seen[0].index('--steps'):][:2] and '--pretrain-steps' not in seen[0]
+        assert all(a[a.index('--pretrain-steps') + 1] == '4' for a in seen[1:])
     finally: rr.torch.set_num_threads(threads)

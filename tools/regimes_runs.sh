@@ -63,11 +63,8 @@ for st in "${stages[@]}"; do
       done; done; done ;;
     mlm3000)
       for s in 0 1; do for e in rope sinusoidal learned learned-bert none; do
-        # its own checkpoint folders: a 600-update run's finished checkpoint would otherwise be resumed with another
-        # schedule
-        POSENC_CACHE=${POSENC_CACHE:-$HOME/.cache/posenc_nb}/mlm3000 python -m posenc_nb.mlm pretrain --encoding $e \
-          --seed $s --config cpu-small --steps 3000 \
-          --out results/roformer-mlm/cpu-small3000_${e}_seed$s.json
+        # another budget: its own record (cpu-small-steps3000_ENC_seedS.json) and run folder (mlm.run_name)
+        python -m posenc_nb.mlm pretrain --encoding $e --seed $s --config cpu-small --steps 3000
       done; done ;;
     *) echo "unknown stage $st; choose from ngram linear-tiny mlm-tiny linear mlm bpe-probe bpe bpe512 floater xl" \
             "mlm-lr mlm3000" >&2; exit 2 ;;

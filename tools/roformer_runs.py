@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     ap.add_argument('--config', default='cpu-tiny', choices=list(PLANS), help='scale: model size, budgets, test split (default: cpu-tiny)')
     ap.add_argument('--seeds', type=int, nargs='+', help='only these seeds')
     ap.add_argument('--encodings', nargs='+', help='only these encodings (linear: variants)')
-    ap.add_argument('--steps', type=int, help="every run's updates, replacing the plan's (a smoke test of the chain; records go to results/ as usual)")
+    ap.add_argument('--steps', type=int, help="every run's updates, replacing the plan's (a smoke test of the chain): pre-training records and run folders are named for the budget (mlm.run_name), fine-tuning starts from them")
     a = ap.parse_args(argv)
     swallowed = [g for g in a.encodings or [] if g in GROUPS]
     if swallowed: ap.error(f"--encodings took the group name(s) {', '.join(swallowed)}: put the groups first, e.g. roformer_runs.py {' '.join(swallowed)} --encodings {a.encodings[0]}")
@@ -98,6 +98,7 @@ def main(argv=None) -> int:
         for mod, run in GROUPS[g](plan, config):
             if not _keep(run, a.seeds, a.encodings): continue
             if a.steps and run[0] in ('pretrain', 'finetune', 'train'): run = [*run, '--steps', str(a.steps)]
+            if a.steps and '--pretrained' in run: run = [*run, '--pretrain-steps', str(a.steps)]   # from that budget's run
             if run[0] == 'pretrain' and needs_weights: run = [*run, '--weights']   # the fine-tuning below starts from these weights
             t = time.time(); rc = importlib.import_module(f'posenc_nb.{mod}').main(run)
             if rc: sys.exit(f'[{g}] {mod} {" ".join(run)} exited with status {rc}')   # main reports errors as a status, not an exception
