@@ -399,7 +399,8 @@ def longtext_lengths(*, limits: str = '128,256,512', # token limits whose shares
                          n_test: int = 5000, # the fixed test subset's size
                          out: str = 'results/roformer-longtext-bpe/lengths.json', # the record (kept when it exists)
                         ) -> int:
-    """Count how many reviews are longer than each BPE limit and write the record (skipped when it exists).
+    """Count how many reviews are longer than each BPE limit and write the record (skipped when it exists), with the
+    token length of every review of the fixed test subset, in the subset's order (`accuracy_by_length`).
 
     Examples:
       python -m posenc_nb.long_text lengths"""
@@ -416,7 +417,8 @@ def longtext_lengths(*, limits: str = '128,256,512', # token limits whose shares
     rec = {'experiment': 'bpe-lengths', 'vocab_size': vocab_size, 'limits': cuts,
            'shares_longer': {s: length_shares(v, cuts) for s, v in lengths.items()},
            'median': {s: float(np.median(v)) for s, v in lengths.items()},
-           'n': {s: len(v) for s, v in lengths.items()}, **provenance(None, None, 'cpu', command=command_line())}
+           'n': {s: len(v) for s, v in lengths.items()}, 'test_subset_lengths': lengths['test_subset'],
+           **provenance(None, None, 'cpu', command=command_line())}
     atomic_write(out, json.dumps(rec, indent=1) + '\n')
     print(f"{out}: longer than {cuts}: {rec['shares_longer']['test_subset']} of the test subset", flush=True)
     return 0
