@@ -23,7 +23,7 @@ from .args import command, use_threads
 __all__ = ['LONG_ENCODINGS', 'LONG_TEXT_COMMANDS', 'BPE_PLANS', 'byte_lengths', 'length_shares', 'load_records', 'test_subset',
            'accuracy_summary', 'format_accuracy', 'paired_bootstrap_acc', 'significance', 'format_significance',
            'compare_arms', 'length_gain', 'peak_rss_mb', 'bench_encodings', 'longtext_bench', 'ngram_reference',
-           'longtext_ngram', 'bpe_splits', 'longtext_bpe', 'longtext_lengths', 'main']
+           'longtext_ngram', 'bpe_splits', 'longtext_bpe', 'longtext_lengths', 'main', 'accuracy_by_length']
 
 # %% ../nbs/27_long_text.ipynb #2cd38db7
 def byte_lengths(name: str, # a registered labelled data set
@@ -432,3 +432,21 @@ def main(argv=None, # the arguments (default: `sys.argv[1:]`)
     return run_commands(argv, LONG_TEXT_COMMANDS, 'python -m posenc_nb.long_text')
 
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
+
+# %% ../nbs/27_long_text.ipynb #98f85d5b
+def accuracy_by_length(records: list, # BPE records scored on one fixed test subset (`test_pred` in its order)
+                       labels: Sequence[int], # the subset's labels
+                       lengths: Sequence[int], # the subset's token lengths, same order (the lengths record)
+                       edges: Sequence[int] = (128, 256, 512), # bucket edges: up to 128, 129-256, 257-512, longer
+                      ) -> tuple:
+    """Test accuracy per length bucket: ({(max_len, encoding): (seeds, buckets) array, seeds in order}, reviews per
+    bucket). A review falls in the first bucket whose edge it does not exceed; an empty bucket's accuracy is NaN."""
+    y, bucket = np.asarray(labels), np.digitize(np.asarray(lengths), edges, right=True)
+    if len(y) != len(bucket):
+        raise ValueError(f"{len(y)} labels but {len(bucket)} lengths: pass the lengths of the same test subset")
+    out = {}
+    for r in sorted(records, key=lambda r: r['seed']):
+        right = np.array([int(ch) for ch in r['test_pred']]) == y
+        out.setdefault((r['config']['max_len'], r['encoding']), []).append(
+            [right[bucket == k].mean() if (bucket == k).any() else np.nan for k in range(len(edges) + 1)])
+    return {k: np.array(v) for k, v in out.items()}, np.bincount(bucket, minlength=len(edges) + 1)
