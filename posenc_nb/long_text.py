@@ -354,7 +354,8 @@ def longtext_bpe(*, encoding: str = 'rope', # a registered encoding
                  n_test: int = 5000, # the fixed test subset's size
                  threads: int = 1, # CPU threads for torch
                  device: str = 'cpu', # cpu or cuda
-                 # the record (default: results/roformer-longtext-bpe/imdbMAXLEN_bpe-PLAN_ENCODING_seedSEED.json)
+                 # the record (default: results/roformer-longtext-bpe/imdbMAXLEN_bpe-PLAN_ENCODING_seedSEED.json, with
+                 # -stepsN and -testN after PLAN when the budget or the test subset is not the default)
                  out: str = None,
                 ) -> int:
     """Train one BPE long-text classifier from scratch; its record stores the test predictions and logits (skipped when
@@ -367,13 +368,16 @@ def longtext_bpe(*, encoding: str = 'rope', # a registered encoding
     if encoding not in list_posencs():
         raise ValueError(f"unknown encoding {encoding!r}; choose one of {list_posencs()}")
     use_threads(threads)
-    out = Path(out or f'results/roformer-longtext-bpe/imdb{max_len}_bpe-{plan}_{encoding}_seed{seed}.json')
+    n_steps = steps or BPE_PLANS[plan]['steps']
+    run = plan + (f'-steps{n_steps}' if n_steps != BPE_PLANS[plan]['steps'] else '')   # the record names its budget
+    run += f'-test{n_test}' if n_test != 5000 else ''                                   # ... and its test subset
+    out = check_output(out or f'results/roformer-longtext-bpe/imdb{max_len}_bpe-{run}_{encoding}_seed{seed}.json',
+                       flag='--out')
     if out.exists():
         print(f'{out}: done', flush=True)
         return 0
     from posenc_nb.classify import train_classifier, _batches, _tensors
     opts = {k: v for k, v in BPE_PLANS[plan].items() if k != 'steps'}
-    n_steps = steps or BPE_PLANS[plan]['steps']
     data, vocab = bpe_splits(max_len, n_test)
     res = train_classifier('imdb', encoding, seed, steps=n_steps, data=data, vocab=vocab, device=device,
                            command=command_line(),
