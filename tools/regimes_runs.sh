@@ -15,8 +15,8 @@
 #   bpe-probe   one BPE long-text arm (rope, 256 tokens, seed 0, plan cpu): its time and accuracy size the stage below
 #   bpe         the BPE long-text arms: rope sinusoidal learned alibi t5 none at 128 and 256 tokens, 3 seeds (36 runs,
 #               plan cpu)
-#   bpe512      the same arms at 512 tokens, 3 seeds (18 runs of about 12 minutes, measured for RoPE seed 0; more for
-#               ALiBi and T5): with the 256-token arms, the second pair of limits (every 128-token mean fell under the
+#   bpe512      the same arms at 512 tokens, 3 seeds (18 runs of 10 to 16 minutes of one core, 225 core-minutes in
+#               all, measured): with the 256-token arms, the second pair of limits (every 128-token mean fell under the
 #               ledger's learning reference)
 #   xl          xl-enja-2400's oracle-aligner and random arms, 3 seeds (6 runs of 2,400 updates, about 20 minutes each)
 #   mlm-lr      the learning-rate sweep of the absolute MLM arms: sinusoidal, learned, learned-bert at peak rates 1e-3
