@@ -448,9 +448,9 @@ def accuracy_by_length(records: list, # BPE records scored on one fixed test sub
     y, bucket = np.asarray(labels), np.digitize(np.asarray(lengths), edges, right=True)
     if len(y) != len(bucket):
         raise ValueError(f"{len(y)} labels but {len(bucket)} lengths: pass the lengths of the same test subset")
-    out = {}
-    for r in sorted(records, key=lambda r: r['seed']):
-        right = np.array([int(ch) for ch in r['test_pred']]) == y
-        out.setdefault((r['config']['max_len'], r['encoding']), []).append(
-            [right[bucket == k].mean() if (bucket == k).any() else np.nan for k in range(len(edges) + 1)])
-    return {k: np.array(v) for k, v in out.items()}, np.bincount(bucket, minlength=len(edges) + 1)
+    groups = {}
+    for r in records: groups.setdefault((r['config']['max_len'], r['encoding']), []).append(r)
+    acc = lambda right: [right[:, bucket == k].mean(1) if (bucket == k).any() else np.full(len(right), np.nan)
+                         for k in range(len(edges) + 1)]
+    return ({key: np.stack(acc(_correct(rs, y)), axis=1) for key, rs in groups.items()},
+            np.bincount(bucket, minlength=len(edges) + 1))
