@@ -357,7 +357,7 @@ def finished_record(rdir, # a run's record folder
 # %% ../nbs/04_store.ipynb #eb0008fa
 RECORD_KEYS = ('bleu', 'chrf', 'valid_loss', 'valid_nll', 'valid_ppl', 'valid_bleu', 'step', 'tokens_seen', 'tok_s',
                'train_time_s', 'wall_time_s', 'segments', 'decode_s', 'test_sents', 'n_params', 'bleu_signature',
-               'chrf_signature')   # kept from the results
+               'chrf_signature', 'init_hash', 'data_order_hash')   # kept from the results
 
 def _json(obj) -> str: return json.dumps(obj, indent=1, default=str) + '\n'
 

@@ -20,7 +20,7 @@ from .data import Tokenizer
 from .data import cache_dir
 from .streams import StreamProvider, make_stream_provider, stream_provider_state, stream_provider_from_state
 from .decode import translate, bleu, chrf
-from .utils import atomic_save, atomic_write, provenance
+from .utils import atomic_save, atomic_write, provenance, state_hash, order_hash
 from .engine import LR_SCHEDULES, lr_multiplier, CKPT_FORMAT, _read_ckpt, _ckpt_paths, latest_checkpoint
 from .engine import BatchStream, pick_device, seed_all, _dist_setup, RunState, Budget, Task, Learner, fit
 from .engine import TrainLog, ProgressBar, Evaluator, Checkpointer, restore
@@ -315,6 +315,10 @@ def _valid_data(tok, valid: tuple, streams_of: Callable, max_tokens: int, device
     return {'src': src, 'tgt': tgt, 'streams': streams, 'batches': batches}
 
 # %% ../nbs/05_train.ipynb #daf6c1f1
+def _data_order_hash(task: 'TranslationTask') -> str:
+    "The run's data: every training pair's lengths and the first epoch's batches, in order (`order_hash`)."
+    return order_hash([[list(map(len, p)) for p in task.pairs], task.stream.sampler.all_batches(0)])
+
 def translation_task(cfg: TrainConfig, tok: Tokenizer, corpus: Corpus, prov: Optional[StreamProvider],
                      proc: 'Process') -> TranslationTask:
     "The `TranslationTask` of run `cfg`: the config read here, once."
@@ -413,7 +417,7 @@ def _run_counters(learn: Learner, proc: 'Process') -> dict:
 
 # %% ../nbs/05_train.ipynb #3cee74f9
 def _final_test(cfg: TrainConfig, learn: Learner, out_dir: Path, *, test: tuple, last_eval: Optional[dict],
-                proc: 'Process', show: bool) -> dict:
+                proc: 'Process', show: bool, hashes: Optional[dict] = None) -> dict:
     "Test BLEU/chrF, the last validation record, counters and provenance; written to results.json and the .hyp file."
     model, n_avg = _test_model(learn, out_dir, cfg.n_avg, proc.device)
     (src, ref), task, t0 = test, learn.task, time.time()
@@ -425,6 +429,7 @@ def _final_test(cfg: TrainConfig, learn: Learner, out_dir: Path, *, test: tuple,
     res = dict(step=learn.state.step, bleu=b['score'], chrf=c['score'], bleu_signature=b['signature'],
                chrf_signature=c['signature'], test_sents=len(src), decode_s=time.time() - t0, averaged=n_avg,
                **{k: v for k, v in (last_eval or {}).items() if k != 'step'}, **_run_counters(learn, proc),
+               **(hashes or {}),
                **provenance(cfg.seed, precision, proc.device, proc.world_size), device=str(proc.device),
                config=asdict(cfg))
     atomic_write(out_dir / 'results.json', _dumps(res, indent=1))
@@ -501,8 +506,10 @@ def _train_locked(cfg: TrainConfig, out_dir: Path, corpus: Corpus, proc: Process
     tok_json = _tokenizer_json(cfg, corpus.train, ckpt, proc)
     tok = Tokenizer.from_str(tok_json)
     model = _translator(cfg.model_config(tok.vocab_size, tok.vocab_size), cfg.init_from, proc.device)
+    init_hash = state_hash(model)                          # the weights it starts from, warm start included
     if not resume and proc.is_main: _clear_run(out_dir, cfg.test_split)     # last: every check passed, all is built
     task = translation_task(cfg, tok, corpus, _stream_provider(cfg, out_dir, corpus.train, proc), proc)
+    hashes = dict(init_hash=init_hash, data_order_hash=_data_order_hash(task))
     log = jsonl_logger(out_dir / 'metrics.jsonl', proc.is_main, ckpt['step'] if ckpt is not None else 0)
     evaluator = Evaluator(cfg.eval_every, log, proc.is_main)
     run_info = {'config': asdict(cfg), 'model_config': asdict(model.cfg), 'tokenizer': tok_json}
@@ -516,7 +523,7 @@ def _train_locked(cfg: TrainConfig, out_dir: Path, corpus: Corpus, proc: Process
     if proc.world_size > 1: dist.barrier()
     if not proc.is_main: return {'step': learn.state.step, 'model': model, 'tokenizer': tok}
     last_eval = evaluator.last if learn.state.step > step0 else _logged_eval(out_dir, learn.state.step)
-    res = _final_test(cfg, learn, out_dir, test=corpus.test, last_eval=last_eval, proc=proc, show=show)
+    res = _final_test(cfg, learn, out_dir, test=corpus.test, last_eval=last_eval, proc=proc, show=show, hashes=hashes)
     return {**res, 'model': model, 'tokenizer': tok}
 
 # %% ../nbs/05_train.ipynb #78d3defb

@@ -4,17 +4,17 @@
 
 # %% ../nbs/00_utils.ipynb #19ebd73f
 from __future__ import annotations
-import contextlib, errno, json, math, os, platform, shlex, shutil, signal, threading, statistics, subprocess, sys
-import tempfile, time
+import contextlib, errno, hashlib, json, math, os, platform, shlex, shutil, signal, threading, statistics
+import subprocess, sys, tempfile, time
 import importlib, importlib.util
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 import torch
 
 # %% auto #0
-__all__ = ['EXTRAS', 'WriteFailed', 'atomic_write', 'atomic_save', 'git', 'hardware', 'provenance', 'slow_cells_enabled',
-           'read_records', 'mean_sd', 'fmt_mean_sd', 'format_table', 'extra_for', 'missing_modules', 'MissingExtra',
-           'install_hint', 'require']
+__all__ = ['EXTRAS', 'WriteFailed', 'atomic_write', 'atomic_save', 'git', 'hardware', 'provenance', 'state_hash', 'order_hash',
+           'slow_cells_enabled', 'read_records', 'mean_sd', 'fmt_mean_sd', 'format_table', 'extra_for',
+           'missing_modules', 'MissingExtra', 'install_hint', 'require']
 
 # %% ../nbs/00_utils.ipynb #930c3c5d
 def _fsync_dir(folder: Path):
@@ -147,6 +147,27 @@ def provenance(seed=None, # the run's seed
                 precision=precision, seed=seed, command=command if command is not None else shlex.join(sys.argv),
                 platform=platform.platform(), loadavg_1_5_15=_loadavg(),
                 started_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()))
+
+# %% ../nbs/00_utils.ipynb #c735de47
+def state_hash(state, # a module, or a mapping name -> tensor (a state dict)
+               skip: Sequence[str] = (), # name prefixes left out, e.g. the position encoding's parameters
+              ) -> str:
+    """SHA-256 of a model's weights: every tensor's name, dtype, shape and bytes, in name order. Two runs whose hashes
+    are equal started from the same weights, which is what a paired comparison between them needs."""
+    if isinstance(state, torch.nn.Module): state = state.state_dict()
+    h = hashlib.sha256()
+    for name in sorted(state):
+        if any(name.startswith(s) for s in skip): continue
+        t = state[name].detach().cpu().contiguous()
+        h.update(f'{name}|{t.dtype}|{tuple(t.shape)}|'.encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b'')
+    return h.hexdigest()
+
+def order_hash(order, # the run's data order: e.g. every batch's example indices or window offsets, in training order
+              ) -> str:
+    "SHA-256 of a data order (any JSON-able nesting of numbers): equal hashes, the same batches in the same order."
+    if isinstance(order, torch.Tensor): order = order.tolist()
+    return hashlib.sha256(json.dumps(order, separators=(',', ':'), default=int).encode()).hexdigest()
 
 # %% ../nbs/00_utils.ipynb #10b841cf
 def slow_cells_enabled(what: str, # what the cell does, for the note shown when it is skipped
