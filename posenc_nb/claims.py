@@ -5,124 +5,48 @@
 # %% ../nbs/29_claims.ipynb #1b169688
 from __future__ import annotations
 import argparse, json, math, sys
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
-from .experiments import seed_test, holm, min_detectable_effect, seeds_needed
+from .experiments import seed_test, holm
 from .mlm import BYTE_VOCAB, run_name
+from .referee import (VERDICT_WORDS, REGISTRY, record_provenance, unusable, pairing, claim_fingerprint,
+                               registration_problems, paper_claim_key, family_problems, pinned_outcomes, Regime,
+                               Claim, metric_value, read_arm, regime_of, no_position_gate, decide, _r,
+                               _score_problems, _verdict_problems)
 from .utils import atomic_write, format_table
 
 # %% auto #0
-__all__ = ['PAPERS', 'VERDICTS', 'LEDGER_KEYS', 'BLEU_FLOOR', 'LM_CHANCE', 'SST2_MAJ', 'MCC_FLOOR', 'RF_MT', 'RF_ALT', 'RF_LONG',
-           'RF_MLM', 'RF_LIN', 'RF_GLUE', 'RF_EXT', 'FL_MT', 'FL_REC', 'FL_EXT', 'XL_MT', 'M30K', 'SYN', 'ENJA',
-           'LT_SMALL', 'EXT', 'CLAIMS', 'NGRAM_REF', 'RF_LONG_BPE', 'LIN_SCALES', 'MLM_SCALES', 'BPE_SCALE',
-           'ENJA_2400', 'LIN_LOSS', 'MLM_LOSS', 'REGIMES_CLAIMS', 'LEDGER', 'Regime', 'Claim', 'metric_value',
-           'read_arm', 'regime_of', 'imdb_majority', 'run_arm', 'longtext_arm', 'mt_claim', 'mlm_claim', 'linear_claim',
-           'longtext_claim', 'glue_claim', 'rf_long_bpe', 'decide', 'evaluate', 'build_ledger', 'check_rules',
-           'ledger_text', 'main', 'claims_table']
+__all__ = ['PAPERS', 'VERDICTS', 'LEDGER_KEYS', 'BLEU_FLOOR', 'SST2_MAJ', 'MCC_FLOOR', 'RF_MT', 'RF_ALT', 'RF_LONG', 'RF_MLM',
+           'RF_LIN', 'RF_GLUE_Q', 'RF_GLUE', 'RF_EXT_Q', 'RF_EXT', 'FL_MT', 'FL_REC', 'FL_EXT', 'XL_MT', 'M30K', 'SYN',
+           'ENJA', 'LT_SMALL', 'EXT', 'CLAIMS', 'NGRAM_REF', 'RF_LONG_BPE', 'LIN_SCALES', 'MLM_SCALES', 'BPE_SCALE',
+           'ENJA_2400', 'LIN_LOSS', 'MLM_LOSS', 'REGIMES_CLAIMS', 'AL_EXT', 'PI_EXT', 'YARN_EXT', 'NOPE_EXT', 'LENGTH',
+           'LENGTH_GATE', 'EXT_GATE', 'XL_SYN', 'REGISTERED_CLAIMS', 'PAPER_CLAIMS', 'CONTROL_IDS', 'REGISTRATIONS',
+           'LEDGER', 'imdb_majority', 'run_arm', 'longtext_arm', 'mt_claim', 'mlm_gate', 'linear_gate', 'mlm_claim',
+           'linear_claim', 'longtext_claim', 'glue_claim', 'rf_long_bpe', 'length_arm', 'ext_arm', 'length_claim',
+           'in_paper_family', 'gate_of', 'evaluate', 'build_ledger', 'check_rules', 'ledger_text', 'register', 'main',
+           'claims_table']
 
 # %% ../nbs/29_claims.ipynb #9910fcab
 PAPERS = {
     'RoFormer': 'Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding", arXiv 2104.09864',
     'FLOATER': 'Liu et al. 2020, "Learning to Encode Position for Transformer with Continuous Dynamical Model", '
                'arXiv 2003.09229',
-    'XL-PE': 'Ding et al. 2020, "Self-Attention with Cross-Lingual Position Representation", ACL, arXiv 2004.13310'}
-VERDICTS = ('reproduces', 'contradicts', 'inconclusive', 'untested', 'no verdict')
-LEDGER_KEYS = ('id', 'paper', 'paper_claim', 'experiment', 'scale', 'metric', 'arms', 'effect', 'ci', 'test', 'p',
-               'p_adjusted', 'family', 'regime', 'verdict')
-
-# %% ../nbs/29_claims.ipynb #fd1b75d6
-@dataclass
-class Regime:
-    "What the models must beat to count as learning: a stated floor, chance, the majority class or a baseline's record."
-    reference: str                       # in words, e.g. 'majority class + 10 points'
-    value: Optional[float] = None        # the reference as a number (a floor, chance)
-    majority_of: Optional[str] = None    # or: a record under the results root whose test labels give the majority rate
-    value_of: Optional[tuple] = None     # or: (record under the results root, dotted key), e.g. a non-neural baseline
-    margin: float = 0.0                  # added to the majority-class rate or to the record's value
-    higher_is_better: bool = True        # False for losses: the models must stay below the value
-
-@dataclass
-class Claim:
-    "One verdict about a paper: arm `b` against arm `a` (effect = b - a, mean over seeds) in one experiment."
-    id: str
-    paper: str                           # a key of PAPERS
-    paper_claim: str                     # the paper's claim and number, cited
-    experiment: str                      # the record folder and what it runs
-    scale: str                           # the model and budget (the records' hardware is added)
-    metric: str
-    a: tuple                             # (arm name, glob of its records under the results root, dotted metric key)
-    b: tuple
-    direction: int                       # the sign of b - a the paper claims (+1: b higher)
-    family: str                          # comparisons corrected together (Holm)
-    regime: Regime
-    paper_effect: Optional[float] = None # the paper's difference in this metric's units, for the seeds it would need
-    where: str = ''                      # where the package states the verdict
-
-# %% ../nbs/29_claims.ipynb #be97c42e
-def metric_value(record: dict, # a result record (parsed JSON)
-                 key: str, # dotted path, e.g. 'length_bins.31-40.bleu' or 'valid_curve.-1.valid_loss'
-                ) -> float:
-    "The score at `key` in `record` (string numbers, as some records store them, are converted)."
-    v = record
-    for part in key.split('.'):
-        try:
-            v = v[int(part)] if isinstance(v, list) else v[part]
-        except (KeyError, IndexError, ValueError):
-            raise KeyError(f"record has no {key!r} (stopped at {part!r}); check the claim's metric key") from None
-    return float(v)
-
-def _record_seed(path: Path, record: dict) -> int:
-    "The run's seed: the record's own field, else the run's run.json beside it."
-    if 'seed' in record: return int(record['seed'])
-    return int(json.loads((path.parent / 'run.json').read_text())['seed'])
-
-def _hardware(path: Path, record: dict) -> str:
-    if 'hardware' in record: return str(record['hardware'])
-    run = path.parent / 'run.json'
-    return str(json.loads(run.read_text()).get('hardware', '?')) if run.exists() else '?'
-
-def read_arm(root, # the results folder
-             pattern: str, # glob of the arm's records under `root`, one file per seed
-             key: str, # dotted metric key
-            ) -> dict:
-    "An arm of a claim: its record files (relative to `root`, in seed order), seeds, scores and hardware."
-    root, rows = Path(root), []
-    for f in sorted(Path(root).glob(pattern)):
-        r = json.loads(f.read_text())
-        rows.append((_record_seed(f, r), f.relative_to(root).as_posix(), metric_value(r, key), _hardware(f, r)))
-    rows.sort()
-    return dict(seeds=[s for s, *_ in rows], records=[p for _, p, *_ in rows], scores=[v for *_, v, _ in rows],
-                hardware=sorted({h for *_, h in rows}))
-
-# %% ../nbs/29_claims.ipynb #94c72205
-def _labels_majority(record: dict) -> float:
-    "Majority-class rate of a record's test items: from its labels, or from its confusion counts."
-    if 'labels' in record:
-        y = [int(v) for v in record['labels']]
-        pos = sum(y) / len(y)
-    elif 'test_confusion' in record:
-        c = record['test_confusion']
-        c = json.loads(c.replace("'", '"')) if isinstance(c, str) else c
-        pos = (c['tp'] + c['fn']) / (c['tp'] + c['fn'] + c['tn'] + c['fp'])
-    else: raise KeyError("a majority-class reference needs a record with 'labels' or 'test_confusion'")
-    return max(pos, 1 - pos)
-
-def regime_of(regime: Regime, root, scores: Sequence[float]) -> dict:
-    "The ledger's regime entry: the reference in words, its value, and whether every score beats it."
-    value = regime.value
-    if regime.majority_of is not None:
-        value = _labels_majority(json.loads((Path(root) / regime.majority_of).read_text())) + regime.margin
-    if regime.value_of is not None:
-        record = json.loads((Path(root) / regime.value_of[0]).read_text())
-        value = metric_value(record, regime.value_of[1]) + regime.margin
-    learns = bool(scores) and all((s > value) if regime.higher_is_better else (s < value) for s in scores)
-    return dict(reference=regime.reference, value=round(float(value), 6), learns=learns)
+    'XL-PE': 'Ding et al. 2020, "Self-Attention with Cross-Lingual Position Representation", ACL, arXiv 2004.13310',
+    'ALiBi': 'Press et al. 2022, "Train Short, Test Long: Attention with Linear Biases Enables Input Length '
+             'Extrapolation", ICLR, arXiv 2108.12409',
+    'PI': 'Chen et al. 2023, "Extending Context Window of Large Language Models via Positional Interpolation", '
+          'arXiv 2306.15595',
+    'YaRN': 'Peng et al. 2023, "YaRN: Efficient Context Window Extension of Large Language Models", arXiv 2309.00071',
+    'NoPE': 'Kazemnejad et al. 2023, "The Impact of Positional Encoding on Length Generalization in Transformers", '
+            'NeurIPS, arXiv 2305.19466'}
+VERDICTS = VERDICT_WORDS
+LEDGER_KEYS = ('id', 'paper', 'paper_claim', 'experiment', 'scale', 'metric', 'role', 'arms', 'effect', 'ci', 'test',
+               'paired', 'p', 'p_adjusted', 'family', 'regime', 'provenance', 'registered', 'post_hoc', 'confirmatory',
+               'verdict')
 
 # %% ../nbs/29_claims.ipynb #669237ba
 BLEU_FLOOR = Regime('a stated floor of 10 BLEU: below it the output shares little with the references', 10.0)
-LM_CHANCE = Regime(f'chance: uniform over the {BYTE_VOCAB} byte-vocabulary symbols, ln {BYTE_VOCAB} nats',
-                   math.log(BYTE_VOCAB), higher_is_better=False)
 SST2_MAJ = Regime('majority class of the SST-2 validation set + 10 accuracy points',
                   majority_of='glue/sst2/sinusoidal_seed0.json', margin=0.10)
 MCC_FLOOR = Regime('a stated floor of 0.1 Matthews correlation (chance is 0)', 0.1)
@@ -140,10 +64,10 @@ RF_LONG = ('pre-trained RoFormer fine-tuned at 1,024 above BERT at 512 on long-t
 RF_MLM = ('RoPE makes masked-language-model pre-training converge faster than BERT\'s learned positions '
           '(Su et al. 2021, Figure 3 left)')
 RF_LIN = 'RoPE makes a linear-attention (Performer) language model converge faster (Su et al. 2021, Figure 3 right)'
-RF_GLUE = ('pre-trained RoFormer fine-tuned on GLUE against BERT (Su et al. 2021, GLUE table); '
-           'tested: RoPE above sinusoidal')
-RF_EXT = ('RoPE gives "the flexibility of sequence length" (Su et al. 2021, abstract); tested: BLEU on 31-40-word '
-          'sources after training on at most 12')
+RF_GLUE_Q = 'pre-trained RoFormer fine-tuned on GLUE against BERT (Su et al. 2021, GLUE table)'
+RF_GLUE = RF_GLUE_Q + '; tested: RoPE above sinusoidal'
+RF_EXT_Q = 'RoPE gives "the flexibility of sequence length" (Su et al. 2021, abstract)'
+RF_EXT = RF_EXT_Q + '; tested: BLEU on 31-40-word sources after training on at most 12'
 FL_MT = ('FLOATER above the sinusoidal Transformer on WMT14: 28.2 to 28.6 BLEU for En-De base, 40.6 to 41.6 for '
          'En-Fr (Liu et al. 2020, Table 1)')
 FL_REC = FL_MT + ', trained by migrating a trained sinusoidal model and fine-tuning (the official recipe)'
@@ -173,19 +97,29 @@ def mt_claim(id, paper, claim, exp, scale, a, b, where, key='bleu', metric='test
     return Claim(id, paper, claim, exp, scale, metric, run_arm(exp, a, key), run_arm(exp, b, key), +1, family or exp,
                  BLEU_FLOOR, where=where, **kw)
 
+def mlm_gate(size: str) -> Regime:
+    "The MLM gate: the no-position model of the same configuration, less 0.05 nats."
+    return Regime('the no-position MLM of the same configuration, less 0.05 nats', margin=0.05,
+                  higher_is_better=False, no_position=(f'roformer-mlm/{size}_none_seed*.json', 'final_valid_loss'))
+
+def linear_gate(size: str) -> Regime:
+    "The linear-attention gate: linear attention without positions (the 'linear' arm), less 0.05 nats."
+    return Regime('linear attention without positions, less 0.05 nats', margin=0.05, higher_is_better=False,
+                  no_position=(f'roformer-linear/{size}_linear_seed*.json', 'valid_curve.-1.valid_loss'))
+
 def mlm_claim(size: str, scale: str, enc: str) -> Claim:
     "RoPE's final validation MLM loss below `enc`'s (notebook 26)."
     arm = lambda e: (e, f'roformer-mlm/{size}_{e}_seed*.json', 'final_valid_loss')
     return Claim(f'roformer-mlm-{size}-vs-{enc}', 'RoFormer', RF_MLM, 'roformer-mlm', scale,
                  'final validation MLM loss (nats per masked byte)', arm(enc), arm('rope'), -1, 'roformer-mlm',
-                 LM_CHANCE, where='26_mlm, index')
+                 mlm_gate(size), where='26_mlm, index')
 
 def linear_claim(size: str, scale: str) -> Claim:
     "Linear attention with RoPE ends below linear attention without it (notebook 28)."
     arm = lambda v: (v, f'roformer-linear/{size}_{v}_seed*.json', 'valid_curve.-1.valid_loss')
     return Claim(f'roformer-linear-{size}', 'RoFormer', RF_LIN, 'roformer-linear', scale,
                  'final validation loss (nats per byte)', arm('linear'), arm('linear-rope'), -1, 'roformer-linear',
-                 LM_CHANCE, where='28_linear_lm, index')
+                 linear_gate(size), where='28_linear_lm, index')
 
 def longtext_claim(L: int, enc: str) -> Claim:
     "RoPE from scratch against `enc` at length L, cpu-small (notebook 27)."
@@ -287,18 +221,19 @@ def _bpe(L, e): return (f'{e} at {L} tokens', f'roformer-longtext-bpe/imdb{L}_bp
 
 REGIMES_CLAIMS = [
     *[Claim(f'roformer-linear-control-{size}-vs-{v}', 'RoFormer', RF_LIN, 'roformer-linear', scale, LIN_LOSS,
-            _lin(size, v), _lin(size, 'linear-rope'), -1, f'roformer-linear-control-{size}', LM_CHANCE,
+            _lin(size, v), _lin(size, 'linear-rope'), -1, f'roformer-linear-control-{size}', linear_gate(size),
             where='28_linear_lm')
       for size, scale in LIN_SCALES for v in ('linear+sinusoidal', 'linear+learned')],
     *[Claim(f'roformer-mlm-control-{size}-vs-{e}', 'RoFormer', RF_MLM, 'roformer-mlm', scale, MLM_LOSS,
-            _mlm(size, e), _mlm(size, 'rope'), -1, f'roformer-mlm-control-{size}', LM_CHANCE, where='26_mlm')
+            _mlm(size, e), _mlm(size, 'rope'), -1, f'roformer-mlm-control-{size}', mlm_gate(size),
+            where='26_mlm')
       for size, scale in MLM_SCALES for e in ('none', 'learned-bert')],
     # the learning-rate sweep of the absolute arms (registered before its runs): RoPE at the config's rate against
     # each absolute arm at another peak rate
     *[Claim(f'roformer-mlm-lr-cpu-small-{e}-lr{lr:g}', 'RoFormer', RF_MLM, 'roformer-mlm',
             f"{MLM_SCALES[0][1]}; the absolute arm at peak learning rate {lr:g}, RoPE at the config's", MLM_LOSS,
             (f'{e} at lr {lr:g}', *_mlm(run_name('cpu-small', lr), e)[1:]), _mlm('cpu-small', 'rope'), -1,
-            'roformer-mlm-lr-cpu-small', LM_CHANCE, where='26_mlm')
+            'roformer-mlm-lr-cpu-small', mlm_gate('cpu-small'), where='26_mlm')
       for lr in (1e-3, 1e-2) for e in ('sinusoidal', 'learned', 'learned-bert')],
     *[Claim(f'roformer-longtext-bpe-{L}-vs-{e}', 'RoFormer', RF_LONG_BPE, 'roformer-longtext-bpe', BPE_SCALE,
             'test accuracy', _bpe(L, e), _bpe(L, 'rope'), +1, 'roformer-longtext-bpe', NGRAM_REF, where='27_long_text')
@@ -352,38 +287,137 @@ REGIMES_CLAIMS = [
 ]
 CLAIMS.extend(REGIMES_CLAIMS)
 
+# %% ../nbs/29_claims.ipynb #d257d12c
+AL_EXT = ("ALiBi's perplexity stays flat past the training length while sinusoidal and rotary positions degrade "
+          '(Press et al. 2022, Figure 1)')
+PI_EXT = ("position interpolation with a short fine-tune extends a RoPE model's context, keeping its quality "
+          '(Chen et al. 2023)')
+YARN_EXT = 'YaRN extends RoPE better than position interpolation without fine-tuning (Peng et al. 2023)'
+NOPE_EXT = 'a decoder without positions generalizes to longer inputs better than RoPE (Kazemnejad et al. 2023)'
+LENGTH = 'Tiny Shakespeare characters, causal LM trained at 256 (notebook 30), 3 seeds, one commit, update budget'
+LENGTH_GATE = Regime("each compared arm's validation loss at the training length (256) at most the no-position "
+                     "model's (margin 0: without positions a causal model still learns, so the gate asks that an "
+                     'encoding not hurt where it was trained) and at most 1.75 nats per character', value=1.75,
+                     margin=0.0, higher_is_better=False, no_position=('length/none_seed*.json', 'eval.256.loss'),
+                     key='eval.256.loss')
+EXT_GATE = replace(LENGTH_GATE, key='base_loss_at_train')
+XL_SYN = SYN + ', 600 updates, 3 seeds, one commit'
+
+def length_arm(enc: str, L: int) -> tuple:
+    "An arm of the length lab: encoding `enc` trained at 256, its validation loss at length `L`."
+    return (f'{enc} at {L}', f'length/{enc}_seed*.json', f'eval.{L}.loss')
+
+def ext_arm(method: str, L: int = 1024) -> tuple:
+    "An arm of the RoPE extension methods: `method` (e.g. 'yarn-x4', 'linear-x4-ft') on the trained RoPE models."
+    return (f'{method} at {L}', f'length/extend/{method}_seed*.json', f'eval.{L}.loss')
+
+def length_claim(id, paper, claim, a, b, direction, margin=0.0, gate=LENGTH_GATE, **kw) -> Claim:
+    "A claim of the length lab (notebook 30), registered before its runs."
+    return Claim(id, paper, claim, 'length', LENGTH, 'validation loss (nats per character)', a, b, direction,
+                 'length', gate, margin=margin, where='30_length', **kw)
+
+# registered before their runs (results/registry.json); `registered` is filled in the commit after
+REGISTERED_CLAIMS = [
+    mt_claim('xl-input-synthetic-r', 'XL-PE', XL_MT, 'xl-synthetic-r', XL_SYN + '; input fusion, reorderer orders',
+             'xl-input@monotone', 'xl-input@predicted', '25_xl_translation'),
+    mt_claim('xl-input-synthetic-gold-r', 'XL-PE', XL_MT, 'xl-synthetic-gold-r',
+             XL_SYN + '; input fusion, reorderer orders (aligner at p0=0.2)', 'xl-input@monotone',
+             'xl-input@predicted', '25_xl_translation'),
+    mt_claim('xl-headxl-synthetic-gold-r', 'XL-PE', XL_MT, 'xl-synthetic-gold-r',
+             XL_SYN + '; HeadXL (2 of 4 heads of layer 0), reorderer orders', 'xl-headxl@monotone',
+             'xl-headxl@predicted', '25_xl_translation'),
+    *[replace(mt_claim(f'{e}-synthetic-gold-r-oracle', 'XL-PE', XL_MT + "; the generator's gold orders (the bound)",
+                       'xl-synthetic-gold-r', XL_SYN, f'{e}@monotone', f'{e}@oracle-gold', '25_xl_translation'),
+              role='control') for e in ('xl-input', 'xl-headxl')],
+    length_claim('length-rope-vs-sinusoidal-4x', 'RoFormer', RF_EXT_Q + '; tested: loss at 4 x the training length',
+                 length_arm('sinusoidal', 1024), length_arm('rope', 1024), -1),
+    length_claim('length-floater-vs-sinusoidal-4x', 'FLOATER',
+                 FL_EXT + '; tested: at least as good as sinusoidal (within 0.05 nats) at 4 x the training length',
+                 length_arm('sinusoidal', 1024), length_arm('floater', 1024), -1, margin=0.05),
+    length_claim('length-alibi-flat-8x', 'ALiBi', AL_EXT + '; ALiBi at 8 x within 0.05 nats of its loss at 256',
+                 length_arm('alibi', 256), length_arm('alibi', 2048), -1, margin=0.05),
+    *[length_claim(f'length-{e}-degrades-8x', 'ALiBi', AL_EXT + f'; {e} at 8 x more than 0.05 nats above 256',
+                   length_arm(e, 256), length_arm(e, 2048), +1, margin=0.05) for e in ('sinusoidal', 'rope')],
+    length_claim('length-yarn-vs-pi-4x', 'YaRN', YARN_EXT + '; at 4 x, scale factor 4', ext_arm('linear-x4'),
+                 ext_arm('yarn-x4'), -1, gate=EXT_GATE),
+    length_claim('length-pi-ft-vs-rope-4x', 'PI', PI_EXT + '; PI (x4) fine-tuned briefly at 1,024 against RoPE '
+                 'unscaled, at 4 x', length_arm('rope', 1024), ext_arm('linear-x4-ft'), -1,
+                 gate=replace(LENGTH_GATE, key=('eval.256.loss', 'base_loss_at_train'))),
+    length_claim('length-pi-ft-recovers', 'PI', PI_EXT + "; PI (x4) fine-tuned, at 4 x, within 0.05 nats of RoPE at "
+                 '256', length_arm('rope', 256), ext_arm('linear-x4-ft'), -1, margin=0.05,
+                 gate=replace(LENGTH_GATE, key=('eval.256.loss', 'base_loss_at_train'))),
+    length_claim('length-none-vs-rope-4x', 'NoPE', NOPE_EXT + '; at 4 x the training length',
+                 length_arm('rope', 1024), length_arm('none', 1024), -1),
+]
+
+# %% ../nbs/29_claims.ipynb #a8b3a9af
+PAPER_CLAIMS = {   # family -> the paper claim it tests, quoted; every claim quoting it is in its family
+    'roformer-mt': RF_MT, 'roformer-long-text': RF_ALT, 'roformer-long-protocol': RF_LONG, 'roformer-mlm': RF_MLM,
+    'roformer-linear': RF_LIN, 'roformer-glue': RF_GLUE_Q, 'roformer-length': RF_EXT_Q, 'floater-mt': FL_MT,
+    'floater-length': FL_EXT, 'xl-mt': XL_MT, 'alibi-length': AL_EXT, 'pi-length': PI_EXT, 'yarn-length': YARN_EXT,
+    'nope-length': NOPE_EXT}
+CONTROL_IDS = ('roformer-longtext-bpe-length-', 'roformer-longtext-bpe-512-length-',
+               'roformer-mlm-control-cpu-small-vs-none', 'roformer-mlm-control-cpu-tiny-vs-none',
+               'xl-input-enja-2400-oracle', 'xl-input-enja-2400-vs-random')
+
+def in_paper_family(c: Claim) -> Claim:
+    "`c` in its paper claim's family (controls: the family's `/controls`), with its role."
+    role = 'control' if c.role == 'control' or c.id.startswith(CONTROL_IDS) else 'test'
+    key = paper_claim_key(c.paper_claim, PAPER_CLAIMS)
+    if key is None: raise ValueError(f"{c.id}: its paper_claim quotes none of PAPER_CLAIMS; quote one of them first")
+    return replace(c, role=role, family=key + ('/controls' if role == 'control' else ''))
+
+REGISTRATIONS = {}   # claim id -> the commit that registered it (filled after the registering commit)
+CLAIMS[:] = [replace(in_paper_family(c), registered=REGISTRATIONS.get(c.id)) for c in CLAIMS + REGISTERED_CLAIMS]
+
 # %% ../nbs/29_claims.ipynb #04b77992
-def _r(x, nd=6): return None if x is None else round(float(x), nd)
-
-def decide(learns: bool, n_seeds: Sequence[int], p_adjusted: Optional[float], effect: float, direction: int) -> str:
-    "The verdict rules (see the top of this notebook)."
-    if not all(n_seeds): return 'untested'              # an arm without records: nothing to compare yet
-    if not learns: return 'no verdict'
-    if min(n_seeds) < 3 or p_adjusted is None or p_adjusted >= 0.05: return 'inconclusive'
-    return 'reproduces' if effect * direction > 0 else 'contradicts'
-
 def _arm_entry(arm: dict) -> dict:
-    return dict(records=arm['records'], metric_key=arm['metric_key'], scores=[_r(s) for s in arm['scores']])
+    return dict(records=arm['records'], metric_key=arm['metric_key'], scores=[_r(s) for s in arm['scores']],
+                excluded=arm['excluded'])
+
+def gate_of(c: Claim, root, arms: dict) -> dict:
+    "The claim's gate entry: a stated reference, or the no-position model (loss claims)."
+    g = c.regime
+    keys = g.key if isinstance(g.key, (tuple, list)) else (g.key, g.key)
+    scores = [(pat, arms[name]['scores'] if k is None else read_arm(root, pat, k)['scores'])
+              for (name, pat, _), k in zip((c.a, c.b), keys)]
+    if g.no_position is not None: return no_position_gate(g, root, scores)
+    return regime_of(g, root, [s for _, ss in scores for s in ss])
+
+def _test(c: Claim, A: dict, B: dict) -> tuple:
+    "(test result, paired, why): the seed-level test of (b - margin) - a, paired only where provenance allows."
+    paired, why = pairing(A['prov'], B['prov']) if A['seeds'] == B['seeds'] else (False, 'the arms have other seeds')
+    if not (A['seeds'] and B['seeds']): return dict(test='no records', effect=math.nan, ci=None, p=None), False, why
+    t = seed_test(A['scores'], [s - c.margin for s in B['scores']], paired=paired)
+    if t['ci'] is not None: t['ci'] = [x + c.margin for x in t['ci']]
+    return {**t, 'effect': t['effect'] + c.margin}, paired, why
 
 def evaluate(c: Claim, root='results') -> dict:
-    "One ledger entry without `p_adjusted`/`verdict` (they need the family): arms read from `root`, the seed test."
+    "One ledger entry without `p_adjusted`/`verdict` (they need the family): arms, provenance, test, gate."
     arms = {name: read_arm(root, pattern, key) | {'metric_key': key} for name, pattern, key in (c.a, c.b)}
     A, B = arms[c.a[0]], arms[c.b[0]]
-    if A['seeds'] and B['seeds']: t = seed_test(A['scores'], B['scores'], paired=A['seeds'] == B['seeds'])
-    else: t = dict(test='no records', effect=math.nan, ci=None, p=None, sd=None)
+    t, paired, why = _test(c, A, B)
+    provs = A['prov'] + B['prov']
+    commits = sorted({p['git_commit'] for p in provs})
+    reg = registration_problems(c.id, claim_fingerprint(c.definition()), c.registered, provs, root) if provs else \
+        ([] if c.registered else ['not registered'])
+    excluded = A['excluded'] + B['excluded']
     hw = ', '.join(sorted(set(A['hardware']) | set(B['hardware']))) or 'none'
+    prov = dict(commits=[x[:7] for x in commits], one_commit=len(commits) == 1, excluded=len(excluded),
+                pairing=why, registration=reg)
     return dict(id=c.id, paper=c.paper, paper_claim=c.paper_claim, experiment=c.experiment,
-                scale=f'{c.scale}; hardware: {hw}', metric=c.metric,
+                scale=f'{c.scale}; hardware: {hw}', metric=c.metric, role=c.role,
                 arms={n: _arm_entry(v) for n, v in arms.items()},
                 effect=_r(t['effect']) if t['effect'] == t['effect'] else None,
-                ci=None if t['ci'] is None else [_r(x) for x in t['ci']],
-                test=t['test'], p=_r(t['p']), p_adjusted=None, family=c.family,
-                regime=regime_of(c.regime, root, A['scores'] + B['scores']), verdict=None)
+                ci=None if t['ci'] is None else [_r(x) for x in t['ci']], test=t['test'], paired=paired,
+                p=_r(t['p']), p_adjusted=None, family=c.family, regime=gate_of(c, root, arms), provenance=prov,
+                registered=c.registered, post_hoc=bool(reg),
+                confirmatory=not reg and len(commits) == 1 and not excluded, verdict=None)
 
 def build_ledger(root='results', # the results folder the records are read from
                  claims: Sequence[Claim] = None, # default: CLAIMS
                 ) -> list:
-    "Every claim's ledger entry: seed-level test, Holm per family, regime and verdict."
+    "Every claim's ledger entry: seed-level test, Holm per family, gate, provenance, registration and verdict."
     claims = list(CLAIMS if claims is None else claims)
     if len({c.id for c in claims}) != len(claims):
         raise ValueError("two claims share an id; give each claim its own id")
@@ -393,39 +427,44 @@ def build_ledger(root='results', # the results folder the records are read from
         for e, q in zip(members, holm([e['p'] for e in members])): e['p_adjusted'] = _r(q)
     for c, e in zip(claims, out):
         n_seeds = [len(a['scores']) for a in e['arms'].values()]
-        e['verdict'] = decide(e['regime']['learns'], n_seeds, e['p_adjusted'], e['effect'] or 0.0, c.direction)
+        shifted = (e['effect'] or 0.0) - c.margin
+        usable = all(a['scores'] or not a['excluded'] for a in e['arms'].values())   # an arm all excluded: none
+        e['verdict'] = decide(e['regime']['learns'], n_seeds, e['p_adjusted'], shifted, c.direction, c.role, usable)
     return out
 
 # %% ../nbs/29_claims.ipynb #a6ea9337
-def _score_problems(where: str, name: str, arm: dict, root) -> list:
-    "An arm's records and scores: as many of each, and every score the record's value at the metric key."
-    if len(arm['records']) != len(arm['scores']):
-        return [f"{where}: arm {name} has {len(arm['records'])} records and {len(arm['scores'])} scores"]
-    out = []
-    for path, s in zip(arm['records'], arm['scores']):
-        got = _r(metric_value(json.loads((Path(root) / path).read_text()), arm['metric_key']))
-        if got != s: out.append(f"{where}: arm {name} score {s} is not {arm['metric_key']} = {got} of {path}")
-    return out
-
-def _verdict_problems(e: dict, c: Optional[Claim]) -> list:
-    "The rules a 'reproduces' or 'contradicts' entry must meet."
-    where, v, out = e['id'], e['verdict'], []
-    if min(len(a['scores']) for a in e['arms'].values()) < 3:
-        out.append(f'{where}: {v} with fewer than 3 seeds in an arm')
-    if not e['test'].startswith(('paired t-test over', 'Welch t-test over')):
-        out.append(f"{where}: {v} without a seed-level test ({e['test']})")
-    if e['p_adjusted'] is None or e['p_adjusted'] >= 0.05: out.append(f"{where}: {v} with p_adjusted {e['p_adjusted']}")
-    if not e['regime']['learns']: out.append(f'{where}: {v} from models that do not learn')
-    if c is not None and (e['effect'] * c.direction > 0) != (v == 'reproduces'):
-        out.append(f'{where}: {v} with an effect of the other sign')
+def _provenance_problems(e: dict, c: Optional[Claim], root) -> list:
+    "Provenance, pairing, gate and registration, re-read from the records and git (never from the entry alone)."
+    where, out = e['id'], []
+    provs = {n: [record_provenance(Path(root) / r) for r in a['records']] for n, a in e['arms'].items()}
+    if e['verdict'] not in ('untested', 'no verdict'):
+        out += [f'{where}: a verdict from a record with {why}' for ps in provs.values() for p in ps
+                if (why := unusable(p))]
+    if e['paired']:
+        ok, why = pairing(*provs.values())
+        if not ok: out.append(f'{where}: a paired test, but {why}; use Welch or rerun the arms from one commit')
+    if c is not None and not c.regime.higher_is_better and c.regime.no_position is None:
+        out.append(f"{where}: a loss claim without its no-position gate; give its Regime no_position=(glob, key)")
+    if not e['post_hoc'] or e['confirmatory']:
+        reg = [] if c is None else registration_problems(where, claim_fingerprint(c.definition()), c.registered,
+                                                         [p for ps in provs.values() for p in ps], root)
+        if c is None or reg: out.append(f"{where}: not post hoc, but {'; '.join(reg) or 'no claim defines it'}")
+    if e['confirmatory'] and len({p['git_commit'] for ps in provs.values() for p in ps}) != 1:
+        out.append(f'{where}: confirmatory with records from several commits')
     return out
 
 def check_rules(ledger: list, # entries as `build_ledger` returns them (or as read from claims.json)
                 root='results', # where the records are
-                claims: Sequence[Claim] = None, # the specs (for the paper's direction); default CLAIMS
+                claims: Sequence[Claim] = None, # the specs (for direction, gate, registration); default CLAIMS
+                sources: Optional[Sequence] = None, # notebooks/tests scanned for pinned verdicts; default the repo's
                ) -> list:
     "Every broken rule of the ledger, one line each (empty: the ledger is sound)."
-    spec, bad = {c.id: c for c in (CLAIMS if claims is None else claims)}, []
+    claims = CLAIMS if claims is None else claims
+    spec, bad = {c.id: c for c in claims}, family_problems(claims, PAPER_CLAIMS)
+    if sources is None:
+        repo = Path(root).resolve().parent
+        sources = sorted((repo / 'nbs').glob('*.ipynb')) + sorted((repo / 'tests').glob('*.py'))
+    bad += pinned_outcomes(sources)
     for e in ledger:
         where = e.get('id', '?')
         if tuple(e) != LEDGER_KEYS:
@@ -433,9 +472,11 @@ def check_rules(ledger: list, # entries as `build_ledger` returns them (or as re
             continue
         if e['verdict'] not in VERDICTS: bad.append(f"{where}: unknown verdict {e['verdict']!r}")
         for name, arm in e['arms'].items(): bad += _score_problems(where, name, arm, root)
-        if e['verdict'] in ('reproduces', 'contradicts'): bad += _verdict_problems(e, spec.get(where))
+        if e['verdict'] in ('reproduces', 'contradicts', 'control holds', 'control fails'):
+            bad += _verdict_problems(e, spec.get(where))
         if not e['regime']['learns'] and e['verdict'] not in ('no verdict', 'untested'):
             bad.append(f"{where}: models that do not learn, verdict {e['verdict']}")
+        bad += _provenance_problems(e, spec.get(where), root)
     return bad
 
 # %% ../nbs/29_claims.ipynb #9b738239
@@ -453,6 +494,22 @@ def _differences(path: Path, ledger: list, root) -> list:
     return check_rules(committed, root) + [f"{path} differs from the records for {', '.join(diff) or 'its layout'}; "
                                            "regenerate it with python -m posenc_nb.claims"]
 
+def register(ids: Sequence[str], # claim ids of CLAIMS
+             root='results', # the results folder holding REGISTRY
+            ) -> Path:
+    """Write the named claims' fingerprints into `root/REGISTRY`; committing the file, before the claims' runs, is
+    their registration. A registered id is never redefined (a new definition needs a new id)."""
+    spec, path = {c.id: c for c in CLAIMS}, Path(root) / REGISTRY
+    unknown = [i for i in ids if i not in spec]
+    if unknown: raise ValueError(f"unknown claim ids {unknown}; define them in CLAIMS first")
+    reg = json.loads(path.read_text()) if path.exists() else {}
+    for i in ids:
+        fp = claim_fingerprint(spec[i].definition())
+        if reg.get(i, fp) != fp:
+            raise ValueError(f"{i} is registered with another definition; give the new definition a new id")
+        reg[i] = fp
+    return atomic_write(path, json.dumps(reg, indent=1, sort_keys=True) + '\n')
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     "`python -m posenc_nb.claims [--root results] [--check]`: write ROOT/claims.json, or check it (status 1: unsound)."
     ap = argparse.ArgumentParser(prog='python -m posenc_nb.claims',
@@ -460,11 +517,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument('--root', default='results', help='the results folder (default: results)')
     ap.add_argument('--check', action='store_true',
                     help='rebuild, compare with the committed ledger and check the rules; write nothing')
+    ap.add_argument('--register', nargs='+', metavar='ID',
+                    help='write these claims\' fingerprints into ROOT/registry.json (commit it before their runs)')
     args = ap.parse_args(argv)
     root = Path(args.root)
     if not root.is_dir():
         print(f'error: no results folder {root}; run from the repository root or pass --root', file=sys.stderr)
         return 2
+    if args.register:
+        try: print(f'{register(args.register, root)}: {len(args.register)} claims; commit it before their runs')
+        except ValueError as e:
+            print(f'error: {e}', file=sys.stderr)
+            return 2
+        return 0
     ledger, path = build_ledger(root), root / LEDGER
     bad = check_rules(ledger, root)
     if not args.check:
@@ -483,31 +548,27 @@ def _fmt(v, nd=2): return '-' if v is None else f'{v:+.{nd}f}'
 def _pfmt(v): return '-' if v is None else f'{v:.3f}'
 def _mean(s): return sum(s) / len(s) if s else None
 
-def _power(a: list, b: list, c: Optional[Claim], nd: int) -> tuple:
-    "The detectable effect at the observed spread of the per-seed differences, and the seeds the paper's effect needs."
-    if c is None or len(a) != len(b) or len(a) < 2: return '-', '-'
-    d = [y - x for x, y in zip(a, b)]
-    sd = math.sqrt(sum((x - _mean(d)) ** 2 for x in d) / (len(d) - 1))
-    need = '-' if c.paper_effect is None else str(seeds_needed(c.paper_effect, sd) or '>1000')
-    return f'{min_detectable_effect(sd, len(a)):.{nd}f}', need
+def _gate(reg: dict) -> str:
+    v = '-' if reg['value'] is None else f"{reg['value']:.3g}"
+    return f"{'passes' if reg['learns'] else 'fails'} ({reg['kind']}, {v})"
 
-def claims_table(ledger: list, paper: str, claims: Sequence[Claim] = None) -> str:
-    "One paper's verdicts as a markdown table: the paper's claim, this package's arms and effect, tests and verdict."
+def claims_table(ledger: list, paper: str, confirmatory: Optional[bool] = None, claims: Sequence[Claim] = None) -> str:
+    """One paper's verdicts as a markdown table, the verdict second: effect, interval, Holm p, the test (paired or
+    Welch), the gate, the commits and seeds. `confirmatory`: only those (True), only the others (False), or all."""
     spec = {c.id: c for c in (CLAIMS if claims is None else claims)}
     rows = []
-    for e in (x for x in ledger if x['paper'] == paper):
+    for e in ledger:
+        if e['paper'] != paper or (confirmatory is not None and e['confirmatory'] != confirmatory): continue
         (na, a), (nb, b) = e['arms'].items()
         nd = 3 if abs(_mean(a['scores'] or [0]) or 0) < 5 else 2
-        mde, need = _power(a['scores'], b['scores'], spec.get(e['id']), nd)
-        ours = 'no records'
+        ours = 'no usable records'
         if a['scores'] and b['scores']:
-            ours = (f"{nb} {_mean(b['scores']):.{nd}f} vs {na} {_mean(a['scores']):.{nd}f} "
-                    f"({len(b['scores'])}+{len(a['scores'])} seeds): {_fmt(e['effect'], nd)}")
+            ours = f"{nb} {_mean(b['scores']):.{nd}f} vs {na} {_mean(a['scores']):.{nd}f}: {_fmt(e['effect'], nd)}"
         ci = '-' if e['ci'] is None else f"[{_fmt(e['ci'][0], nd)}, {_fmt(e['ci'][1], nd)}]"
-        reg = e['regime']
-        reg = f"{reg['reference']}: {reg['value']:.3g}, learns: {'yes' if reg['learns'] else 'no'}"
-        rows.append([e['id'], e['paper_claim'], e['experiment'] + ', ' + e['metric'], ours, ci,
-                     f"{e['test']}: {_pfmt(e['p'])}", _pfmt(e['p_adjusted']), mde, need, reg, f"**{e['verdict']}**"])
-    head = ['claim', "the paper's claim", 'experiment, metric', 'this package', '95% interval', 'seed-level test, p',
-            'p (Holm)', 'detectable (80%)', "seeds for the paper's effect", 'regime', 'verdict']
-    return format_table(head, rows, markdown=True)
+        test = 'paired' if e['paired'] else ('Welch' if e['p'] is not None else '-')
+        seeds = '+'.join(str(len(x['scores'])) for x in (b, a))
+        role = ' (control)' if e['role'] == 'control' else ''
+        rows.append([e['id'] + role, f"**{e['verdict']}**", ours, ci, _pfmt(e['p_adjusted']), test,
+                     _gate(e['regime']), ', '.join(e['provenance']['commits']) or '-', seeds])
+    head = ['claim', 'verdict', 'effect b - a (means)', '95% interval', 'p (Holm)', 'test', 'gate', 'commit', 'seeds']
+    return format_table(head, rows, markdown=True) if rows else '(none)'
