@@ -367,7 +367,8 @@ def in_paper_family(c: Claim) -> Claim:
     if key is None: raise ValueError(f"{c.id}: its paper_claim quotes none of PAPER_CLAIMS; quote one of them first")
     return replace(c, role=role, family=key + ('/controls' if role == 'control' else ''))
 
-REGISTRATIONS = {}   # claim id -> the commit that registered it (filled after the registering commit)
+REGISTRATIONS = {   # claim id -> the commit whose results/registry.json registered it
+    **dict.fromkeys((c.id for c in REGISTERED_CLAIMS), '59d3990c8306bb372c63912c965a9c866d4d6488')}
 CLAIMS[:] = [replace(in_paper_family(c), registered=REGISTRATIONS.get(c.id)) for c in CLAIMS + REGISTERED_CLAIMS]
 
 # %% ../nbs/29_claims.ipynb #04b77992

@@ -87,6 +87,9 @@ def registration_problems(claim_id: str, # the claim
     "Why the claim is not registered before its data (empty: it is), from git alone."
     if not registered: return ['not registered']
     full = git('rev-parse', '--verify', '--quiet', f'{registered}^{{commit}}', cwd=root)
+    if not full and git('rev-parse', '--is-shallow-repository', cwd=root) == 'true':     # a shallow clone: fetch history
+        git('fetch', '--quiet', '--unshallow', cwd=root)
+        full = git('rev-parse', '--verify', '--quiet', f'{registered}^{{commit}}', cwd=root)
     if not full: return [f'registration commit {registered} is not in this repository']
     if (registry_at(full, root) or {}).get(claim_id) != fingerprint:
         return [f'the registry at {full[:7]} does not hold this definition of {claim_id}']

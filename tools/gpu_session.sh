@@ -61,6 +61,8 @@ lanes() {   # $1, $2: extra arguments of every FLOATER / RoFormer run (smoke: a 
   [[ " $LANES " == *" mlm "* ]] && for s in 0 1 2; do for e in rope sinusoidal learned; do    # groups first: --encodings takes every word after it
     $RR mlm longtext-pre glue --seeds $s --encodings $e $rx > /tmp/logs/mlm-$e-$s.log 2>&1 &
   done; done
+  # the MLM gates' arms (no positions, learned rows at BERT's scale): with "mlm", every gpu-small MLM arm from one commit
+  [[ " $LANES " == *" mlm-control "* ]] && $RR mlm-control $rx > /tmp/logs/mlm-control.log 2>&1 &
   [[ " $LANES " == *" long "* ]] && for e in rope sinusoidal learned alibi t5 none; do $RR longtext --encodings $e $rx > /tmp/logs/long-$e.log 2>&1 & done
   [[ " $LANES " == *" lm "* ]] && for v in linear linear-rope softmax-rope; do $RR linear --encodings $v $rx > /tmp/logs/lm-$v.log 2>&1 & done
   [[ " $LANES " == *" biascost "* ]] && python3 benchmarks/biascost.py --device cuda ${3:---reps 5} \
