@@ -216,10 +216,6 @@ def _stream_state(cfg: TrainConfig, out_dir, train: tuple, proc: 'Process', fres
     if proc.world_size > 1: dist.broadcast_object_list(box, 0)     # every rank the same provider, no file read
     return box[0]
 
-def _save_stream_state(out_dir, state: Optional[dict], proc: 'Process'):
-    "Write the provider state into `out_dir/streams.json` (rank 0; once the run is checked and its folder cleared)."
-    if state is not None and proc.is_main: atomic_write(Path(out_dir) / STREAMS_FILE, json.dumps(state))
-
 # %% ../nbs/05_train.ipynb #c8f0150d
 def load_stream_provider(run_dir # a training run's folder (holds `streams.json` when the run has extra streams)
                         ) -> StreamProvider:
@@ -355,6 +351,15 @@ def _results_config(out_dir: Path) -> Optional[TrainConfig]:
         raise ValueError(f"{path} cannot be read ({e}); move it away, or pass another out_dir") from None
 
 # %% ../nbs/05_train.ipynb #32781d2b
+def _check_schedule(old: Optional[TrainConfig], cfg: TrainConfig, out_dir: Path, ckpt: Optional[dict]):
+    "A linear schedule decays to 0 over the run's budget: resuming it with another budget would splice two schedules."
+    if ckpt is None or old is None or cfg.lr_schedule != 'linear': return
+    was, now = (old.max_steps, old.max_minutes), (cfg.max_steps, cfg.max_minutes)
+    if was != now:
+        raise ValueError(f"{out_dir} holds a run whose linear learning-rate schedule decays over max_steps={was[0]}, "
+                         f"max_minutes={was[1]}; resuming it with max_steps={now[0]}, max_minutes={now[1]} would "
+                         "splice two schedules: give its budget (--max-steps/--max-minutes), or start over (--fresh)")
+
 def _resume_point(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: bool) -> Optional[dict]:
     "With the folder's lock held: drop the run's stale temp files, check a resumed run matches `cfg`; its checkpoint."
     if is_main:
@@ -364,6 +369,7 @@ def _resume_point(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: bool) 
     old = TrainConfig.from_dict(ckpt['config']) if ckpt is not None else (_results_config(out_dir) if is_main else None)
     diff = _config_diff(old, cfg) if old is not None else []
     if diff: raise RunFolderConflict(out_dir, diff)
+    _check_schedule(old, cfg, out_dir, ckpt)
     if ckpt is not None and cfg.max_steps is not None and ckpt['step'] > cfg.max_steps:
         raise ValueError(f"{out_dir} is at update {ckpt['step']} already, past max_steps={cfg.max_steps} "
                          "(--max-steps); "
@@ -555,7 +561,7 @@ def _train_locked(cfg: TrainConfig, out_dir: Path, corpus: Corpus, proc: Process
     learn = _translation_learner(cfg, model, task, _callbacks(cfg, log, proc, show, on_step) + [evaluator, saver], proc)
     fresh = not resume and proc.is_main
     if fresh: _set_aside(out_dir, cfg.test_split)     # last: every check passed, all is built
-    _save_stream_state(out_dir, streams, proc)
+    if streams is not None and proc.is_main: atomic_write(out_dir / STREAMS_FILE, json.dumps(streams))   # checked
     logs.append(jsonl_logger(out_dir / 'metrics.jsonl', proc.is_main, ckpt['step'] if ckpt is not None else 0))
     if ckpt is not None: restore(learn, ckpt, proc.rank)
     step0 = learn.state.step
