@@ -13,7 +13,7 @@ import numpy as np
 import torch, torch.nn as nn, torch.nn.functional as F
 from .core import Positions, list_posencs, encoding_streams
 from .model import ModelConfig, Classifier
-from .store import check_budget, check_fields, check_writable
+from .store import check_budget, check_fields, check_writable, output_record, write_output
 from .data import load_glue, get_tokenizer, GLUE_TASKS, UNK
 from .batches import pad_batch, TokenBatchSampler
 from .engine import inverse_sqrt, autocast_for, fused_adam, precision_name
@@ -201,7 +201,7 @@ def train_classifier(task: str = 'cola', encoding: str = 'sinusoidal', seed: int
            'n_test': len(data['test']),
            'curve': kb.curve, 'config': asdict(cfg), **provenance(seed, precision_name(device, cfg.amp), device,
                                                                          command=command)}
-    if out is not None: write_result(res, out)
+    if out is not None: write_output(out, res, asdict(cfg))     # locked, with the settings' fingerprint
     return {**res, 'model': model}
 
 # %% ../nbs/23_glue.ipynb #9674bbd2
@@ -237,7 +237,8 @@ def glue_run(*, task: Param('', str, choices=list(GLUE_TASKS)) = 'cola', # the G
              minutes: float = None, # wall-clock training budget per run
              steps: int = None, # update budget per run
              threads: int = 1, # CPU threads for torch
-             out: str = 'results/glue', # record folder: one JSON per run, OUT/TASK/ENCODING_seedSEED.json
+             # record folder: one JSON per run, OUT/TASK/ENCODING_seedSEED.json (the committed ones: --out results/glue)
+             out: str = 'runs/glue',
             ) -> int:
     """Train one GLUE classifier per position encoding, writing one result record per run.
 
@@ -246,13 +247,17 @@ def glue_run(*, task: Param('', str, choices=list(GLUE_TASKS)) = 'cola', # the G
       python -m posenc_nb.classify --task sst2 --encoding all --steps 500 --seed 1"""
     use_threads(threads)
     check_budget(steps, minutes)
+    if steps is None and minutes is None: raise ValueError("give a training budget: --steps N or --minutes M")
     check_writable(Path(out) / task)     # before any work
     encs = glue_encodings() if encoding == 'all' else encoding.split(',')
     bad = [e for e in encs if e not in list_posencs()]
     if bad: raise ValueError(f"--encoding: unknown encoding(s) {bad}; choose from {', '.join(list_posencs())}")
     for enc in encs:
         path = Path(out) / task / f'{enc}_seed{seed}.json'
-        r = train_classifier(task, enc, seed, minutes=minutes, steps=steps, out=path, command=command_line())
+        cfg = ClassifyConfig(task=task, encoding=enc, seed=seed, max_minutes=minutes, max_steps=steps)
+        with output_record(path, asdict(cfg)) as done:    # locked; another settings' record: refused, naming them
+            r = done or train_classifier(task, enc, seed, minutes=minutes, steps=steps, out=path,
+                                         command=command_line())
         print(f"{task} {enc} seed={seed}: test {r['metric']}={r['test_' + r['metric']]:.4f} steps={r['steps']} -> "
               f"{path}", flush=True)
     return 0

@@ -10,7 +10,8 @@ from typing import Callable, Optional, Sequence
 from fastcore.script import Param
 from .core import list_posencs, encoding_streams
 from .utils import atomic_write
-from .store import check_output, checkpoint_paths, format_table, lock_folder, one_line, record_run, summarize
+from .store import check_not_record, check_output, checkpoint_paths, format_table, lock_folder, one_line
+from .store import MANIFEST, record_run, summarize
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
 from .engine import read_metrics
@@ -21,8 +22,9 @@ from .args import (CLIError, _check_encoding, _lines, _read_text, check_device, 
 
 
 # %% auto #0
-__all__ = ['COMMAND_EXTRAS', 'COMPARE_KEYS', 'main', 'run_cli', 'cmd_list', 'default_run_dir', 'cmd_train', 'find_checkpoint',
-           'cmd_translate', 'cmd_evaluate', 'compare_runs', 'plot_compare', 'cmd_compare']
+__all__ = ['COMMAND_EXTRAS', 'MAX_BEAM', 'MAX_WORDS', 'COMPARE_KEYS', 'main', 'run_cli', 'cmd_list', 'default_run_dir',
+           'cmd_train', 'find_checkpoint', 'cmd_translate', 'cmd_evaluate', 'compare_runs', 'plot_compare',
+           'cmd_compare']
 
 # %% ../nbs/06_cli.ipynb #c1a1main
 COMMAND_EXTRAS = {'train': 'experiments', 'compare': 'experiments', 'evaluate': 'experiments'}   # checked before a run
@@ -81,6 +83,9 @@ def default_run_dir(cfg: TrainConfig) -> Path:
 def _train(cfg: TrainConfig, out: Path, resume: bool = True, device=None, progress=None) -> dict:
     "`train` with its out-dir error phrased for the command line."
     if out.exists() and not out.is_dir(): raise CLIError(f"--out {out} is a file; pass a folder for the run")
+    if any((out / n).is_file() for n in (MANIFEST, 'metrics.json')):
+        raise CLIError(f"--out {out} is a published record (of posenc compare or the experiment harness); training "
+                       "there would mix its files with another run's: pass another --out")
     existed = out.exists()
     try: return train(cfg, out, resume=resume, device=device, progress=progress)
     except RunFolderConflict as e:
@@ -194,12 +199,21 @@ def _write_lines(hyps: list, output: Optional[str]):
         sys.stdout.flush()
 
 # %% ../nbs/06_cli.ipynb #271de60e
+MAX_BEAM, MAX_WORDS = 64, 1000     # caps of `posenc translate`: beyond them a run takes hours or all the memory
+
 def _check_decoding(beam: int, batch_tokens: int, output: Optional[str], input: str = '-'):
-    if beam < 1: raise CLIError(f"--beam {beam}: use 1 (greedy) or more")
+    if not 1 <= beam <= MAX_BEAM: raise CLIError(f"--beam {beam}: use 1 (greedy) to {MAX_BEAM}")
     if batch_tokens < 1: raise CLIError(f"--batch-tokens {batch_tokens}: use a positive number")
     if output:
-        try: check_output(output, [('--input', input)])       # a folder, the input, an unwritable place: refused now
+        try: check_not_record(check_output(output, [('--input', input)]), '--output')   # refused now, not after
         except ValueError as e: raise CLIError(e) from None
+
+def _check_lengths(lines: list, input: str):
+    "Refuse a sentence of more than `MAX_WORDS` words (decoding it would run for hours), naming its line."
+    for i, l in enumerate(lines):
+        if len(l.split()) > MAX_WORDS:
+            raise CLIError(f"--input {input}: line {i + 1} has {len(l.split())} words, more than {MAX_WORDS}; "
+                           "split it into sentences")
 
 # %% ../nbs/06_cli.ipynb #e4aaa8e5
 @command
@@ -222,6 +236,7 @@ def cmd_translate(*, ckpt: str, # a checkpoint file, or a run folder (its averag
     use_threads(threads)
     model, tok, cfg = _load(ckpt, check_device(device))         # check the checkpoint before waiting on stdin
     lines = _read_lines(input)
+    _check_lengths(lines, input)
     hyps = translate(model, tok, lines, beam=beam, len_penalty=len_penalty, batch_tokens=batch_tokens,
                      streams=_run_streams(cfg, ckpt, lines, tok), progress=_isatty(sys.stderr))
     _write_lines(hyps, output)
@@ -306,7 +321,8 @@ def _compare_encodings(encodings: Optional[list], base: TrainConfig) -> list:
     # by default, encodings that read extra position streams run only when the config names a provider (--set
     # streams=...): without their stream they reduce to their base encoding and would be credited with gains they did
     # not earn
-    encs = list(dict.fromkeys(encodings or [e for e in list_posencs() if base.streams or not encoding_streams(e)]))
+    every = [e for e in list_posencs() if base.streams or not encoding_streams(e)]
+    encs = list(dict.fromkeys(every if encodings is None else encodings))     # `--encodings ,` is empty, not all
     if not encs: raise CLIError("--encodings is empty; give a comma list such as sinusoidal,learned")
     for e in encs: _check_encoding(e, '--encodings')
     return encs

@@ -4,7 +4,7 @@
 
 # %% ../nbs/20_experiments.ipynb #9d55cc84
 from __future__ import annotations
-import copy, importlib, json, math, os, shutil, sys, time
+import contextlib, copy, importlib, json, math, os, shutil, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -18,7 +18,7 @@ from .decode import translate, bleu, chrf
 from .train import TrainConfig, CONFIGS, config_from_name, train_and_log
 from .utils import provenance, atomic_write
 from .store import check_budget, finished_record, format_table, load_records, lock_folder, read_json
-from .store import record_run, recover, summarize
+from .store import output_record, record_run, recover, summarize, write_output
 from .args import command_line, run_commands
 from .args import CLIError, command, check_device, use_threads, parse_sets
 
@@ -563,12 +563,17 @@ def exp_compare(experiment: str, # an experiment name, or a folder of run record
       python -m posenc_nb.experiments compare multi30k-20min --baseline sinusoidal --seed 0
       python -m posenc_nb.experiments compare floater-recipe --baseline sinusoidal-continued --seed 0 1 2 --pooled --out
       results/floater-recipe/significance.json"""
-    sig = [x for s in (seed or [0]) for x in significance(experiment, baseline, s, root, samples)]
-    if pooled: sig += significance(experiment, baseline, None, root, samples)
-    print(format_significance(sig))
-    if out:
-        atomic_write(out, json.dumps(dict(experiment=str(experiment), baseline=baseline, comparisons=sig,
-                                          **provenance(command=command_line())), indent=1) + '\n')
+    if not 1 <= samples <= 100_000: raise ValueError(f"--samples {samples}: give from 1 to 100000 bootstrap resamples")
+    settings = dict(experiment=str(experiment), baseline=baseline, seeds=seed or [0], pooled=pooled, samples=samples)
+    with output_record(out, settings) if out else contextlib.nullcontext() as done:   # locked; not in a run record
+        if done is not None:
+            print(f'{out}: kept, a record of these settings (delete it to compare again)', flush=True)
+            return 0
+        sig = [x for s in (seed or [0]) for x in significance(experiment, baseline, s, root, samples)]
+        if pooled: sig += significance(experiment, baseline, None, root, samples)
+        print(format_significance(sig))
+        if out: write_output(out, dict(experiment=str(experiment), baseline=baseline, comparisons=sig,
+                                       **provenance(command=command_line())), settings)
     return 0
 
 # %% ../nbs/20_experiments.ipynb #9b4f40ac

@@ -15,7 +15,7 @@ from .mlm import BYTE_VOCAB, FT_SIZES, clean_text, subset_indices, _rows
 from .experiments import seed_test, two_level_bootstrap, accuracy_stats, accuracy_score
 from .utils import (atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled,
                              read_records)
-from .store import check_output
+from .store import check_budget, output_record, write_output
 from .args import command_line, run_commands
 from .args import command, use_threads
 
@@ -241,10 +241,10 @@ def longtext_bench(*, out: str = 'results/roformer-longtext/cost.json', # the re
     Examples:
       python -m posenc_nb.long_text bench"""
     use_threads(1)
-    out = check_output(out, flag='--out')     # a folder or an unwritable place: refused before the benchmark
-    if not out.exists():
-        atomic_write(out, json.dumps({'experiment': 'long-text-cost', **bench_encodings(),
-                                      **provenance(None, 'fp32', 'cpu', command=command_line())}, indent=1) + '\n')
+    with output_record(out, {}) as done:     # locked; a folder or an unwritable place: refused before the benchmark
+        if done is None:
+            write_output(out, {'experiment': 'long-text-cost', **bench_encodings(),
+                               **provenance(None, 'fp32', 'cpu', command=command_line())}, {})
     print(f'{out}: done', flush=True)
     return 0
 
@@ -273,25 +273,10 @@ def ngram_reference(train: Sequence[tuple], # (text, label) pairs the model is f
             'logits': [round(float(v), 4) for v in logits], 'n_features': len(vec.vocabulary_)}
 
 # %% ../nbs/27_long_text.ipynb #153d0b19
-@command(registry=LONG_TEXT_COMMANDS)
-def longtext_ngram(*, n_test: int = 5000, # test reviews scored: the fixed seeded subset (`test_subset`) of this size
-                   subset_seed: int = 0, # the subset's seed
-                   Cs: str = '0.5,2,8,32', # the regularisation values tried; the best on the validation split is kept
-                   out: str = 'results/roformer-longtext/imdb_ngram-logreg.json', # the record (skipped when it exists)
-                  ) -> int:
-    """The bag-of-n-grams reference on IMDb: fitted on the train split, C chosen on the validation split, scored on
-    the fixed test subset (labels in `test_subset_n{n_test}.json` next to the record) and on the whole test split.
-
-    Examples:
-      python -m posenc_nb.long_text ngram
-      python -m posenc_nb.long_text ngram --n-test 2000 --out /tmp/ngram.json"""
-    out = Path(out)
-    if out.exists():
-        print(f'{out}: done', flush=True)
-        return 0
+def _ngram_record(out: Path, grid: list, n_test: int, subset_seed: int) -> dict:
+    "The n-gram reference's record: C chosen on the validation split, scored on the test subset and the whole split."
     t0, prov = time.time(), provenance(None, 'fp64', 'cpu', command=command_line())   # at the start: commit, load, time
     train, valid, test = _rows('imdb', 'train'), _rows('imdb', 'validation'), _rows('imdb', 'test')
-    grid = [float(c) for c in Cs.split(',')]
     valid_acc = {c: ngram_reference(train, valid, C=c)['accuracy'] for c in grid}
     best = max(grid, key=lambda c: (valid_acc[c], -c))
     sub = test_subset(n_test, subset_seed, out.parent / f'test_subset_n{n_test}.json')
@@ -306,8 +291,29 @@ def longtext_ngram(*, n_test: int = 5000, # test reviews scored: the fixed seede
            'config': {'C': best, 'Cs': grid, 'ngrams': [1, 2], 'min_df': 2, 'tfidf': 'sublinear', 'n_test': n_test,
                       'subset_seed': subset_seed},
            'wall_time_s': round(time.time() - t0, 1), **prov}
-    atomic_write(out, json.dumps(rec, indent=1) + '\n')
-    print(f"{out}: test accuracy {rec['test_accuracy']:.4f} on {n_test} reviews (C={best})", flush=True)
+    return rec
+
+@command(registry=LONG_TEXT_COMMANDS)
+def longtext_ngram(*, n_test: int = 5000, # test reviews scored: the fixed seeded subset (`test_subset`) of this size
+                   subset_seed: int = 0, # the subset's seed
+                   Cs: str = '0.5,2,8,32', # the regularisation values tried; the best on the validation split is kept
+                   out: str = 'results/roformer-longtext/imdb_ngram-logreg.json', # the record (skipped when it exists)
+                  ) -> int:
+    """The bag-of-n-grams reference on IMDb: fitted on the train split, C chosen on the validation split, scored on
+    the fixed test subset (labels in `test_subset_n{n_test}.json` next to the record) and on the whole test split.
+
+    Examples:
+      python -m posenc_nb.long_text ngram
+      python -m posenc_nb.long_text ngram --n-test 2000 --out /tmp/ngram.json"""
+    grid = [float(c) for c in Cs.split(',')]
+    settings = dict(Cs=grid, n_test=n_test, subset_seed=subset_seed)
+    with output_record(out, settings) as done:       # locked; another settings' record: refused, naming them
+        if done is not None:
+            print(f'{out}: done', flush=True)
+            return 0
+        rec = _ngram_record(Path(out), grid, n_test, subset_seed)
+        write_output(out, rec, settings)
+    print(f"{out}: test accuracy {rec['test_accuracy']:.4f} on {n_test} reviews (C={rec['config']['C']})", flush=True)
     return 0
 
 # %% ../nbs/27_long_text.ipynb #50596ce6i
@@ -368,14 +374,22 @@ def longtext_bpe(*, encoding: str = 'rope', # a registered encoding
     if encoding not in list_posencs():
         raise ValueError(f"unknown encoding {encoding!r}; choose one of {list_posencs()}")
     use_threads(threads)
-    n_steps = steps or BPE_PLANS[plan]['steps']
+    check_budget(steps)
+    n_steps = BPE_PLANS[plan]['steps'] if steps is None else steps
     run = plan + (f'-steps{n_steps}' if n_steps != BPE_PLANS[plan]['steps'] else '')   # the record names its budget
     run += f'-test{n_test}' if n_test != 5000 else ''                                   # ... and its test subset
-    out = check_output(out or f'results/roformer-longtext-bpe/imdb{max_len}_bpe-{run}_{encoding}_seed{seed}.json',
-                       flag='--out')
-    if out.exists():
-        print(f'{out}: done', flush=True)
-        return 0
+    out = Path(out or f'results/roformer-longtext-bpe/imdb{max_len}_bpe-{run}_{encoding}_seed{seed}.json')
+    settings = dict(encoding=encoding, seed=seed, plan=plan, max_len=max_len, max_steps=n_steps, n_test=n_test)
+    with output_record(out, settings) as done:       # locked; another settings' record: refused, naming them
+        if done is None:
+            rec = _bpe_record(encoding, seed, max_len, plan, n_steps, n_test, device)
+            write_output(out, rec, settings)
+    print(f'{out}: done' if done is not None else
+          f"{out}: test accuracy {rec['test_accuracy']:.4f} in {rec['train_time_s']:.0f}s of training", flush=True)
+    return 0
+
+def _bpe_record(encoding: str, seed: int, max_len: int, plan: str, n_steps: int, n_test: int, device: str) -> dict:
+    "Train one BPE long-text classifier; its record, with the test predictions and logits."
     from posenc_nb.classify import train_classifier, _batches, _tensors
     opts = {k: v for k, v in BPE_PLANS[plan].items() if k != 'steps'}
     data, vocab = bpe_splits(max_len, n_test)
@@ -392,9 +406,7 @@ def longtext_bpe(*, encoding: str = 'rope', # a registered encoding
     rec = {'experiment': 'finetune-bpe', **res, 'seed': seed, 'pretrained': False, 'tokens': 'bpe', 'vocab_size': vocab,
            'test_pred': ''.join(str(int(v > 0)) for v in logits), 'test_logits': [round(float(v), 4) for v in logits],
            'n_test_subset_seed': 0, 'plan': plan}
-    atomic_write(out, json.dumps(rec, indent=1) + '\n')
-    print(f"{out}: test accuracy {rec['test_accuracy']:.4f} in {rec['train_time_s']:.0f}s of training", flush=True)
-    return 0
+    return rec
 
 # %% ../nbs/27_long_text.ipynb #a688a9a2
 @command(registry=LONG_TEXT_COMMANDS)
@@ -411,10 +423,17 @@ def longtext_lengths(*, limits: str = '128,256,512', # token limits whose shares
     cuts = sorted({int(x) for x in limits.split(',') if x.strip()})
     if not cuts or cuts[0] < 1:
         raise ValueError(f"limits must be positive integers, got {limits!r}; e.g. --limits 128,256")
-    out = Path(out)
-    if out.exists():
-        print(f'{out}: done', flush=True)
-        return 0
+    settings = dict(limits=cuts, vocab_size=vocab_size, n_test=n_test)
+    with output_record(out, settings) as done:       # locked; another settings' record: refused, naming them
+        if done is None:
+            rec = _lengths_record(cuts, vocab_size, n_test)
+            write_output(out, rec, settings)
+    print(f'{out}: done' if done is not None else
+          f"{out}: longer than {cuts}: {rec['shares_longer']['test_subset']} of the test subset", flush=True)
+    return 0
+
+def _lengths_record(cuts: list, vocab_size: int, n_test: int) -> dict:
+    "The lengths record: shares of reviews longer than each limit, and every test-subset review's length."
     _, ids = _bpe_ids(vocab_size)
     lengths = {s: [len(x) for x in ids[s]] for s in ('train', 'test')}
     lengths['test_subset'] = [lengths['test'][i] for i in test_subset(n_test, 0)['indices']]
@@ -423,9 +442,7 @@ def longtext_lengths(*, limits: str = '128,256,512', # token limits whose shares
            'median': {s: float(np.median(v)) for s, v in lengths.items()},
            'n': {s: len(v) for s, v in lengths.items()}, 'test_subset_lengths': lengths['test_subset'],
            **provenance(None, None, 'cpu', command=command_line())}
-    atomic_write(out, json.dumps(rec, indent=1) + '\n')
-    print(f"{out}: longer than {cuts}: {rec['shares_longer']['test_subset']} of the test subset", flush=True)
-    return 0
+    return rec
 
 # %% ../nbs/27_long_text.ipynb #09db163b
 def main(argv=None, # the arguments (default: `sys.argv[1:]`)

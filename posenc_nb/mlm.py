@@ -21,9 +21,8 @@ from .engine import (Task, Learner, Budget, BatchStream, TrainLog, Evaluator, Ke
 from .engine import read_metrics, lr_multiplier, inverse_sqrt
 from .engine import jsonl_logger, autocast_for, precision_name, pick_device, seed_all, fused_adam
 from .classify import ClassifyConfig, ClassifyTask, classification_metrics, predict, GLUE_METRIC
-from .utils import (atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled,
-                             read_records)
-from .store import check_budget, check_fields, check_output, lock_folder
+from .utils import provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
+from .store import check_budget, check_fields, lock_folder, output_record, write_output
 from .args import command_line, run_commands
 from .args import command, use_threads
 
@@ -282,7 +281,7 @@ def pretrain_mlm(cfg: MLMConfig, # the run
         learner = _mlm_learner(cfg, run_dir, device, stop_after)
         fit(learner)
         rec = _mlm_record(cfg, learner, run_dir, device, command, time.time() - t0)
-        if out is not None: atomic_write(out, json.dumps(rec, indent=1) + '\n')
+        if out is not None: write_output(out, rec, asdict(cfg))     # locked, with the settings' fingerprint
     return rec
 
 # %% ../nbs/26_mlm.ipynb #60807bbd
@@ -391,7 +390,7 @@ def finetune(cfg: FinetuneConfig, # the run
     L, kb = _ft_learner(cfg, model, data, metric, device)
     fit(L)
     rec = _ft_record(cfg, L, kb, data, metric, init, device, command, t0)
-    if out is not None: atomic_write(out, json.dumps(rec, indent=1) + '\n')
+    if out is not None: write_output(out, rec, {**asdict(cfg), 'init_run': rec['init_run']})
     return {**rec, 'model': model}
 
 # %% ../nbs/26_mlm.ipynb #f0c6e2a0
@@ -464,23 +463,22 @@ def mlm_pretrain(*, encoding: str = 'rope', # the position encoding
     given = {k: v for k, v in dict(steps=steps, lr=lr).items() if v is not None}
     cfg = replace(MLM_CONFIGS[config], encoding=encoding, seed=seed, **given)    # refuses a rate <= 0 (check_fields)
     name = run_name(config, lr, steps)
-    out = check_output(out or RESULTS / 'roformer-mlm' / f'{name}_{encoding}_seed{seed}.json', flag='--out')
+    out = Path(out or RESULTS / 'roformer-mlm' / f'{name}_{encoding}_seed{seed}.json')
     run = pretrain_dir(encoding, seed, name)
-    again = weights and out.exists() and not _finished(Checkpointer(run, 1, 1).latest())
-    if again: print(f'{out}: the record exists but {run} holds no finished checkpoint: pre-training again '
-                    '(the record is replaced at the end)', flush=True)
-    if again or not out.exists(): pretrain_mlm(cfg, run, out, command=command_line())
-    print(f'{out}: {"done" if out.exists() else "missing"}', flush=True)
+    with output_record(out, asdict(cfg)) as done:      # locked; another settings' record: refused, naming them
+        again = weights and done is not None and not _finished(Checkpointer(run, 1, 1).latest())
+        if again: print(f'{out}: the record exists but {run} holds no finished checkpoint: pre-training again '
+                        '(the record is replaced at the end)', flush=True)
+        if again or done is None: pretrain_mlm(cfg, run, out, command=command_line())
+    print(f'{out}: done', flush=True)
     return 0
 
-# %% ../nbs/26_mlm.ipynb #7e29152a
+# %% ../nbs/26_mlm.ipynb #6444d483
 def _ft_out(task, max_len, config, encoding, pretrained, seed) -> Path:
-    """The default record of a fine-tuning run: IMDb under results/roformer-longtext, GLUE tasks under
-    results/roformer-glue."""
+    "The default record of a fine-tuning run: IMDb under results/roformer-longtext, GLUE under results/roformer-glue."
     folder = 'roformer-longtext' if task == 'imdb' else 'roformer-glue'
     return RESULTS / folder / f'{task}{max_len}_{config}_{encoding}_{["scratch", "pre"][pretrained]}_seed{seed}.json'
 
-# %% ../nbs/26_mlm.ipynb #6444d483
 @command(registry=MLM_COMMANDS)
 def mlm_finetune(*, task: str = 'sst2', # the classification task: a GLUE task or imdb
                  encoding: str = 'rope', # the position encoding
@@ -509,6 +507,7 @@ def mlm_finetune(*, task: str = 'sst2', # the classification task: a GLUE task o
       python -m posenc_nb.mlm finetune --task imdb --max-len 512 --eval-len 1024 --encoding alibi --steps 60"""
     use_threads(threads)
     check_budget(steps)
+    check_budget(eval_every, steps_flag='--eval-every')
     if pretrain_steps is not None and not pretrained:
         raise ValueError('--pretrain-steps names the pre-training to start from: add --pretrained, or drop it')
     cfg = FinetuneConfig(task=task, encoding=encoding, seed=seed, max_len=max_len,
@@ -517,10 +516,11 @@ def mlm_finetune(*, task: str = 'sst2', # the classification task: a GLUE task o
                          warmup=warmup, n_valid=n_valid,
                          n_test=n_test, eval_len=eval_len, **FT_SIZES[config])
     name = run_name(config, steps=pretrain_steps)           # the pre-training run: its folder, this record's name
-    out = check_output(out or _ft_out(task, max_len, name, encoding, pretrained, seed), flag='--out')
-    if not out.exists():
-        finetune(cfg, pretrain_dir(encoding, seed, name) if pretrained else None, out, command=command_line())
-    print(f'{out}: {"done" if out.exists() else "missing"}', flush=True)
+    out, init = Path(out or _ft_out(task, max_len, name, encoding, pretrained, seed)), None
+    if pretrained: init = pretrain_dir(encoding, seed, name)
+    with output_record(out, {**asdict(cfg), 'init_run': init.name if init else None}) as done:    # locked, checked
+        if done is None: finetune(cfg, init, out, command=command_line())
+    print(f'{out}: done', flush=True)
     return 0
 
 # %% ../nbs/26_mlm.ipynb #255fbde8

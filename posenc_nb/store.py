@@ -8,16 +8,17 @@ import contextlib, dataclasses, errno, fcntl, hashlib, json, math, os, re, shuti
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 from fastcore.basics import patch
-from .utils import WriteFailed, _fsync_dir, _write_failed, fmt_mean_sd, mean_sd, provenance
+from .utils import WriteFailed, _fsync_dir, _write_failed, atomic_write, fmt_mean_sd, mean_sd, provenance
 from .utils import format_table as text_table
 
 # %% auto #0
 __all__ = ['RANGES', 'LOCK_FILE', 'CKPT_PATTERN', 'MANIFEST', 'RECORD_FORMAT', 'RECORD_FIELDS', 'RECORD_KEYS', 'SUMMARY_KEYS',
            'COLUMNS', 'RecordError', 'read_json', 'one_line', 'check_budget', 'check_range', 'check_fields',
-           'check_output', 'check_writable', 'RunLocked', 'RunLock', 'lock_folder', 'checkpoint_paths',
+           'check_output', 'check_writable', 'RunLocked', 'RunLock', 'lock_folder', 'lock_output', 'checkpoint_paths',
            'checkpoint_step', 'own_temp_files', 'config_dict', 'fingerprint', 'config_diff', 'crash_point', 'publish',
-           'recover', 'RecordConflict', 'finished_record', 'curve_subset', 'run_metrics', 'write_record',
-           'remove_run_folder', 'record_run', 'load_records', 'summarize', 'format_table']
+           'recover', 'RecordConflict', 'verify_record', 'finished_record', 'curve_subset', 'run_metrics',
+           'write_record', 'remove_run_folder', 'record_run', 'check_not_record', 'finished_output', 'write_output',
+           'output_record', 'load_records', 'summarize', 'format_table']
 
 # %% ../nbs/04_store.ipynb #deea0577
 class RecordError(ValueError):
@@ -56,7 +57,7 @@ RANGES = {   # field: (low, high, low allowed, high allowed)
     'mask_p': (0, 1, False, False), 'warmup': (0, _INF, True, False), 'grad_clip': (0, _INF, False, False),
     'max_train_len': (1, _INF, True, False), 'max_minutes': (0, _INF, False, False),
     'max_steps': (0, _INF, True, False), 'steps': (1, _INF, True, False), 'len_penalty': (0, _INF, True, False),
-    'base': (1, _INF, False, False),
+    'base': (1, _INF, False, False), 'seed': (0, 2**32 - 1, True, True), 'test_max_sents': (1, _INF, True, False),
 }
 
 def _bounds(lo, hi, lo_ok: bool, hi_ok: bool) -> str:
@@ -133,8 +134,9 @@ class RunLocked(ValueError):
                          "wait for it to end, or pass another --out")
 
 class RunLock:
-    "An exclusive `flock` on `folder/.lock` holding this process id; `acquire` raises `RunLocked` when it is taken."
-    def __init__(self, folder): self.folder, self.path, self.f = Path(folder), Path(folder) / LOCK_FILE, None
+    "An exclusive `flock` on `folder/name` holding this process id; `acquire` raises `RunLocked` when it is taken."
+    def __init__(self, folder, name: str = LOCK_FILE):
+        self.folder, self.path, self.f = Path(folder), Path(folder) / name, None
     def __enter__(self): return self if self.f is not None else self.acquire()
     def __exit__(self, *exc): self.release()
     def release(self):
@@ -171,20 +173,31 @@ def acquire(self: RunLock) -> RunLock:
     return self
 
 # %% ../nbs/04_store.ipynb #4d80a881
-_HELD: dict = {}     # resolved folder -> the RunLock this process holds on it
+_HELD: dict = {}     # resolved folder (or output file) -> the RunLock this process holds on it
 
-@contextlib.contextmanager
 def lock_folder(folder, # the folder to hold (created if missing)
                 flag: str = '--out', # how the command line names it, for the message about an unwritable folder
                ):
     "Hold `folder`'s `RunLock` within (re-entered freely by the process that holds it); an unwritable folder is named."
-    key = Path(folder).resolve()
+    return _hold(Path(folder).resolve(), Path(folder), LOCK_FILE, Path(folder), flag)
+
+def lock_output(path, # a file a command writes (its folder is created if missing)
+                flag: str = '--out', # how the command line names it
+               ):
+    "Hold the lock of the output file `path` (`.NAME.lock` beside it) within, as `lock_folder` holds a folder."
+    p = Path(path)
+    return _hold(p.resolve(), p.parent, f'.{p.name}.lock', p, flag)
+
+@contextlib.contextmanager
+def _hold(key: Path, folder: Path, name: str, what: Path, flag: str):
+    "Hold the `RunLock` `folder/name`, known as `key`, within; `what` is named when another process holds it."
     if key in _HELD:
         yield _HELD[key]
         return
     try:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        lock = RunLock(folder).acquire()
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(folder, name).acquire()
+    except RunLocked as e: raise RunLocked(what, e.pid) from None
     except OSError as e:
         raise WriteFailed(e.errno or errno.EACCES, f"folder {folder} is not writable ({e.strerror or e}); "
                           f"pass another {flag}, or fix its permissions") from None
@@ -323,11 +336,11 @@ def recover(folder, # a folder of record folders, with its lock held
 # %% ../nbs/04_store.ipynb #e6358dea
 class RecordConflict(ValueError):
     "A record folder holds a record made with other settings; `diff` lists them."
-    def __init__(self, rdir, diff: list):
+    def __init__(self, rdir, diff: list, flag: str = '--out'):
         self.rdir, self.diff = Path(rdir), list(diff)
         what = '; '.join(diff[:4]) + ('; ...' if len(diff) > 4 else '')
         super().__init__(f"{rdir} holds a record made with other settings ({what or 'fingerprint differs'}); "
-                         f"pass another --out, or delete {rdir} to rerun it")
+                         f"pass another {flag}, or delete {rdir} to rerun it")
 
 RECORD_FIELDS = ('encoding', 'seed')     # what every run record's metrics.json holds
 
@@ -338,6 +351,22 @@ def _check_record(m, path: Path) -> dict:
                                "program or version: move it out of the folder, or delete its folder to rerun the run")
     return m
 
+# %% ../nbs/04_store.ipynb #5bf448b7
+def verify_record(folder, # a run's record folder
+                 ) -> dict:
+    "Check each file the record's manifest lists against its SHA-256: the manifest, or a `RecordError` naming the file."
+    rdir = Path(folder)
+    fix = f'restore it (git checkout), or delete the folder {rdir} to rerun the run'
+    if not (rdir / MANIFEST).is_file(): return {}          # a record of an earlier version: no hashes to check
+    man = read_json(rdir / MANIFEST, fix)
+    for name, sha in (man.get('files') or {}).items() if isinstance(man, dict) else ():
+        p = rdir / name
+        if not p.is_file(): raise RecordError(f"{p} is missing from its record ({MANIFEST} lists it); {fix}")
+        if _sha(p.read_bytes()) != sha:
+            raise RecordError(f"{p} changed after its record was published (its SHA-256 is not the one in "
+                              f"{MANIFEST}); {fix}")
+    return man
+
 # %% ../nbs/04_store.ipynb #d7a352c0
 def finished_record(rdir, # a run's record folder
                     cfg=None, # if given: the settings the record must have been made with
@@ -347,6 +376,7 @@ def finished_record(rdir, # a run's record folder
     fix = f'delete the folder {rdir} to rerun the run'
     if not (rdir / 'metrics.json').is_file(): return None
     m = _check_record(read_json(rdir / 'metrics.json', fix), rdir / 'metrics.json')
+    verify_record(rdir)                                    # a file changed since it was published: refused, named
     if cfg is None: return m
     man = read_json(rdir / MANIFEST, fix) if (rdir / MANIFEST).is_file() else {}
     old = read_json(rdir / 'config.json', fix) if (rdir / 'config.json').is_file() else {}
@@ -436,6 +466,59 @@ def record_run(cfg, # the run's config
         if work != rdir and not keep_checkpoints: remove_run_folder(work)
     return m
 
+# %% ../nbs/04_store.ipynb #0f57a28c
+def check_not_record(path, # a file a command will write
+                     flag: str = '--out', # how the command line names it
+                    ) -> Path:
+    "`path`, unless it lies in a run's record folder (one holding `record.json` or `metrics.json`): a one-line error."
+    p = Path(path)
+    if any((p.parent / n).is_file() for n in (MANIFEST, 'metrics.json')):
+        raise ValueError(f"{flag} {p} is in the run record {p.parent}; writing it would change that record: "
+                         "pass a path outside it")
+    return p
+
+def _on_file(rec: dict, settings: dict) -> dict:
+    "The settings a file record was made with: its `settings`, else its `config` and its own fields of those names."
+    if isinstance(rec.get('settings'), dict): return rec['settings']
+    cfg = rec.get('config') if isinstance(rec.get('config'), dict) else {}
+    return {**{k: rec[k] for k in settings if k in rec}, **cfg}
+
+def finished_output(path, # a record file
+                    settings: dict, # the settings the record must have been made with
+                    flag: str = '--out', # how the command line names `path`
+                   ) -> Optional[dict]:
+    "The record in `path` when it was made with `settings` (the work is done), None when there is none; else refused."
+    p = Path(path)
+    if not p.is_file(): return None
+    rec = read_json(p, f'delete {p} to rerun it, or pass another {flag}')
+    if not isinstance(rec, dict):
+        raise RecordError(f"{p} is not a record (not a JSON object); delete it to rerun it, or pass another {flag}")
+    if rec.get('fingerprint') == fingerprint(settings): return rec
+    old, new = _canonical(_on_file(rec, settings)), _canonical(settings)
+    diff = [f"{k}: {old[k]!r} vs {v!r}" for k, v in new.items() if k in old and old[k] != v]
+    if not diff and 'fingerprint' not in rec: return rec     # an earlier version's record of these settings
+    raise RecordConflict(p, diff, flag)
+
+# %% ../nbs/04_store.ipynb #17e17af2
+def write_output(path, # the record file
+                 rec: dict, # the record
+                 settings: dict, # the settings it was made with (their fingerprint goes into the record)
+                 flag: str = '--out', # how the command line names `path`
+                ) -> Path:
+    "Publish `rec` into the file `path` in one step (readers see the old file or the new one), under its lock."
+    stamp = {'fingerprint': fingerprint(settings)}
+    if _canonical(_on_file(rec, settings)) != _canonical(settings): stamp['settings'] = settings    # not in `rec`
+    with lock_output(path, flag): return atomic_write(path, json.dumps({**rec, **stamp}, indent=1, default=str) + '\n')
+
+@contextlib.contextmanager
+def output_record(path, # the record file a command writes
+                  settings: dict, # the settings of the work that makes it
+                  flag: str = '--out', # how the command line names `path`
+                 ):
+    "Hold the output file's lock within; yield its finished record of `settings` (skip the work), or None (do it)."
+    p = check_not_record(check_output(path, flag=flag), flag)
+    with lock_output(p, flag): yield finished_output(p, settings, flag)
+
 # %% ../nbs/04_store.ipynb #44150bfd
 def load_records(folder, # a folder of run records (`*/metrics.json`)
                 ) -> list:
@@ -445,6 +528,7 @@ def load_records(folder, # a folder of run records (`*/metrics.json`)
         if f.parent.name.startswith('.'): continue
         fix = f'delete the folder {f.parent} to rerun the run, or move it out of {folder}'
         m = _check_record(read_json(f, fix), f)
+        verify_record(f.parent)                             # every file as published, or the changed one named
         m['dir'] = str(f.parent)
         if (f.parent / 'run.json').exists(): m['run'] = read_json(f.parent / 'run.json', fix)
         rows.append(m)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_train.ipynb #b649f301
 from __future__ import annotations
-import copy, functools, hashlib, json, os, sys, time, warnings
+import contextlib, copy, functools, hashlib, json, os, shutil, sys, time, warnings
 from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -204,16 +204,17 @@ def _fit_stream_provider(cfg: TrainConfig, tr_src, tr_tgt) -> StreamProvider:
 # %% ../nbs/05_train.ipynb #5a4c0ab1
 def _state_spec(state: dict) -> str: return state['provider'] + (f":{state['variant']}" if state.get('variant') else '')
 
-def _stream_provider(cfg: TrainConfig, out_dir, train: tuple, proc: 'Process') -> Optional[StreamProvider]:
-    "The run's provider (None without `streams`): read from `out_dir`, or fitted by rank 0 and saved there."
+def _stream_state(cfg: TrainConfig, out_dir, train: tuple, proc: 'Process', fresh: bool = False) -> Optional[dict]:
+    "The run's provider state (None without `streams`): `out_dir`'s when it is this run's, else fitted by rank 0."
     if not cfg.streams: return None
-    path = Path(out_dir) / STREAMS_FILE
+    path, box = Path(out_dir) / STREAMS_FILE, [None]
     if proc.is_main:
-        state = json.loads(path.read_text()) if path.exists() else None
+        state = json.loads(path.read_text()) if path.exists() and not fresh else None
         if state is None or _state_spec(state) != cfg.streams or state.get('seed') != cfg.seed:
-            atomic_write(path, json.dumps(stream_provider_state(_fit_stream_provider(cfg, *train))))
-    if proc.world_size > 1: dist.barrier()
-    return load_stream_provider(out_dir)
+            state = json.loads(json.dumps(stream_provider_state(_fit_stream_provider(cfg, *train))))
+        box = [state]
+    if proc.world_size > 1: dist.broadcast_object_list(box, 0)     # every rank the same provider, no file read
+    return box[0]
 
 # %% ../nbs/05_train.ipynb #c8f0150d
 def load_stream_provider(run_dir # a training run's folder (holds `streams.json` when the run has extra streams)
@@ -354,6 +355,15 @@ def _results_config(out_dir: Path) -> Optional[TrainConfig]:
         raise ValueError(f"{path} cannot be read ({e}); move it away, or pass another out_dir") from None
 
 # %% ../nbs/05_train.ipynb #32781d2b
+def _check_schedule(old: Optional[TrainConfig], cfg: TrainConfig, out_dir: Path, ckpt: Optional[dict]):
+    "A linear schedule decays to 0 over the run's budget: resuming it with another budget would splice two schedules."
+    if ckpt is None or old is None or cfg.lr_schedule != 'linear': return
+    was, now = (old.max_steps, old.max_minutes), (cfg.max_steps, cfg.max_minutes)
+    if was != now:
+        raise ValueError(f"{out_dir} holds a run whose linear learning-rate schedule decays over max_steps={was[0]}, "
+                         f"max_minutes={was[1]}; resuming it with max_steps={now[0]}, max_minutes={now[1]} would "
+                         "splice two schedules: give its budget (--max-steps/--max-minutes), or start over (--fresh)")
+
 def _resume_point(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: bool) -> Optional[dict]:
     "With the folder's lock held: drop the run's stale temp files, check a resumed run matches `cfg`; its checkpoint."
     if is_main:
@@ -363,6 +373,7 @@ def _resume_point(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: bool) 
     old = TrainConfig.from_dict(ckpt['config']) if ckpt is not None else (_results_config(out_dir) if is_main else None)
     diff = _config_diff(old, cfg) if old is not None else []
     if diff: raise RunFolderConflict(out_dir, diff)
+    _check_schedule(old, cfg, out_dir, ckpt)
     if ckpt is not None and cfg.max_steps is not None and ckpt['step'] > cfg.max_steps:
         raise ValueError(f"{out_dir} is at update {ckpt['step']} already, past max_steps={cfg.max_steps} "
                          "(--max-steps); "
@@ -372,10 +383,47 @@ def _resume_point(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: bool) 
 # %% ../nbs/05_train.ipynb #980b030c
 _RUN_FILES = ('metrics.jsonl', 'results.json', 'averaged.pt', STREAMS_FILE)
 
+_REPLACED = '.replaced'     # where `--fresh` keeps the run it replaces until the new run finishes
+
+def _run_paths(out_dir: Path, test_split: str) -> list:
+    "A run's own files in `out_dir`: checkpoints, log, results, averaged model, streams and its hypotheses."
+    return _ckpt_paths(out_dir) + [p for f in (*_RUN_FILES, f'{test_split}.hyp') if (p := out_dir / f).exists()]
+
 def _clear_run(out_dir: Path, test_split: str = 'test'):
     "A fresh start, once everything is checked: remove an earlier run's checkpoints, log, results and hypotheses."
-    old = _ckpt_paths(out_dir) + [out_dir / f for f in (*_RUN_FILES, f'{test_split}.hyp')]   # its own files only
-    for path in old: path.unlink(missing_ok=True)
+    for path in _run_paths(out_dir, test_split): path.unlink(missing_ok=True)    # its own files only
+
+def _set_aside(out_dir: Path, test_split: str = 'test'):
+    "A fresh start: move the earlier run's files into `.replaced/` (an unfinished run's when that holds one: removed)."
+    aside = out_dir / _REPLACED
+    if aside.is_dir(): return _clear_run(out_dir, test_split)    # the run set aside before stays the one kept
+    paths = _run_paths(out_dir, test_split)
+    if not paths: return
+    tmp = out_dir / f'{_REPLACED}.{os.getpid()}'
+    tmp.mkdir(exist_ok=True)
+    for p in paths: os.replace(p, tmp / p.name)
+    os.replace(tmp, aside)
+
+def _restore_run(out_dir: Path, test_split: str = 'test') -> bool:
+    "Put the run that `_set_aside` kept back in place of a failed new run's files; True when there was one."
+    aside = out_dir / _REPLACED
+    if not aside.is_dir(): return False
+    _clear_run(out_dir, test_split)
+    for p in sorted(aside.iterdir()): os.replace(p, out_dir / p.name)
+    aside.rmdir()
+    return True
+
+@contextlib.contextmanager
+def _kept_on_failure(out_dir: Path, test_split: str, fresh: bool, is_main: bool = True):
+    "A fresh run that fails (diverges, a bad value found late) gives the folder back to the run it replaced."
+    try: yield
+    except Exception as e:
+        if not (fresh and _restore_run(out_dir, test_split)): raise
+        note = f"; the new run's files are removed and the earlier run in {out_dir} is kept (--fresh replaces it " \
+               "only once the new run finishes)"
+        if not isinstance(e, ValueError): raise
+        raise (NonFiniteLoss if isinstance(e, NonFiniteLoss) else ValueError)(f"{e}{note}") from e
+    if is_main: shutil.rmtree(out_dir / _REPLACED, ignore_errors=True)      # finished: the replaced run goes
 
 # %% ../nbs/05_train.ipynb #8caddeb5
 def _translator(model_cfg: ModelConfig, init_from: Optional[str], device) -> Seq2Seq:
@@ -507,23 +555,31 @@ def _train_locked(cfg: TrainConfig, out_dir: Path, corpus: Corpus, proc: Process
     tok = Tokenizer.from_str(tok_json)
     model = _translator(cfg.model_config(tok.vocab_size, tok.vocab_size), cfg.init_from, proc.device)
     init_hash = state_hash(model)                          # the weights it starts from, warm start included
-    if not resume and proc.is_main: _clear_run(out_dir, cfg.test_split)     # last: every check passed, all is built
-    task = translation_task(cfg, tok, corpus, _stream_provider(cfg, out_dir, corpus.train, proc), proc)
+    streams = _stream_state(cfg, out_dir, corpus.train, proc, fresh=not resume)
+    prov = stream_provider_from_state(streams) if streams is not None else None
+    task = translation_task(cfg, tok, corpus, prov, proc)
     hashes = dict(init_hash=init_hash, data_order_hash=_data_order_hash(task))
-    log = jsonl_logger(out_dir / 'metrics.jsonl', proc.is_main, ckpt['step'] if ckpt is not None else 0)
+    logs = []      # the log file is opened once the folder is cleared: `jsonl_logger` rewrites it
+    log = lambda rec: logs[0](rec)
     evaluator = Evaluator(cfg.eval_every, log, proc.is_main)
     run_info = {'config': asdict(cfg), 'model_config': asdict(model.cfg), 'tokenizer': tok_json}
     saver = Checkpointer(out_dir, cfg.ckpt_every, cfg.keep_ckpts, extra=lambda: run_info, is_main=proc.is_main,
                          device=proc.device)
     learn = _translation_learner(cfg, model, task, _callbacks(cfg, log, proc, show, on_step) + [evaluator, saver], proc)
+    fresh = not resume and proc.is_main
+    if fresh: _set_aside(out_dir, cfg.test_split)     # last: every check passed, all is built
+    if streams is not None and proc.is_main: atomic_write(out_dir / STREAMS_FILE, json.dumps(streams))   # checked
+    logs.append(jsonl_logger(out_dir / 'metrics.jsonl', proc.is_main, ckpt['step'] if ckpt is not None else 0))
     if ckpt is not None: restore(learn, ckpt, proc.rank)
     step0 = learn.state.step
-    _fit_run(learn, out_dir)
-    if ckpt is None and learn.state.step == 0: saver.save(learn)     # max_steps=0: still leave a loadable checkpoint
-    if proc.world_size > 1: dist.barrier()
-    if not proc.is_main: return {'step': learn.state.step, 'model': model, 'tokenizer': tok}
-    last_eval = evaluator.last if learn.state.step > step0 else _logged_eval(out_dir, learn.state.step)
-    res = _final_test(cfg, learn, out_dir, test=corpus.test, last_eval=last_eval, proc=proc, show=show, hashes=hashes)
+    with _kept_on_failure(out_dir, cfg.test_split, fresh, proc.is_main):
+        _fit_run(learn, out_dir)
+        if ckpt is None and learn.state.step == 0: saver.save(learn)     # max_steps=0: still a loadable checkpoint
+        if proc.world_size > 1: dist.barrier()
+        if not proc.is_main: return {'step': learn.state.step, 'model': model, 'tokenizer': tok}
+        last_eval = evaluator.last if learn.state.step > step0 else _logged_eval(out_dir, learn.state.step)
+        res = _final_test(cfg, learn, out_dir, test=corpus.test, last_eval=last_eval, proc=proc, show=show,
+                          hashes=hashes)
     return {**res, 'model': model, 'tokenizer': tok}
 
 # %% ../nbs/05_train.ipynb #78d3defb

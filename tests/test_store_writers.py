@@ -1,0 +1,279 @@
+"""Issue 50: every writer through the run store. `--fresh` checks and builds the whole run before it replaces a
+finished one, and keeps it when the new run fails; resumes that would splice two runs are refused; the writers of
+the experiment modules lock their outputs, fingerprint their settings and publish atomically; records are verified
+against their manifests on read; one table of bad inputs, each refused with one line naming the flag."""
+import hashlib, json, os, shutil, subprocess, sys
+from pathlib import Path
+import pytest
+
+PY = [sys.executable, '-m', 'posenc_nb.cli']
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ['--set', 'data_options={"n": 2000}', '--set', 'test_max_sents=10', '--set', 'beam=1',
+        '--set', 'eval_bleu_sents=0', '--set', 'log_every=5']
+
+
+def _env(**kw):
+    env = {k: v for k, v in os.environ.items() if k != 'POSENC_DEBUG'}
+    env.update(OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', HF_DATASETS_OFFLINE='1', PYTHONUNBUFFERED='1', **kw)
+    return env
+
+
+def run(argv, cwd=None, timeout=300):
+    env = _env(PYTHONPATH=str(ROOT))
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+
+
+def cli(*args, **kw): return run(PY + list(args), **kw)
+
+
+def ok(r):
+    assert r.returncode == 0, f"rc={r.returncode}\nstdout:{r.stdout[-2000:]}\nstderr:{r.stderr[-3000:]}"
+    return r
+
+
+def bad(r, needle, rc=2):
+    "Refused: exit `rc`, one line on stderr naming the problem, no traceback."
+    err = r.stderr.strip()
+    assert r.returncode == rc, f"rc={r.returncode}\nstdout:{r.stdout[-1000:]}\nstderr:{r.stderr[-3000:]}"
+    assert 'Traceback' not in r.stderr, r.stderr
+    last = err.splitlines()[-1] if err else ''
+    assert needle in last, f"{needle!r} not in {last!r}"
+    return last
+
+
+def snapshot(folder) -> dict:
+    "Every file under `folder` (relative name -> SHA-256), the lock file aside."
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(folder).rglob('*')) if p.is_file() and p.name != '.lock'}
+
+
+@pytest.fixture(scope='module')
+def work(tmp_path_factory): return tmp_path_factory.mktemp('store')
+
+
+@pytest.fixture(scope='module')
+def finished(work):
+    "A finished tiny translation run (10 updates)."
+    out = work / 'run'
+    ok(cli('train', '--config', 'synthetic-tiny', '--out', out, '--max-steps', 10, '--set', 'ckpt_every=5', *TINY))
+    assert (out / 'results.json').is_file()
+    return out
+
+
+# issue 50, list 1: `--fresh` deleted a finished run before these checks ran (data, streams, lengths, divergence)
+FRESH = {
+    'fresh_max_tokens_1': (['--set', 'max_tokens=1'], 'max_tokens'),
+    'fresh_streams_nosuch': (['--set', 'streams=nosuch'], "'nosuch'"),
+    'fresh_max_train_len_1': (['--set', 'max_train_len=1'], 'max_train_len'),
+    'fresh_lr_1e30': (['--set', 'lr=1e30'], 'earlier run'),
+}
+
+
+@pytest.mark.parametrize('case', list(FRESH))
+def test_fresh_keeps_finished_run(finished, tmp_path, case):
+    extra, needle = FRESH[case]
+    out = shutil.copytree(finished, tmp_path / 'run')
+    before = snapshot(out)
+    bad(cli('train', '--config', 'synthetic-tiny', '--out', out, '--max-steps', 10, '--set', 'ckpt_every=5',
+            *TINY, '--fresh', *extra), needle)
+    assert snapshot(out) == before and not (out / '.replaced').exists()
+
+
+def test_fresh_replaces_run_once_it_finishes(finished, tmp_path):
+    out = shutil.copytree(finished, tmp_path / 'run')
+    ok(cli('train', '--config', 'synthetic-tiny', '--out', out, '--max-steps', 5, '--set', 'ckpt_every=5', *TINY,
+           '--fresh', '--seed', 1))
+    assert json.loads((out / 'results.json').read_text())['config']['seed'] == 1
+    assert not (out / '.replaced').exists() and not (out / 'ckpt_0000010.pt').exists()
+
+
+# issue 50, list 2: writers with no lock and no settings check
+def mod(name, *args, **kw): return run([sys.executable, '-m', f'posenc_nb.{name}', *args], **kw)
+
+
+def _mlm_settings(**kw):
+    from dataclasses import asdict, replace
+    from posenc_nb.mlm import MLM_CONFIGS
+    return asdict(replace(MLM_CONFIGS['cpu-tiny'], encoding='rope', seed=0, **kw))
+
+
+def test_mlm_pretrain_second_writer_refused(tmp_path):
+    from posenc_nb.store import lock_output
+    out = tmp_path / 'r.json'
+    with lock_output(out):                         # another process is writing this record
+        bad(mod('mlm', 'pretrain', '--steps', 2, '--out', out), 'in use by another')
+    assert not out.exists()
+
+
+def test_mlm_pretrain_other_settings_refused(tmp_path):
+    from posenc_nb.store import write_output
+    out, old = tmp_path / 'r.json', _mlm_settings(steps=3)
+    write_output(out, {'experiment': 'mlm-pretrain', 'config': old}, old)
+    before = snapshot(tmp_path)
+    msg = bad(mod('mlm', 'pretrain', '--steps', 2, '--out', out), 'steps: 3 vs 2')
+    assert 'pass another --out' in msg and snapshot(tmp_path) == before
+
+
+def test_mlm_pretrain_same_settings_skipped(tmp_path):
+    from posenc_nb.store import write_output
+    out, same = tmp_path / 'r.json', _mlm_settings(steps=2)
+    write_output(out, {'experiment': 'mlm-pretrain', 'config': same}, same)
+    before = snapshot(tmp_path)
+    assert 'done' in ok(mod('mlm', 'pretrain', '--steps', 2, '--out', out)).stdout
+    assert snapshot(tmp_path) == before
+
+
+def test_mlm_finetune_scratch_vs_pretrained_refused(tmp_path):
+    "A scratch record in --out and a --pretrained run asked for: another run's settings (init_run), refused."
+    from posenc_nb.store import write_output
+    out = tmp_path / 'f.json'
+    old = {'task': 'sst2', 'init_run': None}
+    write_output(out, {'experiment': 'finetune', 'init_run': None}, old)
+    bad(mod('mlm', 'finetune', '--pretrained', '--steps', 2, '--out', out), 'init_run: None vs')
+
+
+def test_long_text_bpe_other_settings_refused(tmp_path):
+    from posenc_nb.store import write_output
+    out = tmp_path / 'b.json'
+    old = dict(encoding='rope', seed=0, plan='cpu', max_len=256, max_steps=1500, n_test=5000)
+    write_output(out, {'experiment': 'finetune-bpe'}, old)
+    bad(mod('long_text', 'bpe', '--steps', 7, '--out', out), 'max_steps: 1500 vs 7')
+
+
+def test_long_text_lengths_other_settings_refused(tmp_path):
+    out = tmp_path / 'lengths.json'
+    out.write_text(json.dumps({'experiment': 'bpe-lengths', 'vocab_size': 8000, 'limits': [128, 256, 512]}))
+    bad(mod('long_text', 'lengths', '--limits', '64', '--out', out), 'limits: [128, 256, 512] vs [64]')
+
+
+def test_long_text_ngram_other_settings_refused(tmp_path):
+    out = tmp_path / 'ngram.json'
+    out.write_text(json.dumps({'experiment': 'ngram-reference', 'config': {'Cs': [0.5, 2.0], 'n_test': 5000,
+                                                                         'subset_seed': 0}}))
+    bad(mod('long_text', 'ngram', '--Cs', '1', '--out', out), 'Cs: [0.5, 2.0] vs [1.0]')
+
+
+def test_experiments_compare_refuses_a_record_file(tmp_path):
+    rec = tmp_path / 'ex' / 'rope-s0'
+    rec.mkdir(parents=True)
+    (rec / 'metrics.json').write_text(json.dumps({'encoding': 'rope', 'seed': 0, 'bleu': 1.0}))
+    before = snapshot(tmp_path)
+    bad(mod('experiments', 'compare', tmp_path / 'ex', '--out', rec / 'metrics.json'), 'is in the run record')
+    assert snapshot(tmp_path) == before
+
+
+def test_experiments_compare_other_settings_refused(tmp_path):
+    from posenc_nb.store import write_output
+    out = tmp_path / 'sig.json'
+    old = dict(experiment=str(tmp_path / 'ex'), baseline='sinusoidal', seeds=[0], pooled=False, samples=1000)
+    write_output(out, {'experiment': old['experiment'], 'baseline': 'sinusoidal', 'comparisons': []}, old)
+    bad(mod('experiments', 'compare', tmp_path / 'ex', '--samples', 50, '--out', out), 'samples: 1000 vs 50')
+
+
+# issue 50, list 3: an example command replaced a committed record
+def test_classify_default_out_is_not_results():
+    import inspect
+    from posenc_nb.classify import glue_run
+    assert not str(inspect.signature(glue_run).parameters['out'].default).startswith('results')
+
+
+@pytest.mark.skipif(not os.environ.get('POSENC_DATA'), reason='needs the CoLA data (POSENC_DATA)')
+def test_classify_example_keeps_committed_record(tmp_path):
+    "The docstring's example, run from a checkout that holds the committed record: the record is untouched."
+    committed = tmp_path / 'results' / 'glue' / 'cola' / 'sinusoidal_seed0.json'
+    committed.parent.mkdir(parents=True)
+    committed.write_text(json.dumps({'task': 'cola', 'encoding': 'sinusoidal', 'config': {'max_steps': 500}}))
+    before = snapshot(tmp_path / 'results')
+    r = ok(mod('classify', '--task', 'cola', '--encoding', 'sinusoidal', '--steps', 2, cwd=tmp_path,
+))
+    assert snapshot(tmp_path / 'results') == before and (tmp_path / 'runs' / 'glue' / 'cola').is_dir(), r.stdout
+    bad(mod('classify', '--task', 'cola', '--encoding', 'sinusoidal', '--steps', 3, '--out', tmp_path / 'results' /
+            'glue', cwd=tmp_path), 'max_steps: 500 vs 3')
+    assert snapshot(tmp_path / 'results') == before
+
+
+# issue 50, list 4: records never verified against their manifests
+def _record(folder, enc='rope', seed=0):
+    from posenc_nb.store import publish, fingerprint
+    cfg = {'enc_pe': enc, 'seed': seed}
+    files = {'config.json': json.dumps(cfg), 'metrics.json': json.dumps({'encoding': enc, 'seed': seed, 'bleu': 1.0}),
+             'test.hyp': 'a b\nc d\n'}
+    return publish(Path(folder) / f'{enc}-s{seed}', files, {'fingerprint': fingerprint(cfg)})
+
+
+def test_hand_edited_config_is_not_finished(tmp_path):
+    from posenc_nb.store import finished_record, RecordError
+    rdir = _record(tmp_path)
+    (rdir / 'config.json').write_text(json.dumps({'enc_pe': 'rope', 'seed': 0, 'lr': 1}))
+    with pytest.raises(RecordError, match='config.json changed after its record was published'):
+        finished_record(rdir, {'enc_pe': 'rope', 'seed': 0})
+
+
+def test_replaced_hypotheses_named_by_readers(tmp_path):
+    from posenc_nb.store import load_records, verify_record, RecordError
+    rdir = _record(tmp_path / 'ex')
+    _record(tmp_path / 'ex', 'sinusoidal')
+    assert verify_record(rdir)['files']['test.hyp']
+    (rdir / 'test.hyp').write_text('another model\nits output\n')      # posenc translate --output <record>/test.hyp
+    with pytest.raises(RecordError, match='test.hyp changed'): load_records(tmp_path / 'ex')
+    bad(mod('experiments', 'summarize', tmp_path / 'ex'), 'test.hyp changed')
+    bad(mod('experiments', 'compare', tmp_path / 'ex', '--baseline', 'sinusoidal'), 'test.hyp changed')
+
+
+# issue 50, list 5: mixed records
+def test_linear_schedule_resume_with_other_budget_refused(tmp_path):
+    out = tmp_path / 'lin'
+    args = ['train', '--config', 'synthetic-tiny', '--out', out, '--set', 'lr_schedule=linear', '--set', 'ckpt_every=5',
+            *TINY]
+    ok(cli(*args, '--max-steps', 5))
+    before = snapshot(out)
+    bad(cli(*args, '--max-steps', 10), 'splice two schedules')
+    assert snapshot(out) == before
+
+
+def test_train_refuses_a_published_record(finished, tmp_path):
+    out = shutil.copytree(finished, tmp_path / 'rec')
+    (out / 'record.json').write_text('{}')                  # what `posenc compare` and the harness publish
+    before = snapshot(out)
+    bad(cli('train', '--config', 'synthetic-tiny', '--out', out, '--max-steps', 15, *TINY), 'is a published record')
+    assert snapshot(out) == before
+
+
+# issue 50, list 6 and list 4: translate's caps, and its output kept out of records
+def test_translate_caps_and_record_output(finished, tmp_path):
+    (tmp_path / 'in.txt').write_text('a b c\n')
+    (tmp_path / 'long.txt').write_text('a b\n' + ' '.join(['w'] * 1001) + '\n')
+    tr = lambda *a: cli('translate', '--ckpt', finished, *a)
+    bad(tr('--input', tmp_path / 'in.txt', '--beam', 100000), '--beam 100000: use 1 (greedy) to 64')
+    bad(tr('--input', tmp_path / 'long.txt'), 'line 2 has 1001 words')
+    rdir = _record(tmp_path / 'ex')
+    before = snapshot(rdir)
+    bad(tr('--input', tmp_path / 'in.txt', '--output', rdir / 'test.hyp'), 'is in the run record')
+    assert snapshot(rdir) == before
+
+
+# issue 50, list 7: unhelpful errors, each now one line naming the flag or field and the fix
+MESSAGES = {   # case: (argv after `python -m`, needle in the one error line)
+    'seed -1': (['posenc_nb.cli', 'train', '--config', 'synthetic-tiny', '--seed', '-1', '--out', '{w}/m1'], 'seed=-1'),
+    'seed 1e20': (['posenc_nb.cli', 'train', '--config', 'synthetic-tiny', '--set', 'seed=100000000000000000000',
+                   '--out', '{w}/m1'], 'seed must be'),
+    'test_max_sents -195': (['posenc_nb.cli', 'train', '--config', 'synthetic-tiny', '--set', 'test_max_sents=-195',
+                             '--out', '{w}/m1'], 'test_max_sents=-195'),
+    'compare --encodings ,': (['posenc_nb.cli', 'compare', '--config', 'synthetic-tiny', '--encodings', ',',
+                               '--out', '{w}/m2'], '--encodings is empty'),
+    'samples 0': (['posenc_nb.experiments', 'compare', '{w}', '--samples', '0'], '--samples 0'),
+    'samples -5': (['posenc_nb.experiments', 'compare', '{w}', '--samples', '-5'], '--samples -5'),
+    'samples 1e8': (['posenc_nb.experiments', 'compare', '{w}', '--samples', '100000000'], '--samples 100000000'),
+    'long_text bpe --steps 0': (['posenc_nb.long_text', 'bpe', '--steps', '0', '--out', '{w}/b.json'], '--steps 0'),
+    'finetune --eval-every 0': (['posenc_nb.mlm', 'finetune', '--eval-every', '0', '--out', '{w}/f.json'],
+                                '--eval-every 0'),
+    'classify without a budget': (['posenc_nb.classify', '--task', 'cola', '--out', '{w}/g'],
+                                  '--steps N or --minutes M'),
+}
+
+
+@pytest.mark.parametrize('case', list(MESSAGES))
+def test_messages(tmp_path, case):
+    argv, needle = MESSAGES[case]
+    msg = bad(run([sys.executable, '-m', *[a.format(w=tmp_path) for a in argv]]), needle)
+    assert len(msg) < 400 and list(tmp_path.iterdir()) == [], msg
