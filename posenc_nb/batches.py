@@ -10,6 +10,7 @@ import numpy as np, torch
 from torch import Tensor
 from .core import Positions
 from .data import BOS, EOS, PAD
+from .utils import order_hash
 
 # %% auto #0
 __all__ = ['pad_batch', 'Batch', 'collate', 'pair_lengths', 'TokenBatchSampler', 'padding_efficiency']
@@ -164,6 +165,10 @@ class TokenBatchSampler:
             batches[j:j] = [b[:len(b) // 2], b[len(b) // 2:]]
         if self.shuffle: batches = [batches[k] for k in rng.permutation(len(batches)).tolist()]
         return batches
+
+    def data_order_hash(self) -> str:
+        "`utils.order_hash` of the examples' lengths and the first epoch's batches: equal when runs see the same data."
+        return order_hash([self.len.tolist(), self.sec.tolist(), self.all_batches(0)])
 
     def __iter__(self): return iter(self.all_batches()[self.rank::self.world_size])
     def __len__(self): return len(self.all_batches()) // self.world_size

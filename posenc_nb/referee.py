@@ -87,7 +87,7 @@ def registration_problems(claim_id: str, # the claim
     "Why the claim is not registered before its data (empty: it is), from git alone."
     if not registered: return ['not registered']
     full = git('rev-parse', '--verify', '--quiet', f'{registered}^{{commit}}', cwd=root)
-    if not full and git('rev-parse', '--is-shallow-repository', cwd=root) == 'true':     # a shallow clone: fetch history
+    if not full and git('rev-parse', '--is-shallow-repository', cwd=root) == 'true':   # shallow clone: fetch
         git('fetch', '--quiet', '--unshallow', cwd=root)
         full = git('rev-parse', '--verify', '--quiet', f'{registered}^{{commit}}', cwd=root)
     if not full: return [f'registration commit {registered} is not in this repository']

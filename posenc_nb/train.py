@@ -20,7 +20,7 @@ from .data import Tokenizer
 from .data import cache_dir
 from .streams import StreamProvider, make_stream_provider, stream_provider_state, stream_provider_from_state
 from .decode import translate, bleu, chrf
-from .utils import atomic_save, atomic_write, provenance, state_hash, order_hash
+from .utils import atomic_save, atomic_write, provenance, state_hash
 from .engine import LR_SCHEDULES, lr_multiplier, CKPT_FORMAT, _read_ckpt, _ckpt_paths, latest_checkpoint
 from .engine import BatchStream, pick_device, seed_all, _dist_setup, RunState, Budget, Task, Learner, fit
 from .engine import TrainLog, ProgressBar, Evaluator, Checkpointer, restore
@@ -316,10 +316,6 @@ def _valid_data(tok, valid: tuple, streams_of: Callable, max_tokens: int, device
     return {'src': src, 'tgt': tgt, 'streams': streams, 'batches': batches}
 
 # %% ../nbs/05_train.ipynb #daf6c1f1
-def _data_order_hash(task: 'TranslationTask') -> str:
-    "The run's data: every training pair's lengths and the first epoch's batches, in order (`order_hash`)."
-    return order_hash([[list(map(len, p)) for p in task.pairs], task.stream.sampler.all_batches(0)])
-
 def translation_task(cfg: TrainConfig, tok: Tokenizer, corpus: Corpus, prov: Optional[StreamProvider],
                      proc: 'Process') -> TranslationTask:
     "The `TranslationTask` of run `cfg`: the config read here, once."
@@ -554,11 +550,10 @@ def _train_locked(cfg: TrainConfig, out_dir: Path, corpus: Corpus, proc: Process
     tok_json = _tokenizer_json(cfg, corpus.train, ckpt, proc)
     tok = Tokenizer.from_str(tok_json)
     model = _translator(cfg.model_config(tok.vocab_size, tok.vocab_size), cfg.init_from, proc.device)
-    init_hash = state_hash(model)                          # the weights it starts from, warm start included
     streams = _stream_state(cfg, out_dir, corpus.train, proc, fresh=not resume)
     prov = stream_provider_from_state(streams) if streams is not None else None
     task = translation_task(cfg, tok, corpus, prov, proc)
-    hashes = dict(init_hash=init_hash, data_order_hash=_data_order_hash(task))
+    hashes = dict(init_hash=state_hash(model), data_order_hash=task.stream.sampler.data_order_hash())   # unfitted
     logs = []      # the log file is opened once the folder is cleared: `jsonl_logger` rewrites it
     log = lambda rec: logs[0](rec)
     evaluator = Evaluator(cfg.eval_every, log, proc.is_main)
