@@ -48,7 +48,10 @@ def sinusoidal_table(positions: Tensor, # integer positions, any shape
     if positions.is_floating_point():
         raise TypeError(f"positions must be an integer tensor, got {positions.dtype}; pass Positions.pos")
     if d_model < 1: raise ValueError(f"d_model must be positive, got {d_model}")
-    inv = _inv_freq(d_model, float(base), positions.device, dtype)
+    if torch.compiler.is_compiling():      # traced: the same fp64 formula in the graph (no cache, no device context)
+        ex = torch.arange(0, d_model, 2, dtype=torch.float64, device=positions.device) / d_model
+        inv = torch.pow(torch.tensor(float(base), dtype=torch.float64, device=positions.device), -ex).to(dtype)
+    else: inv = _inv_freq(d_model, float(base), positions.device, dtype)
     ang = positions.to(dtype)[..., None] * inv                                    # (..., ceil(d/2))
     # interleave, drop the last cos if d is odd
     return torch.stack((ang.sin(), ang.cos()), -1).flatten(-2)[..., :d_model]
@@ -65,7 +68,9 @@ def sinusoidal_codes(pos: Tensor, # integer positions, any shape
     """Codes of `pos` read from `table` when it is on `pos`'s device and covers every position of `pos`, else from a new
     float32
     table of the next power of two rows (at least `min_rows`): callers keep the table and pass it back.
-    Far, sparse positions (past 2**16 rows and 4 x as many rows as positions) get codes of those positions only."""
+    Far, sparse positions (past 2**16 rows and 4 x as many rows as positions) get codes of those positions only; so do
+    all positions under torch.compile (a table's length would need a value read from `pos`)."""
+    if torch.compiler.is_compiling(): return sinusoidal_table(pos, d_model, base), table
     need = known_range(pos)[1] + 1               # read once per positions tensor, or known from the caller
     if need > max(min_rows, _TABLE_ROWS, 4 * pos.numel()):        # e.g. one position of 1e8: no table up to it
         return sinusoidal_table(pos, d_model, base), table

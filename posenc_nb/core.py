@@ -15,8 +15,8 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['SITE_KINDS', 'ENTRY_POINT_GROUP', 'Positions', 'host_fact', 'note_fact', 'whole_base', 'known_range', 'positions_max',
-           'HostReads', 'Site', 'BiasRows', 'PosEnc', 'register_posenc', 'registering_modules', 'import_registering',
-           'list_posencs', 'make_posenc', 'encoding_streams']
+           'assert_below', 'HostReads', 'Site', 'BiasRows', 'PosEnc', 'register_posenc', 'registering_modules',
+           'import_registering', 'list_posencs', 'make_posenc', 'encoding_streams']
 
 # %% ../nbs/00_core.ipynb #28c4ebe3
 def _check_int(t: Tensor, what: str):
@@ -163,8 +163,19 @@ def known_range(t: Tensor # integer tensor
 def positions_max(p: Positions) -> int:
     """Largest position in any stream of `p` (0 when empty), each stream read at most once: `Positions.max` without
     repeated syncs."""
-    streams = [t for t in (p.pos, *(p.streams or {}).values()) if t is not None and t.numel()]
-    return max((known_range(t)[1] for t in streams), default=0)
+    m = 0
+    for t in (p.pos, *(p.streams or {}).values()):
+        if t is not None and t.numel(): m = max(m, known_range(t)[1])
+    return m
+
+def assert_below(p: Positions, # the positions checked: `pos` and every stream
+                 limit: int, # every position must be below it
+                 msg: str # the error's message
+                ) -> None:
+    """Check on the device that every position of `p` is below `limit`, reading nothing to the host: what a compiled
+    graph does instead of `positions_max` (the error comes when the device runs the check)."""
+    for t in (p.pos, *(p.streams or {}).values()):
+        if t is not None: torch._assert_async((t < limit).all(), msg)
 
 # %% ../nbs/00_core.ipynb #d6cdb6d4
 _SYNC_OPS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default,
@@ -305,11 +316,13 @@ class PosEnc(nn.Module):
         """Raise a clear error when the encoding is `bounded` and a position reaches `max_len`; an unbounded one accepts
         any."""
         if not self.bounded or self.max_len is None: return
+        name = getattr(self, 'registry_name', type(self).__name__)
+        if torch.compiler.is_compiling():       # a compiled graph reads nothing to the host: checked on the device
+            return assert_below(p, self.max_len, f"{name!r} positions are limited to max_len={self.max_len}")
         m = positions_max(p)                    # read once per positions tensor (later hooks and layers reuse it)
         if m < self.max_len: return
-        raise ValueError(f"{getattr(self, 'registry_name', type(self).__name__)!r} positions are limited to "
-                         f"max_len={self.max_len} but "
-                         f"position {m} was requested; build the model with max_len > {m} (ModelConfig.max_len) "
+        raise ValueError(f"{name!r} positions are limited to max_len={self.max_len} but position {m} was requested; "
+                         f"build it with max_len > {m} (make_posenc(..., max_len=) or ModelConfig.max_len) "
                          f"or use an encoding without a length limit")
 
     def decoding_step(self, p: Positions, # the positions the step's forward passes to `embed`

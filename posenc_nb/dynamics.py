@@ -87,35 +87,76 @@ class _RK4Solve(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_out):
         W1, W2, M, Y, A, Sa = ctx.saved_tensors
-        dt, sub = ctx.dt, ctx.substeps
-        S, c = Y.shape[0] - 1, (dt / 2, dt / 2, dt)
-        W1t, W2t, Mt = W1.t().contiguous(), (W2.t() * (dt / 6)).contiguous(), M.t().contiguous()
-        GZ, GY, GU = torch.empty_like(A), torch.empty_like(Y[1:]), torch.empty_like(A[0])
-        thr = torch.ops.aten.threshold_backward.grad_input
-        Al, GZl = [a.unbind(0) for a in A.unbind(1)], [z.unbind(0) for z in GZ.unbind(1)]
-        GYs, GUs, GZs = GY.unbind(0), GU.unbind(0), GZ.unbind(1)
-        g = GYs[S - 1].copy_(g_out[-1])                                  # GY[s]: step s's output's gradient, in place
-        for s in reversed(range(S)):
-            a, gz = Al[s], GZl[s]
-            gS = torch.mm(g, W2t)                                        # dt/6 g W2^T
-            thr(gS, a[3], 0, grad_input=gz[3])
-            for stage in (2, 1, 0):                                         # beta: the update's weights 2, 2, 1
-                pre = torch.addmm(gS, gz[stage + 1], Mt, beta=1 if stage == 0 else 2, alpha=c[stage], out=gz[stage])
-                thr(pre, a[stage], 0, grad_input=gz[stage])
-            gu = torch.sum(GZs[s], 0, out=GUs[s])
-            if not s:
-                g = torch.addmm(g, gu, W1t)
-                break
-            g = torch.addmm(g, gu, W1t, out=GYs[s - 1])
-            if s % sub == 0:
-                g.add_(g_out[s // sub - 1])
-        flat = lambda t: t.flatten(0, -2)
-        gW1 = flat(Y[:-1]).t() @ flat(GU)
-        gW2 = (dt / 6) * (flat(Sa).t() @ flat(GY))
-        gZ = GZ.sum(2)
-        GZ[3].mul_(2)                                                # c = dt/2 (1, 1, 2): one product for three stages
-        gM = torch.mm(flat(A[:3]).t(), flat(GZ[1:])).mul_(dt / 2)
-        return g, gW1, gW2, gM, gZ, GY.sum(1), None, None, None
+        return (*_rk4_backward(g_out, W1, W2, M, Y, A, Sa, ctx.dt, ctx.substeps), None, None, None)
+
+def _rk4_backward(g_out, W1, W2, M, Y, A, Sa, dt: float, sub: int) -> tuple:
+    "Gradients (y, W1, W2, M, Z, BY) of the rk4 loop's outputs `g_out`, walking its saved steps in reverse by hand."
+    S, c = Y.shape[0] - 1, (dt / 2, dt / 2, dt)
+    W1t, W2t, Mt = W1.t().contiguous(), (W2.t() * (dt / 6)).contiguous(), M.t().contiguous()
+    GZ, GY, GU = torch.empty_like(A), torch.empty_like(Y[1:]), torch.empty_like(A[0])
+    thr = torch.ops.aten.threshold_backward.grad_input
+    Al, GZl = [a.unbind(0) for a in A.unbind(1)], [z.unbind(0) for z in GZ.unbind(1)]
+    GYs, GUs, GZs = GY.unbind(0), GU.unbind(0), GZ.unbind(1)
+    g = GYs[S - 1].copy_(g_out[-1])                                  # GY[s]: step s's output's gradient, in place
+    for s in reversed(range(S)):
+        a, gz = Al[s], GZl[s]
+        gS = torch.mm(g, W2t)                                        # dt/6 g W2^T
+        thr(gS, a[3], 0, grad_input=gz[3])
+        for stage in (2, 1, 0):                                         # beta: the update's weights 2, 2, 1
+            pre = torch.addmm(gS, gz[stage + 1], Mt, beta=1 if stage == 0 else 2, alpha=c[stage], out=gz[stage])
+            thr(pre, a[stage], 0, grad_input=gz[stage])
+        gu = torch.sum(GZs[s], 0, out=GUs[s])
+        if not s:
+            g = torch.addmm(g, gu, W1t)
+            break
+        g = torch.addmm(g, gu, W1t, out=GYs[s - 1])
+        if s % sub == 0:
+            g.add_(g_out[s // sub - 1])
+    flat = lambda t: t.flatten(0, -2)
+    gW1 = flat(Y[:-1]).t() @ flat(GU)
+    gW2 = (dt / 6) * (flat(Sa).t() @ flat(GY))
+    gZ = GZ.sum(2)
+    GZ[3].mul_(2)                                                # c = dt/2 (1, 1, 2): one product for three stages
+    gM = torch.mm(flat(A[:3]).t(), flat(GZ[1:])).mul_(dt / 2)
+    return g, gW1, gW2, gM, gZ, GY.sum(1)
+
+# %% ../nbs/11_dynamics.ipynb #8537bba1
+_rk4_solve_op = None            # the solve as a custom operator, for compiled graphs (None before torch 2.4)
+
+if hasattr(torch.library, 'custom_op'):
+    @torch.library.custom_op('posenc_nb::rk4_solve', mutates_args=())
+    def _rk4_solve_op(y: Tensor, W1: Tensor, W2: Tensor, M: Tensor, Z: Tensor, BY: Tensor, dt: float, substeps: int,
+                      n: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        "`_rk4_loop` storing every step, as one operator that torch.compile does not trace into: (outputs, Y, A, Sa)."
+        out, Y, A, Sa = _rk4_loop(y, W1, W2, M, Z, BY, dt, substeps, n, store=True)
+        return out.clone(), Y, A, Sa
+
+    @_rk4_solve_op.register_fake
+    def _rk4_solve_fake(y, W1, W2, M, Z, BY, dt, substeps, n):
+        S, N, h = substeps * n, y.shape[0], W1.shape[1]
+        return y.new_empty(n, *y.shape), y.new_empty(S + 1, *y.shape), y.new_empty(4, S, N, h), y.new_empty(S, N, h)
+
+    @torch.library.custom_op('posenc_nb::rk4_solve_backward', mutates_args=())
+    def _rk4_backward_op(g_out: Tensor, W1: Tensor, W2: Tensor, M: Tensor, Y: Tensor, A: Tensor, Sa: Tensor, dt: float,
+                         substeps: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        "`_rk4_backward` as an operator (the gradient of `posenc_nb::rk4_solve`)."
+        return tuple(t.contiguous() for t in _rk4_backward(g_out, W1, W2, M, Y, A, Sa, dt, substeps))
+
+    @_rk4_backward_op.register_fake
+    def _rk4_backward_fake(g_out, W1, W2, M, Y, A, Sa, dt, substeps):
+        S, N, h = A.shape[1], Y.shape[1], A.shape[3]
+        return (Y.new_empty(N, Y.shape[2]), W1.new_empty(W1.shape), W2.new_empty(W2.shape), M.new_empty(M.shape),
+                A.new_empty(4, S, h), Y.new_empty(S, Y.shape[2]))
+
+    def _rk4_setup(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[1:4], *output[1:])
+        ctx.dt, ctx.substeps = inputs[6], inputs[7]
+
+    def _rk4_grad(ctx, g_out, *unused):
+        W1, W2, M, Y, A, Sa = ctx.saved_tensors
+        return (*_rk4_backward_op(g_out, W1, W2, M, Y, A, Sa, ctx.dt, ctx.substeps), None, None, None)
+
+    _rk4_solve_op.register_autograd(_rk4_grad, setup_context=_rk4_setup)
 
 # %% ../nbs/11_dynamics.ipynb #8fd4a902
 SOLVERS = ('rk4', 'midpoint', 'dopri5')
@@ -125,6 +166,10 @@ class FloaterDivergence(ValueError):
     "The FLOATER trajectory became non-finite (NaN or inf)."
 
 def _check_finite(out: Tensor, start: int, delta: float, where: str = ''):
+    if torch.compiler.is_compiling():           # no read to the host in a compiled graph: checked on the device
+        torch._assert_async(torch.isfinite(out).all(), "FLOATER: the position trajectory is non-finite; the dynamics "
+                            "h diverged or its parameters hold NaN/inf: lower the learning rate or clip gradients")
+        return
     if torch.isfinite(out).all():
         return
     bad = (~torch.isfinite(out)).flatten(1).any(1).nonzero()[0, 0].item()
@@ -143,6 +188,8 @@ def _fixed_step(h: FloaterDynamics, y: Tensor, start: int, n: int, delta: float,
     W1, W2 = h.l1.weight[:, :-1].t(), h.l2.weight[:, :-1].t()
     if method == 'rk4':                                                  # classical Runge-Kutta 4, folded (_rk4_loop)
         M, (Z, BY) = W2 @ W1, _rk4_bases(W1, B1, B2, dt, substeps * n)
+        if torch.compiler.is_compiling() and _rk4_solve_op is not None:    # one opaque node of the compiled graph
+            return _rk4_solve_op(y, W1, W2, M, Z, BY, dt, substeps, n)[0]
         if torch.is_grad_enabled() and any(t.requires_grad for t in (y, W1, W2, B1, B2)):
             return _RK4Solve.apply(y, W1, W2, M, Z, BY, dt, substeps, n)
         return _rk4_loop(y, W1, W2, M, Z, BY, dt, substeps, n, store=False)[0]

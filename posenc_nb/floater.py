@@ -19,7 +19,7 @@ from .dynamics import FloaterDynamics, SOLVERS, solve_trajectory
 __all__ = ['FLOATER_INITS', 'FLOATER_REFRESH_MODES', 'FloaterPE', 'FloaterBlocksPE', 'FloaterInputPE']
 
 # %% ../nbs/11_floater.ipynb #e12b9e3b
-from .core import positions_max
+from .core import positions_max, assert_below
 from .rotary import _span
 
 # %% ../nbs/11_floater.ipynb #0c716204
@@ -229,7 +229,10 @@ def _extend(self: FloaterPE, n: int, key: tuple, graph: bool):
 # %% ../nbs/11_floater.ipynb #9531db53
 @patch
 def trajectory(self: FloaterPE, n: int) -> Tensor:
-    "States p(t_i) for positions i = 0..>=n-1, shape (T, N, d): cached, extended or recomputed as needed."
+    "States p(t_i) for positions i = 0..>=n-1, (T, N, d): cached, extended or recomputed; compiled: solved every call."
+    if torch.compiler.is_compiling():                       # no cache: its keys read data pointers
+        y = self.p0 if self.training and torch.is_grad_enabled() else self.p0.detach()
+        return torch.cat([y[None], self._solve(y, 0, n - 1)])
     key = self._param_key()
     if self.training and torch.is_grad_enabled() and self.p0.requires_grad:
         return self._training_trajectory(n, key)
@@ -354,7 +357,7 @@ def embed(self: FloaterPE, x: Tensor, p: Positions) -> Tensor:
     later, f = self._step_of is p.pos, self._fwd             # flagged by `decoding_step` for this forward (and only it)
     if self._step_of is not None:
         _set_plain(self, '_step_of', None)
-    if not (self.training and torch.is_grad_enabled()):     # inference: check the parameters once per forward or decode
+    if not (self.training and torch.is_grad_enabled() or torch.compiler.is_compiling()):   # once per forward/decode
         _set_plain(self, '_fwd', (p.pos, f[1] if later and f is not None else self._param_key(), later))
     if self.prior == 'sinusoidal':
         x = x + self._prior(p.pos).to(x.dtype)               # as the sinusoidal encoding does it
@@ -377,16 +380,19 @@ def _slot(self: FloaterPE, site: Site) -> int:
 
 @patch
 def _need(self: FloaterPE, p: Positions) -> int:
-    "Trajectory length covering `p` (its largest position + 1): read once per positions tensor, or as noted."
-    return positions_max(p) + 1
+    """Trajectory length covering `p` (its largest position + 1): read once per positions tensor, or as noted. Under
+    torch.compile a static length, `max_len` (default 1024), with every position checked below it on the device."""
+    if not torch.compiler.is_compiling(): return positions_max(p) + 1
+    n = self.max_len or 1024
+    assert_below(p, n, f"FLOATER under torch.compile solves max_len={n} positions; build it with a larger max_len")
+    return n
 
 @patch
 def qkv_bias(self: FloaterPE, q_p: Positions, kv_p: Positions, site: Site):
     "Hook 2: the block's q/k/v input biases at the queries' and the keys' positions, each (B,L,D); None at the input."
-    if self.inject == 'input':
-        return None
+    if self.inject == 'input': return None
     i = self._slot(site)
-    if not (self.training and torch.is_grad_enabled()):
+    if not (self.training and torch.is_grad_enabled() or torch.compiler.is_compiling()):
         return self._infer_bias(q_p, kv_p, site, i)
     traj = self.trajectory(max(self._need(q_p), self._need(kv_p)))
     T = traj.shape[0]
@@ -450,7 +456,7 @@ def _rows(table: Tensor, pos: Tensor, s: Optional[tuple]) -> Tensor:
 def qkv_out_bias(self: FloaterPE, q_p: Positions, kv_p: Positions, site: Site, proj: nn.Linear):
     """Hook 2, projected: slot rows of the trajectory times `proj`'s q/k/v weights plus its bias, once per solve
     (T rows, not B*L), then sliced or gathered."""
-    if self.inject == 'input':
+    if self.inject == 'input' or torch.compiler.is_compiling():     # traced: `qkv_bias`, no memo
         return None
     planned = self._planned_rows(q_p, kv_p, site)
     if planned is not None:

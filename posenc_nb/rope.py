@@ -10,11 +10,12 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from .core import Positions, Site, PosEnc, register_posenc
 from .baselines import _TABLE_ROWS
-from .rotary import DType, RotaryCache, STYLES, _check_rot_dim, rope_inv_freq, scaled_inv_freq, yarn_mscale
+from .rotary import (DType, RotaryCache, SCALINGS, STYLES, _check_rot_dim, rope_inv_freq, scaled_inv_freq,
+                              yarn_mscale)
 from .rotary_kernel import apply_rotary, get_rotary_cache
 
 # %% auto #0
-__all__ = ['ROPE_TYPES', 'rotary_dims', 'RoPE', 'elu_feature_map', 'rope_linear_attention', 'rotary_permutation',
+__all__ = ['HF_SCALINGS', 'ROPE_TYPES', 'rotary_dims', 'RoPE', 'elu_feature_map', 'rope_linear_attention', 'rotary_permutation',
            'permute_rotary_weights', 'hf_rope_params', 'hf_inv_freq', 'HFLengthRule', 'rotary_from_hf',
            'check_slowest_period', 'check_rotate', 'check_first_negative', 'check_bf16_break']
 
@@ -30,14 +31,47 @@ def rotary_dims(head_dim: int, rotary_frac: float = 1.0) -> int:
         raise ValueError(f"rotary_frac={rotary_frac} of head_dim={head_dim} rotates no pair; use a larger rotary_frac")
     return r
 
+HF_SCALINGS = ('dynamic', 'llama3')   # built from HF's rules; others (longrope, ...) through rotary=rotary_from_hf(...)
+
+def _hf_rule_cache(scaling: str, rot_dim: int, base: float, factor: float, orig_len: Optional[int],
+                   angle_dtype: DType) -> RotaryCache:
+    """A `RotaryCache` for `scaling='dynamic'` (NTK by the batch's length) or `'llama3'` (Llama 3.1's band, low/high
+    frequency factors 1 and 4), through `rotary_from_hf` with a config built from the options."""
+    if orig_len is None:
+        raise ValueError(f"scaling={scaling!r} needs orig_len (or max_len): the trained context length")
+    rp = dict(rope_type=scaling, factor=factor, rope_theta=base)
+    if scaling == 'llama3':
+        rp.update(low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=orig_len)
+    cfg = dict(head_dim=rot_dim, max_position_embeddings=orig_len, rope_parameters=rp)
+    return rotary_from_hf(cfg, angle_dtype=angle_dtype)
+
+def _check_scaling(scaling: Optional[str]):
+    if scaling in SCALINGS or scaling in HF_SCALINGS: return
+    hint = (f"; for Hugging Face's {scaling!r} pass rotary=rotary_from_hf(config) (a config dict with rope_type="
+            f"{scaling!r} and its fields)" if scaling in ROPE_TYPES else
+            "; any Hugging Face rope type goes through rotary=rotary_from_hf(config)")
+    raise ValueError(f"unknown rotary scaling {scaling!r}; use one of {SCALINGS + HF_SCALINGS}{hint}")
+
+def _given_cache(cache: RotaryCache, head_dim: int, **options) -> RotaryCache:
+    "`cache` after checking that it fits the head and that no frequency option competes with it."
+    if not isinstance(cache, RotaryCache):
+        raise TypeError(f"rotary= takes a RotaryCache (e.g. rotary_from_hf(config)), got {type(cache).__name__}")
+    if cache.dim > head_dim: raise ValueError(f"rotary cache dim {cache.dim} is larger than the head dim {head_dim}")
+    defaults = dict(base=10000., scaling=None, factor=1.0, orig_len=None, split=None, rotary_frac=1.0)
+    clash = [k for k, v in options.items() if v != defaults[k]]
+    if clash:
+        raise ValueError(f"rotary= gives the frequencies; drop {', '.join(clash)} (build them into the cache instead)")
+    return cache
+
 @register_posenc('rope')
 class RoPE(PosEnc):
     """Rotary position embedding (Su et al. 2021, arXiv 2104.09864) on q and k of self-attention sites.
-    Options: base, rotary_frac, style ('interleaved'|'half'), scaling (None|'linear'|'ntk'|'yarn'|'xpos'), factor,
-    orig_len (YaRN; default max_len), angle_dtype, beta_fast/beta_slow (YaRN), xpos_gamma/xpos_scale_base, split
-    (two-level tables),
-    compiled (half-split inference rotations as one compiled pass, see `apply_rotary`).
-    `max_len` is a size hint (and YaRN's default `orig_len`), not a limit: rotary angles exist at every position."""
+    Options: base, rotary_frac, style ('interleaved'|'half'), scaling (None|'linear'|'ntk'|'yarn'|'yarn-paper'|'xpos'|
+    'dynamic'|'llama3'), factor, orig_len (YaRN, dynamic, llama3; default max_len), angle_dtype, beta_fast/beta_slow
+    (YaRN), xpos_gamma/xpos_scale_base, split (two-level tables), compiled (half-split inference rotations as one
+    compiled pass, see `apply_rotary`), rotary (any `RotaryCache`, e.g. `rotary_from_hf(config)`: used as given, in
+    place of the frequency options).
+    `max_len` is a size hint (and the default `orig_len`), not a limit: rotary angles exist at every position."""
     bounded = False     # any length: the tables grow on demand (RotaryCache's max_positions is the opt-in cap)
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
                  causal: bool = False,
@@ -47,7 +81,7 @@ class RoPE(PosEnc):
                  beta_fast: float = 32.,
                  beta_slow: float = 1., xpos_gamma: float = 0.4, xpos_scale_base: float = 512.,
                  split: Optional[int] = None,
-                 compiled: bool = False):
+                 compiled: bool = False, rotary: Optional[RotaryCache] = None):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         if d_model % n_heads: raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         if style not in STYLES:
@@ -58,9 +92,16 @@ class RoPE(PosEnc):
                              f"{self.head_dim} is odd and "
                              "one dim would stay unrotated; pick an even head dim, or rotary_frac < 1 to rotate part "
                              "of each head on purpose")
-        self.rot_dim = rotary_dims(self.head_dim, rotary_frac)
-        self.cache = RotaryCache(self.rot_dim, base, scaling, factor, orig_len if orig_len is not None else max_len,
-                                 beta_fast, beta_slow, xpos_gamma, xpos_scale_base, angle_dtype, None, split)
+        if rotary is not None:
+            self.cache = _given_cache(rotary, self.head_dim, base=base, scaling=scaling, factor=factor,
+                                      orig_len=orig_len, split=split, rotary_frac=rotary_frac)
+        else:
+            _check_scaling(scaling)
+            rot_dim, orig = rotary_dims(self.head_dim, rotary_frac), orig_len if orig_len is not None else max_len
+            self.cache = (_hf_rule_cache(scaling, rot_dim, base, factor, orig, angle_dtype) if scaling in HF_SCALINGS
+                          else RotaryCache(rot_dim, base, scaling, factor, orig, beta_fast, beta_slow, xpos_gamma,
+                                           xpos_scale_base, angle_dtype, None, split))
+        self.rot_dim = self.cache.dim
 
     def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> tuple:
         "Rotate q and k by their own positions (independently); called at self-attention sites only (`sites`)."

@@ -95,6 +95,8 @@ class _SinCodes(nn.Module):
         self.d_model, self.base = d_model, base
         self.register_buffer('table', sinusoidal_table(torch.arange(max_len or 1024), d_model, base), persistent=False)
     def forward(self, idx: Tensor) -> Tensor:
+        if torch.compiler.is_compiling():        # traced: the codes themselves (the table's length would read idx)
+            return sinusoidal_table(idx, self.d_model, self.base)
         hi = known_range(idx)[1]                 # read once per positions tensor
         if hi >= self.table.shape[0]:
             self.table = sinusoidal_table(torch.arange(1 << hi.bit_length(), device=self.table.device), self.d_model,
