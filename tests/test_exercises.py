@@ -119,6 +119,7 @@ SOLUTIONS = {   # exercise -> a function returning the check's arguments
     '11.2': lambda: (_rk4,),
     '11.3': lambda: (_rk4_order(),),
     '11.4': lambda: (3.0,),
+    '11.5': lambda: (math.ceil(1000 / 400),),
     '12.1': lambda: (sum(math.exp(-4.0 * abs(i / 7 - 3 / 5)) for i in range(1, 8)),),
     '12.2': lambda: (_aer,),
     '12.3': lambda: (_toy_aer(),),
@@ -183,6 +184,7 @@ BRUTE = {
     '10.3': (lambda: [(r,) for r in range(1, 1024)], 1),
     '10.4': (lambda: [(m,) for m in range(4096)], 1),
     '11.4': (lambda: [(k / 100,) for k in range(0, 1001)], None),
+    '11.5': (lambda: [(n,) for n in range(0, 1001)], 1),
     '12.4': (_legal_links, None),
     '13.1': (lambda: [(list(s),) for k in (1, 2, 3)
                       for s in itertools.combinations(itertools.permutations(range(4)), k)], 1),
@@ -225,6 +227,7 @@ MISTAKES = [
     ('10.2', (_rotate_exponent_slip,), '-2i/d'),
     ('10.2', (lambda x, p: _rotate(x, -p),), 'sign of sin'),
     ('11.2', (lambda f, t, y, dt: y + dt * f(t, y),), 'Euler'),
+    ('11.5', (1000 // 400,), 'first update'),
     ('12.1', (sum(math.exp(-4.0 * abs(i / 7 - 3 / 5)) for i in range(7)),), '1-based'),
     ('13.2', (_wrong_tau,), '(tau+1)/2'),
     ('14.2', (lambda o: list(o),), 'inverse'),
