@@ -467,6 +467,9 @@ def check_kendall_tau(my_tau, # your function (pred, ref) -> float
         if abs(got - want) > 1e-12:
             if abs(got - kendall_distance(p, r)) < 1e-12:
                 return Verdict(False, 'that is the number of discordant pairs; tau rescales it to [-1, 1]')
+            if abs(got - (want + 1) / 2) < 1e-12:
+                return Verdict(False, 'that is the normalized form (tau+1)/2 in [0, 1] (Isozaki et al.); the exercise '
+                               'asks for tau itself, in [-1, 1]: a reversal scores -1, not 0')
             return Verdict(False, f'my_tau({p}, {r}) = {got:.4f}, expected {want:.4f}')
     return Verdict(True, f'matches kendall_tau on {len(cases)} cases (identity 1, reversal -1)')
 

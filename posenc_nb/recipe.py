@@ -14,7 +14,7 @@ from .baselines import sinusoidal_codes
 from .model import Seq2Seq, warm_start_weights
 
 # %% auto #0
-__all__ = ['FLOATER_OFFICIAL', 'floater_from_sinusoidal', 'BlockBiasPE']
+__all__ = ['FLOATER_OFFICIAL', 'floater_from_sinusoidal', 'BlockBiasPE', 'check_refresh_count']
 
 # %% ../nbs/11_recipe.ipynb #7f218bc0
 def floater_from_sinusoidal(model: Seq2Seq, variant: str = 'floater', **pe_options) -> Seq2Seq:
@@ -97,3 +97,20 @@ def start_from(self: BlockBiasPE, name: str, options: dict) -> BlockBiasPE:
     with torch.no_grad(): self.table.zero_()
     return self
 
+
+# %% ../nbs/11_recipe.ipynb #recipeex2
+from .exercises import Verdict
+
+def check_refresh_count(n: int, # your answer: the updates whose forward pass solves the ODE with gradients
+                        updates: int = 1000, refresh_every: int = 400) -> Verdict:
+    "Exercise 11.5: how many of `updates` training updates re-solve FLOATER's trajectory under `refresh_every`."
+    want = -(-updates // refresh_every)
+    if not isinstance(n, int) or isinstance(n, bool): return Verdict(False, f'expected an int, got {type(n).__name__}')
+    if n == want:
+        return Verdict(True, f'{want} solves (updates 1, {refresh_every + 1}, ...); on the other {updates - want} '
+                             'h and p(0) get a zero gradient')
+    if n == updates // refresh_every: return Verdict(False, 'the first update solves too: the cache is empty before it')
+    if n == updates:
+        return Verdict(False, 'that is refresh_every=1 (floater-migrated); the official setting re-solves every 400')
+    if n == updates - want: return Verdict(False, 'those are the updates that reuse the detached cache, not the solves')
+    return Verdict(False, 'expected a count near updates / refresh_every; the first solve is at update 1')

@@ -347,6 +347,10 @@ def check_rotate(rotate, # your function (x (L,d) float64, pos (L,) int64) -> (L
     if got.shape == x.shape:
         if torch.allclose(got, ref(style='half'), atol=1e-9):
             return Verdict(False, 'you paired (i, i+d/2) (GPT-NeoX style); the paper pairs (2i, 2i+1)')
+        # theta_i = base^(-i/d) is base' = sqrt(base) in the right formula base'^(-2i/d)
+        if torch.allclose(got, ref(base=math.sqrt(10000.)), atol=1e-9):
+            return Verdict(False, 'your frequencies are base^(-i/d): the exponent is -2i/d for pair i = 0..d/2-1 '
+                           '(or -j/d for the even dimension j = 2i)')
         # R_{-m} = C R_m C, C negating the odd dims
         flip = torch.tensor([1., -1.], dtype=torch.float64).repeat(d // 2)
         if torch.allclose(got, apply_rotary((x * flip)[None, None], pos)[0, 0] * flip, atol=1e-9):

@@ -13,7 +13,8 @@ import torch
 
 # %% auto #0
 __all__ = ['EXTRAS', 'WriteFailed', 'atomic_write', 'atomic_save', 'git', 'hardware', 'provenance', 'state_hash', 'order_hash',
-           'slow_cells_enabled', 'read_records', 'mean_sd', 'fmt_mean_sd', 'format_table', 'extra_for',
+           'slow_cells_enabled', 'read_records', 'mean_sd', 'fmt_mean_sd', 'format_table', 'results_dir', 'dotted',
+           'ledger_entries', 'arm_scores', 'verdict_rows', 'verdict_counts', 'BottomLine', 'extra_for',
            'missing_modules', 'MissingExtra', 'install_hint', 'require']
 
 # %% ../nbs/00_utils.ipynb #930c3c5d
@@ -218,6 +219,141 @@ def format_table(header: Sequence, # column names
     w = [max(len(r[i]) for r in cells) for i in range(len(header))]
     line = lambda r: '  '.join(v.ljust(w[i]) if i == 0 else v.rjust(w[i]) for i, v in enumerate(r)).rstrip()
     return '\n'.join([line(cells[0]), line(['-' * n for n in w])] + [line(r) for r in cells[1:]])
+
+# %% ../nbs/00_utils.ipynb #b1a7e002
+def results_dir(start=None # where to start looking (default: the working directory)
+               ) -> Path:
+    "The project's `results/` folder: next to the `settings.ini` found walking up from `start` (nbs/, root, tests)."
+    p = Path(start or Path.cwd()).resolve()
+    for q in (p, *p.parents):
+        if (q / 'settings.ini').exists(): return q / 'results'
+    return p / 'results'
+
+def dotted(d, # a JSON record
+           key: str # a dotted path: 'bleu', 'valid_curve.-1.valid_loss' (integers index lists)
+          ):
+    "The value at a dotted path of a nested record, or None where the path is missing."
+    for part in key.split('.'):
+        try: d = d[int(part)] if isinstance(d, list) else d[part]
+        except (KeyError, IndexError, ValueError, TypeError): return None
+    return d
+
+def ledger_entries(experiments: Sequence[str], # experiment names, as in the ledger's 'experiment' field
+                   root=None # the results folder (default: `results_dir()`)
+                  ) -> list:
+    "The entries of the claims ledger (`results/claims.json`, notebook 29) for these experiments, in ledger order."
+    f = Path(root or results_dir()) / 'claims.json'
+    if not f.exists(): return []
+    return [e for e in json.loads(f.read_text()) if e.get('experiment') in set(experiments)]
+
+def arm_scores(entry: dict, # one ledger entry
+               arm: str, # one of its arms
+               root=None) -> list:
+    "One arm's per-seed scores read from the record files the ledger names (the ledger's copy where one is absent)."
+    root, a = Path(root or results_dir()), entry['arms'][arm]
+    out = []
+    for i, rec in enumerate(a.get('records', [])):
+        f = root / rec
+        v = dotted(json.loads(f.read_text()), a['metric_key']) if f.exists() else None
+        out.append(v if v is not None else (a.get('scores') or [None] * (i + 1))[i])
+    return out or list(a.get('scores', []))
+
+# %% ../nbs/00_utils.ipynb #b1a7e003
+def _inline(s: str) -> str:
+    "Escaped HTML from one line of markdown-ish prose: `code`, **bold**, *emphasis*."
+    import html, re
+    s = html.escape(s, quote=False)
+    s = re.sub(r'`([^`]+)`', r'<code>\1</code>', s)
+    s = re.sub(r'\*\*([^*]+)\*\*', r'<strong>\1</strong>', s)
+    return re.sub(r'(?<![*\w])\*([^*]+)\*(?!\w)', r'<em>\1</em>', s)
+
+def _num(v, nd=2, sign=False) -> str:
+    return '-' if v is None else f'{v:+.{nd}f}' if sign else f'{v:.{nd}f}'
+
+def verdict_rows(entries: list, # ledger entries (`ledger_entries`)
+                 root=None) -> list:
+    """One row per entry: the claim, both arms' mean ± sd over seeds from their records, the effect (b - a) with its
+    95% interval and Holm-adjusted p, and the ledger's verdict (tagged post hoc or registered, and its role)."""
+    rows = []
+    for e in entries:
+        scores = {arm: [x for x in arm_scores(e, arm, root) if x is not None] for arm in e['arms']}
+        nd = 2 if max((abs(x) for xs in scores.values() for x in xs), default=0) >= 10 else 3
+        # b first: the effect is b - a
+        cells = [f"{arm} {fmt_mean_sd(*mean_sd(xs), nd=nd)} (n={len(xs)})" for arm, xs in list(scores.items())[::-1]]
+        ci = e.get('ci') or [None, None]
+        eff = f"{_num(e.get('effect'), nd, True)} [{_num(ci[0], nd, True)}, {_num(ci[1], nd, True)}]"
+        p = e.get('p_adjusted', e.get('p'))
+        tags = [t for t in (e.get('role'), 'post hoc' if e.get('post_hoc') else
+                            'registered' if e.get('confirmatory') else None) if t]
+        eff += '' if p is None else ', p < 0.001' if p < 0.001 else f', p = {p:.3f}'
+        rows.append([e['id'], e.get('metric', ''), ' vs '.join(cells), eff,
+                     e.get('verdict', '-') + (f" ({', '.join(tags)})" if tags else '')])
+    return rows
+
+def verdict_counts(entries: list) -> str:
+    "'2 entries: 1 reproduces, 1 inconclusive': how many of each verdict, in order of first appearance."
+    from collections import Counter
+    c = Counter(e.get('verdict', '-') for e in entries)
+    return f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}: " + ', '.join(f'{n} {v}' for v, n in c.items())
+
+# %% ../nbs/00_utils.ipynb #b1a7e004
+class BottomLine:
+    """The box after an experiment page's title: what was run, at what scale, the result with its seed spread and the
+    ledger's verdicts (both read from the records when the page runs), and what the page does not show."""
+    def __init__(self, run: str, # what was run, in one or two sentences (markdown-ish: `code`, **bold**)
+                 not_shown: str, # what the result does not show
+                 experiments: Sequence[str] = (), # the ledger's experiments this page reports
+                 scale: str = '', # the scale in words, when the ledger's entries do not state it
+                 table: Optional[tuple] = None, # (header, rows): results of a page without ledger entries
+                 result: str = '', # a sentence computed from the records, shown above the tables
+                 root=None): # the results folder (default: `results_dir()`)
+        self.run, self.not_shown, self.scale, self.table, self.result = run, not_shown, scale, table, result
+        self.entries = ledger_entries(experiments, root)
+        self.rows = verdict_rows(self.entries, root)
+        self.experiments = [x for x in experiments if any(e['experiment'] == x for e in self.entries)]
+
+    def _scales(self) -> list:
+        "(experiment, its scales joined) for each experiment: the distinct 'scale' texts of its entries."
+        return [(x, ' | '.join(dict.fromkeys(e['scale'] for e in self.entries if e['experiment'] == x)))
+                for x in self.experiments]
+
+    def __repr__(self) -> str:
+        out = ['Bottom line', f'What was run: {self.run}']
+        if self.scale: out.append(f'Scale: {self.scale}')
+        out += [f'Scale of {x}: {s}' for x, s in self._scales()]
+        if self.result: out.append(f'Result: {self.result}')
+        if self.table: out.append(format_table(*self.table))
+        for x in self.experiments:
+            out.append(f"Ledger (29_claims), {x}: {verdict_counts([e for e in self.entries if e['experiment'] == x])}")
+        if self.rows:
+            out.append(format_table(['claim', 'metric', 'b vs a: mean ± sd over seeds', 'effect [95% CI], p (Holm)',
+                                     'verdict'], self.rows))
+        return '\n'.join(out + [f'What it does not show: {self.not_shown}'])
+
+    def _repr_html_(self) -> str:
+        import html
+        def tab(header, rows):
+            th = ''.join(f'<th>{html.escape(str(h))}</th>' for h in header)
+            trs = ''.join('<tr>' + ''.join(f'<td>{html.escape(str(v))}</td>' for v in r) + '</tr>' for r in rows)
+            return f'<div class="bl-table"><table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table></div>'
+        h = ['<div class="bottom-line"><p class="bl-title"><strong>Bottom line</strong></p>',
+             f'<p><strong>What was run.</strong> {_inline(self.run)}</p>']
+        sc = ([_inline(self.scale)] if self.scale else []) + [f'<code>{x}</code>: {html.escape(s)}'
+                                                              for x, s in self._scales()]
+        if sc: h.append('<p><strong>Scale.</strong> ' + '; '.join(sc) + '</p>')
+        if self.result: h.append(f'<p><strong>Result.</strong> {_inline(self.result)}</p>')
+        if self.table: h.append(tab(*self.table))
+        if self.entries:
+            counts = '; '.join(f"<code>{x}</code>: {verdict_counts([e for e in self.entries if e['experiment'] == x])}"
+                               for x in self.experiments)
+            h.append('<p><strong>Verdicts</strong> (the claims ledger, <a href="29_claims.html">29_claims</a>, '
+                     f'from <code>results/claims.json</code>). {counts}.</p>')
+            h.append(f"<details{' open' if len(self.rows) <= 6 else ''}><summary>each entry: arms as mean ± sd over "
+                     'seeds, read from their records</summary>'
+                     + tab(['claim', 'metric', 'b vs a', 'effect b − a [95% CI], p (Holm)', 'verdict'], self.rows)
+                     + '</details>')
+        h.append(f'<p><strong>What it does not show.</strong> {_inline(self.not_shown)}</p></div>')
+        return '\n'.join(h)
 
 # %% ../nbs/00_utils.ipynb #38e09ce5
 # extra -> the optional modules it installs: data, scoring, plots, statistics, classifiers; FLOATER's ODE solvers
