@@ -4,7 +4,7 @@
 
 # %% ../nbs/29_referee.ipynb #9b0e4d74
 from __future__ import annotations
-import hashlib, json, re
+import ast, hashlib, json, re
 from calendar import timegm
 from collections import defaultdict
 from dataclasses import dataclass, asdict
@@ -135,21 +135,34 @@ VERDICT_WORDS = ('reproduces', 'contradicts', 'inconclusive', 'no verdict', 'unt
 _VERDICT_RE = re.compile('[\'"](' + '|'.join(VERDICT_WORDS) + ')[\'"]')
 _ASSERT_RE = re.compile(r'^\s*(assert\b|test_eq\(|test_ne\(|test\(|self\.assert)')
 
-def _code_lines(path: Path) -> list:
-    "(cell id or line number, line) of a notebook's code cells or a Python file."
-    if path.suffix == '.py': return [(f'line {i}', l) for i, l in enumerate(path.read_text().splitlines(), 1)]
+_TEST_CALLS = ('test_eq', 'test_ne', 'test', 'assertEqual', 'assertIn')
+
+def _assertions(src: str) -> list:
+    "The source of every assertion statement in `src` (assert, test_eq-style calls), whole; lines where it won't parse."
+    try: tree = ast.parse(src)
+    except SyntaxError: return [l for l in src.splitlines() if _ASSERT_RE.match(l)]
+    name = lambda f: getattr(f, 'id', getattr(f, 'attr', ''))
+    return [ast.get_source_segment(src, n) for n in ast.walk(tree)
+            if isinstance(n, ast.Assert) or (isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+                                             and name(n.value.func) in _TEST_CALLS)]
+
+def _code_sources(path: Path) -> list:
+    "(where, source) of a Python file, or of each code cell of a notebook."
+    if path.suffix == '.py': return [('', path.read_text())]
     cells = [c for c in json.loads(path.read_text())['cells'] if c['cell_type'] == 'code']
-    return [(f"cell {c.get('id', '?')}", l) for c in cells for l in ''.join(c['source']).splitlines()]
+    return [(f" cell {c.get('id', '?')}", ''.join(c['source'])) for c in cells]
 
 def pinned_outcomes(paths: Sequence, # notebooks (.ipynb) and Python files to scan
                    ) -> list:
-    "Every assertion line that names a verdict, except over constructed cases (`decide(` or `synthetic`)."
+    "Every assertion statement that names a verdict, except over constructed cases (`decide(` or `synthetic`)."
     out = []
     for p in map(Path, paths):
-        for where, line in _code_lines(p):
-            if _ASSERT_RE.match(line) and _VERDICT_RE.search(line) and not re.search(r'decide\(|synthetic', line):
-                out.append(f'{p.name} {where}: pins a verdict: {line.strip()[:90]}')
+        for where, src in _code_sources(p):
+            for stmt in _assertions(src):
+                if _VERDICT_RE.search(stmt) and not re.search(r'decide\(|synthetic', stmt):
+                    out.append(f"{p.name}{where}: pins a verdict: {' '.join(stmt.split())[:90]}")
     return out
+
 
 # %% ../nbs/29_referee.ipynb #fd1b75d6
 @dataclass
