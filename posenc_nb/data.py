@@ -17,9 +17,9 @@ from .utils import atomic_write
 
 # %% auto #0
 __all__ = ['DATASETS', 'GLUE_TASKS', 'SPECIALS', 'PAD', 'BOS', 'EOS', 'UNK', 'DataUnavailable', 'data_dir', 'cache_dir',
-           'Holdout', 'DataSpec', 'ParallelSpec', 'LabelledSpec', 'register_dataset', 'list_datasets', 'get_dataset',
-           'parallel_dataset', 'load_parallel', 'load_labelled', 'load_glue', 'Tokenizer', 'word_tokenizer',
-           'train_bpe', 'bpe_tokenizer', 'get_tokenizer', 'encode_pairs']
+           'Holdout', 'DataSpec', 'ParallelSpec', 'LabelledSpec', 'TextSpec', 'register_dataset', 'list_datasets',
+           'get_dataset', 'parallel_dataset', 'load_parallel', 'load_labelled', 'load_glue', 'load_text', 'Tokenizer',
+           'word_tokenizer', 'train_bpe', 'bpe_tokenizer', 'get_tokenizer', 'encode_pairs']
 
 # %% ../nbs/03_data.ipynb #7265d304
 class DataUnavailable(RuntimeError):
@@ -175,6 +175,13 @@ class LabelledSpec(DataSpec):
     n_labels: int = 2                          # number of classes
     kind = 'labelled'
 
+# %% ../nbs/03_data.ipynb #2800f72e
+@dataclass
+class TextSpec(DataSpec):
+    "One contiguous text (a language-modelling corpus), cut into train / validation by a fixed fraction."
+    train_frac: float = 0.9        # the first this share of the characters is 'train', the rest 'validation'
+    kind = 'text'
+
 # %% ../nbs/03_data.ipynb #f8a9ad0b
 DATASETS = {}   # name -> DataSpec: every data set the loaders know
 
@@ -200,9 +207,9 @@ def _discover():
     import_registering('register_dataset')
 
 # %% ../nbs/03_data.ipynb #9ae70413
-_KINDS = ('parallel', 'labelled')
+_KINDS = ('parallel', 'labelled', 'text')
 
-def list_datasets(kind: Optional[str] = None # 'parallel' or 'labelled'; None: all
+def list_datasets(kind: Optional[str] = None # 'parallel', 'labelled' or 'text'; None: all
                  ) -> list:
     "Names of the registered data sets (after discovering generated corpora), optionally of one kind."
     if kind is not None and kind not in _KINDS: raise ValueError(f"kind must be one of {_KINDS} or None, got {kind!r}")
@@ -240,6 +247,10 @@ register_dataset(LabelledSpec('cola', hub='nyu-mll/glue', config='cola', group='
                               holdout=Holdout('shuffle', frac=1301 / 8551)))
 register_dataset(LabelledSpec('imdb', hub='stanfordnlp/imdb', config='plain_text', local='imdb/{split}.jsonl.gz',
                               hub_splits={'validation': 'train'}, holdout=Holdout('sha256', mod=10)))
+
+# %% ../nbs/03_data.ipynb #f20a445f
+# nanoGPT's shakespeare_char convention: first 90% train, last 10% validation, 65 characters
+register_dataset(TextSpec('tinyshakespeare', local='tinyshakespeare/input.txt', splits=('train', 'validation')))
 
 # %% ../nbs/03_data.ipynb #6e1a0b7d
 def _local_texts(spec: ParallelSpec, split: str) -> dict:
@@ -348,6 +359,18 @@ def load_glue(task: str, # a GLUE task of the registry: 'sst2' or 'cola'
     "A GLUE split as (sentence, label) pairs: `load_labelled` restricted to the GLUE tasks."
     if task not in GLUE_TASKS: raise ValueError(f"unknown GLUE task {task!r}; choose one of {GLUE_TASKS}")
     return load_labelled(task, split)
+
+# %% ../nbs/03_data.ipynb #9947c28f
+def load_text(name: str, # a registered text corpus, e.g. 'tinyshakespeare'
+             ) -> tuple: # (train text, validation text, vocabulary: the sorted characters of the whole text)
+    """A text corpus as its training and validation strings and its character vocabulary, from the local copy under
+    $POSENC_DATA (text corpora have no hub loader)."""
+    spec = get_dataset(name, 'text')
+    if data_dir() is None:
+        raise DataUnavailable(f"{name} is read locally; set POSENC_DATA to a folder laid out like shared/data")
+    text = _read_text(spec.local_path('train'))
+    n = int(len(text) * spec.train_frac)
+    return text[:n], text[n:], ''.join(sorted(set(text)))
 
 # %% ../nbs/03_data.ipynb #18928e4f
 SPECIALS = ('<pad>', '<s>', '</s>', '<unk>')   # ids 0, 1, 2, 3

@@ -10,7 +10,7 @@
 #     datasets==5.2.0 dill multiprocess fastcore==1.14.5 nbdev==2.4.14 execnb==0.1.18 ghapi==1.1.1 fastgit astunparse asttokens \
 #     executing pure_eval stack_data ipython ipython_pygments_lexers jedi parso matplotlib_inline pexpect ptyprocess prompt_toolkit \
 #     wcwidth traitlets watchdog
-# (versions as pip resolved them on 2026-12-04), and `cp -r ../shared/data/{multi30k,glue,imdb,README.md} .gpu/data/`.
+# (versions as pip resolved them on 2026-12-04), and `cp -r ../shared/data/{multi30k,glue,imdb,tinyshakespeare,README.md} .gpu/data/`.
 # Lanes, each a process of its own:
 #   floater  per seed: floater-recipe-1h's sinusoidal base, then its three arms at once (notebook 21)
 #   mlm      per (seed, encoding): MLM pre-training, the pre-trained long-text arms, the GLUE arms (notebooks 26, 27)
@@ -22,6 +22,8 @@
 #            into /tmp/rebase for its checkpoint), and seeds 3-4 of floater-migrated and sinusoidal-continued (issue #35)
 #   bpe      per encoding: BPE long text (notebook 27's BPE_PLANS['gpu']) at 256 and 128 tokens, 3 seeds, from scratch
 #   lm-control  per variant: the linear LM's absolute-encoding controls linear+sinusoidal, linear+learned (notebook 28)
+#   length   per seed: the length lab at nanoGPT scale (notebook 30's 'gpu' config: 6 layers, 384 wide, L_train 256), all 9
+#            arms then the RoPE extensions, into results/length-gpu/ (needs .gpu/data/tinyshakespeare)
 # LANES picks them (default: "mlm", since floater-recipe-1h has its records; gpu_check --no-bench always runs beside, niced); LANES_AFTER (e.g. "long") starts when they finish. A lane killed at the deadline loses only
 # its unfinished run: every finished run has its record under results/.
 # Seen on the first lent H200 (2026-12-04, 540 s): with all four kinds at once (about 25 processes) the GPU was the bottleneck
@@ -65,6 +67,9 @@ lanes() {   # $1, $2: extra arguments of every FLOATER / RoFormer run (smoke: a 
   [[ " $LANES " == *" mlm-control "* ]] && $RR mlm-control $rx > /tmp/logs/mlm-control.log 2>&1 &
   [[ " $LANES " == *" long "* ]] && for e in rope sinusoidal learned alibi t5 none; do $RR longtext --encodings $e $rx > /tmp/logs/long-$e.log 2>&1 & done
   [[ " $LANES " == *" lm "* ]] && for v in linear linear-rope softmax-rope; do $RR linear --encodings $v $rx > /tmp/logs/lm-$v.log 2>&1 & done
+  [[ " $LANES " == *" length "* ]] && for s in 0 1 2; do ( python3 -m posenc_nb.length run --config gpu --device cuda --seeds $s \
+    --out results/length-gpu --runs runs/length-gpu $rx && python3 -m posenc_nb.length extend --device cuda --seeds $s \
+    --out results/length-gpu/extend --runs runs/length-gpu ) > /tmp/logs/length-$s.log 2>&1 & done   # notebook 30, nanoGPT scale
   [[ " $LANES " == *" biascost "* ]] && python3 benchmarks/biascost.py --device cuda ${3:---reps 5} \
     --out results/gpu/biascost-cuda.json > /tmp/logs/biascost.log 2>&1 &    # alone on the GPU, or timings mean nothing
   return 0
