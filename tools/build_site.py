@@ -55,7 +55,7 @@ def group_of(stem):
     "Sidebar caption for a notebook: the tens digit of its number says what kind of notebook it is."
     m = re.match(r'(\d)\d_', stem)
     if not m: return 'Start here'
-    return {'0': 'Library', '1': 'Methods', '2': 'Experiments'}.get(m.group(1), 'Notebooks')
+    return {'0': 'Library', '1': 'Methods', '2': 'Experiments', '3': 'Experiments'}.get(m.group(1), 'Notebooks')
 
 _re_dir = re.compile(r'^\s*#\s*\|\s*(.*?)\s*$')
 
