@@ -11,7 +11,7 @@ from typing import Optional
 import numpy as np
 import torch, torch.nn.functional as F
 from fastcore.script import Param
-from .causal_lm import CausalLM, CausalLMConfig, shared_state_hash, pe_state_hash, state_hash
+from .causal_lm import CausalLM, CausalLMConfig, shared_state_hash, pe_state_hash, state_hash, generate
 from .data import load_text
 from .rope import rotary_from_hf
 from .rotary import RotaryCache
@@ -26,9 +26,9 @@ __all__ = ['ARMS', 'LENGTH_CONFIGS', 'RESULTS', 'RUNS', 'MEMORY_PROBE', 'EXTEND_
            'LENGTH_COMMANDS', 'LengthConfig', 'eval_lengths', 'model_config', 'build_model', 'encode_text',
            'batch_offsets', 'offsets_hash', 'lr_at', 'train_precision', 'train_steps', 'window_losses',
            'summarize_positions', 'evaluate_lengths', 'peak_memory_mb', 'train_arm', 'extension_cache',
-           'load_checkpoint', 'extend_seed', 'parse_arms', 'length_run', 'length_extend', 'main', 'read_length',
-           'length_table', 'format_length_table', 'plot_lengths', 'plot_positions', 'check_window_count',
-           'check_loss_beyond', 'check_pi_angle']
+           'load_checkpoint', 'extend_seed', 'best_arm', 'sample_record', 'parse_arms', 'length_run', 'length_extend',
+           'main', 'length_sample', 'read_length', 'length_table', 'format_length_table', 'plot_lengths',
+           'plot_positions', 'check_window_count', 'check_loss_beyond', 'check_pi_angle']
 
 # %% ../nbs/30_length.ipynb #1cb4526c
 # arm -> (registered encoding, its options); 'learned' gets a table of L_train rows (see `model_config`)
@@ -387,6 +387,27 @@ def _extend_one(model, c, cfg, tr, va, method, factor, ft, seed, extra) -> dict:
     rec['wall_time_s'] = round(time.time() - t0, 2)
     return rec
 
+# %% ../nbs/30_length.ipynb #c465d914
+def best_arm(folder=RESULTS, L: int = 1024) -> tuple:
+    "(arm, seed) of the committed record with the lowest validation loss at length `L`."
+    recs = [r for r in read_length(folder) if (r['eval'].get(str(L)) or {}).get('loss') is not None]
+    if not recs: raise ValueError(f"no record under {folder} has a loss at {L}; run `python -m posenc_nb.length run`")
+    return min((r['eval'][str(L)]['loss'], r['encoding'], r['seed']) for r in recs)[1:]
+
+def sample_record(arm: str, seed: int, runs: Path = RUNS, prompt: int = 256, total: int = 1024, temperature=0.8,
+                  text: Optional[tuple] = None, device=None) -> dict:
+    "The validation text's first `prompt` characters continued by a trained arm, sampled with its KV cache to `total`."
+    ckpt = Path(runs) / f'{arm}_seed{seed}' / 'model.pt'
+    if not (ckpt.is_file() and 0 < prompt < total): raise ValueError(f"need {ckpt} (length run) and 0 < prompt < total")
+    model, cfg, _ = load_checkpoint(ckpt, device)
+    _, va, vocab = _load_data(text)
+    ids = va[:prompt][None].to(next(model.parameters()).device)
+    gen = torch.Generator(device=ids.device).manual_seed(seed)
+    with torch.no_grad(): out = generate(model, ids, total - prompt, temperature=temperature, generator=gen)[0]
+    chars = ''.join(vocab[i] for i in out.tolist())
+    return dict(experiment='length-sample', encoding=arm, seed=seed, L_train=cfg.L_train, prompt=chars[:prompt],
+                continuation=chars[prompt:], temperature=temperature, **provenance(seed))
+
 # %% ../nbs/30_length.ipynb #6cdc3fe7
 def _ints(text: str, what: str) -> list:
     "Comma-separated integers, or a one-line error naming the flag."
@@ -463,6 +484,26 @@ def main(argv=None) -> int:
     return run_commands(argv, LENGTH_COMMANDS, 'python -m posenc_nb.length')
 
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
+
+# %% ../nbs/30_length.ipynb #8e7bbee3
+@command(registry=LENGTH_COMMANDS)
+def length_sample(*, encoding: str = None, # the arm (default: the best record at 4 x L_train)
+                  seed: int = None, # its seed (default: the best record's)
+                  out: str = str(RESULTS / 'sample.json'), # the record
+                  runs: str = str(RUNS), # where `run` left the checkpoints
+                  temperature: float = 0.8, # sampling temperature (above 0)
+                 ) -> int:
+    """A sample from a trained arm, prompted with the validation text's first 256 characters, up to 1,024.
+
+    Examples:
+      python -m posenc_nb.length sample"""
+    if (encoding is None) != (seed is None) or not temperature > 0:
+        raise CLIError('give both --encoding and --seed or neither (the best), and a --temperature above 0')
+    arm, s = (encoding, seed) if encoding is not None else best_arm(Path(out).parent)
+    rec = sample_record(arm, s, Path(runs), temperature=temperature)
+    atomic_write(Path(out), json.dumps(rec, indent=1, ensure_ascii=False) + '\n')
+    print(f"{out}: {arm} seed {s}, {len(rec['continuation'])} characters")
+    return 0
 
 # %% ../nbs/30_length.ipynb #e97ebf8e
 def read_length(folder=RESULTS, pattern: str = '*_seed*.json') -> list:
