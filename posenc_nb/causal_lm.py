@@ -4,16 +4,17 @@
 
 # %% ../nbs/16_causal_lm.ipynb #4bd6f364
 from __future__ import annotations
-import hashlib, math
+import math
 from dataclasses import dataclass, field, asdict
 from typing import Optional
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from .core import Positions, make_posenc
 from .attention import Attention
+from .utils import state_hash
 
 # %% auto #0
-__all__ = ['CausalLMConfig', 'CausalBlock', 'CausalLM', 'shared_state_hash', 'pe_state_hash', 'state_hash', 'generate']
+__all__ = ['CausalLMConfig', 'CausalBlock', 'CausalLM', 'shared_state_hash', 'pe_state_hash', 'generate']
 
 # %% ../nbs/16_causal_lm.ipynb #8e99a34b
 @dataclass
@@ -100,26 +101,13 @@ class CausalLM(nn.Module):
         return [{} for _ in self.blocks]
 
 # %% ../nbs/16_causal_lm.ipynb #4f6e8099
-def _sha_tensors(items) -> str:
-    h = hashlib.sha256()
-    for name, t in items:
-        h.update(name.encode())
-        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b'')
-    return h.hexdigest()
-
 def shared_state_hash(model: CausalLM) -> str:
-    "sha256 of the shared weights: the state dict without the encoding's entries (`pe.`), sorted names, raw bytes."
-    sd = model.state_dict()
-    return _sha_tensors(sorted((k, v) for k, v in sd.items() if not k.startswith('pe.')))
+    "`utils.state_hash` of the shared weights: the state dict without the encoding's entries (`pe.`)."
+    return state_hash(model, skip=('pe.',))
 
 def pe_state_hash(model: CausalLM) -> str:
-    "sha256 of the encoding's own state (its `pe.` entries; the hash of nothing for a parameter-free encoding)."
-    sd = model.state_dict()
-    return _sha_tensors(sorted((k, v) for k, v in sd.items() if k.startswith('pe.')))
-
-def state_hash(state: dict) -> str:
-    "sha256 of a whole state dict (sorted names, raw bytes)."
-    return _sha_tensors(sorted(state.items()))
+    "`utils.state_hash` of the encoding's own state (its `pe.` entries; the hash of nothing when it has none)."
+    return state_hash({k: v for k, v in model.state_dict().items() if k.startswith('pe.')})
 
 # %% ../nbs/16_causal_lm.ipynb #aa0095f4
 @torch.no_grad()

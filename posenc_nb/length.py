@@ -4,19 +4,19 @@
 
 # %% ../nbs/30_length.ipynb #baeb42cd
 from __future__ import annotations
-import hashlib, json, math, sys, time
+import json, math, sys, time
 from dataclasses import dataclass, asdict, replace, field
 from pathlib import Path
 from typing import Optional
 import numpy as np
 import torch, torch.nn.functional as F
 from fastcore.script import Param
-from .causal_lm import CausalLM, CausalLMConfig, shared_state_hash, pe_state_hash, state_hash, generate
+from .causal_lm import CausalLM, CausalLMConfig, shared_state_hash, pe_state_hash, generate
 from .data import load_text
 from .rope import rotary_from_hf
 from .rotary import RotaryCache
 from .store import fingerprint, config_diff, RecordConflict, lock_folder, read_json
-from .utils import atomic_write, provenance
+from .utils import atomic_write, provenance, state_hash, order_hash
 from .engine import pick_device
 from .args import command, command_line, run_commands, use_threads, CLIError
 from .exercises import Verdict, check_close
@@ -24,11 +24,11 @@ from .exercises import Verdict, check_close
 # %% auto #0
 __all__ = ['ARMS', 'LENGTH_CONFIGS', 'RESULTS', 'RUNS', 'MEMORY_PROBE', 'EXTEND_METHODS', 'EXTEND_FACTORS', 'FINETUNED',
            'LENGTH_COMMANDS', 'LengthConfig', 'eval_lengths', 'model_config', 'build_model', 'encode_text',
-           'batch_offsets', 'offsets_hash', 'lr_at', 'train_precision', 'train_steps', 'window_losses',
-           'summarize_positions', 'evaluate_lengths', 'peak_memory_mb', 'train_arm', 'extension_cache',
-           'load_checkpoint', 'extend_seed', 'best_arm', 'sample_record', 'parse_arms', 'length_run', 'length_extend',
-           'main', 'length_sample', 'read_length', 'length_table', 'format_length_table', 'plot_lengths',
-           'plot_positions', 'check_window_count', 'check_loss_beyond', 'check_pi_angle']
+           'batch_offsets', 'lr_at', 'train_precision', 'train_steps', 'window_losses', 'summarize_positions',
+           'evaluate_lengths', 'peak_memory_mb', 'train_arm', 'extension_cache', 'load_checkpoint', 'extend_seed',
+           'best_arm', 'sample_record', 'parse_arms', 'length_run', 'length_extend', 'main', 'length_sample',
+           'read_length', 'length_table', 'format_length_table', 'plot_lengths', 'plot_positions', 'check_window_count',
+           'check_loss_beyond', 'check_pi_angle']
 
 # %% ../nbs/30_length.ipynb #1cb4526c
 # arm -> (registered encoding, its options); 'learned' gets a table of L_train rows (see `model_config`)
@@ -100,10 +100,6 @@ def batch_offsets(n: int, # characters of the training text
     "Start offsets (steps, batch) of the training windows of L + 1 characters, from a generator seeded by `seed` only."
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, n - L - 1, (steps, batch), generator=g)
-
-def offsets_hash(offsets: torch.Tensor) -> str:
-    "sha256 of the offsets as little-endian int64 bytes."
-    return hashlib.sha256(offsets.to(torch.int64).numpy().astype('<i8').tobytes()).hexdigest()
 
 def lr_at(step: int, cfg: LengthConfig, peak: Optional[float] = None, steps: Optional[int] = None) -> float:
     "Learning rate at update `step` (1-based): linear warmup, then a cosine from `peak` down to peak * min_lr_frac."
@@ -281,7 +277,7 @@ def train_arm(cfg: LengthConfig, out: Path = RESULTS, runs: Path = RUNS, text: O
                f'loss_by_position_{Lmax}': ev['by_position'],
                f'peak_mem_mb_{Lmax}': mem, 'eval_time_s': ev['eval_time_s'], 'train_curve': curve,
                'train_time_s': round(train_s, 2), 's_per_update': round(train_s / cfg.steps, 4),
-               'init_hash': init_hash, 'pe_init_hash': pe_hash, 'data_order_hash': offsets_hash(offsets),
+               'init_hash': init_hash, 'pe_init_hash': pe_hash, 'data_order_hash': order_hash(offsets),
                'budget': {'updates': cfg.steps}, 'n_params': sum(p.numel() for p in model.parameters()),
                'checkpoint': str(ckpt), 'memory_probe': MEMORY_PROBE[device.type],
                **provenance(cfg.seed, 'bf16 autocast (training), fp32 (evaluation)' if amp else 'fp32', device,
@@ -374,7 +370,7 @@ def _extend_one(model, c, cfg, tr, va, method, factor, ft, seed, extra) -> dict:
         offsets = batch_offsets(len(tr), L, steps, batch, seed + 1)
         curve, train_s = train_steps(model, tr, offsets, cfg, L, device, cfg.lr * cfg.ft_lr_frac, cfg.log_every)
         rec.update(ft_steps=steps, ft_L=L, ft_batch=batch, ft_lr=cfg.lr * cfg.ft_lr_frac, train_curve=curve,
-                   train_time_s=round(train_s, 2), data_order_hash=offsets_hash(offsets))
+                   train_time_s=round(train_s, 2), data_order_hash=order_hash(offsets))
     ev = evaluate_lengths(model, va, cfg)
     Lmax = eval_lengths(cfg)[-1]
     amp = train_precision(cfg, device) if ft else None
