@@ -401,8 +401,8 @@ def sample_record(arm: str, seed: int, runs: Path = RUNS, prompt: int = 256, tot
     gen = torch.Generator(device=ids.device).manual_seed(seed)
     with torch.no_grad(): out = generate(model, ids, total - prompt, temperature=temperature, generator=gen)[0]
     chars = ''.join(vocab[i] for i in out.tolist())
-    return dict(experiment='length-sample', encoding=arm, seed=seed, L_train=cfg.L_train, prompt=chars[:prompt],
-                continuation=chars[prompt:], temperature=temperature, **provenance(seed))
+    return {**provenance(seed), **dict(experiment='length-sample', encoding=arm, seed=seed, L_train=cfg.L_train,
+                                       prompt=chars[:prompt], continuation=chars[prompt:], temperature=temperature)}
 
 # %% ../nbs/30_length.ipynb #6cdc3fe7
 def _ints(text: str, what: str) -> list:
