@@ -479,8 +479,6 @@ def main(argv=None) -> int:
     "`python -m posenc_nb.length`: `run` and `extend` through `run_commands` (one-line errors, status 2 on bad input)."
     return run_commands(argv, LENGTH_COMMANDS, 'python -m posenc_nb.length')
 
-if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
-
 # %% ../nbs/30_length.ipynb #8e7bbee3
 @command(registry=LENGTH_COMMANDS)
 def length_sample(*, encoding: str = None, # the arm (default: the best record at 4 x L_train)
@@ -594,3 +592,7 @@ def check_pi_angle(angle: float, # your answer: the angle of rotary pair i at po
     if abs(angle - m * th) < 1e-6: return Verdict(False, 'that is the unscaled angle: PI divides every position by s')
     if abs(angle - m * factor * th) < 1e-6: return Verdict(False, 'PI squeezes positions: divide by s, not multiply')
     return check_close(angle, want, 'the interpolated angle', rtol=1e-6)
+
+# %% ../nbs/30_length.ipynb #33f851b1
+# last: every command (and everything they call) is defined when `python -m posenc_nb.length` runs
+if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
