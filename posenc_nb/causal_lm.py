@@ -11,6 +11,7 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from .core import Positions, make_posenc
 from .attention import Attention
+from .model import _init_linear
 from .utils import state_hash
 
 # %% auto #0
@@ -45,17 +46,8 @@ class CausalBlock(nn.Module):
 
 # %% ../nbs/16_causal_lm.ipynb #b98420b8
 def _init_shared(m: nn.Module):
-    "Xavier-uniform weights (q, k, v as three square blocks), zero biases, token embeddings N(0, 1/D)."
-    for mod in m.modules():
-        if isinstance(mod, Attention):
-            D = mod.d_model
-            for i in range(3): nn.init.xavier_uniform_(mod.in_proj.weight.data[i * D:(i + 1) * D])
-            nn.init.xavier_uniform_(mod.out_proj.weight)
-            for lin in (mod.in_proj, mod.out_proj): nn.init.zeros_(lin.bias)
-        elif isinstance(mod, CausalBlock):
-            for lin in (mod.ff1, mod.ff2):
-                nn.init.xavier_uniform_(lin.weight)
-                nn.init.zeros_(lin.bias)
+    "The Seq2Seq's initialisation (`model._init_linear`): Xavier-uniform q/k/v blocks and feed-forward layers."
+    _init_linear(m, (CausalBlock,), ('ff1', 'ff2'))
 
 # %% ../nbs/16_causal_lm.ipynb #d1802749
 class CausalLM(nn.Module):

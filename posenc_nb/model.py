@@ -142,7 +142,10 @@ class DecoderLayer(nn.Module):
         return self.norm3(x + drop(self._ff(x)))
 
 # %% ../nbs/02_model.ipynb #d2965ac2
-def _init_linear(m: nn.Module):
+def _init_linear(m: nn.Module,
+                 blocks: tuple = None, # the block types whose feed-forward layers are initialised (default: ours)
+                 ff: tuple = ('linear1', 'linear2'), # the names of their two feed-forward linear layers
+                ):
     "Xavier-uniform weights (the fused q/k/v projection as three square blocks), zero biases."
     for mod in m.modules():
         if isinstance(mod, Attention):
@@ -151,8 +154,8 @@ def _init_linear(m: nn.Module):
             nn.init.xavier_uniform_(mod.out_proj.weight)
             for lin in (mod.in_proj, mod.out_proj):
                 if lin.bias is not None: nn.init.zeros_(lin.bias)
-        elif isinstance(mod, (EncoderLayer, DecoderLayer)):
-            for lin in (mod.linear1, mod.linear2):
+        elif isinstance(mod, blocks or (EncoderLayer, DecoderLayer)):
+            for lin in (getattr(mod, n) for n in ff):
                 nn.init.xavier_uniform_(lin.weight)
                 nn.init.zeros_(lin.bias)
 

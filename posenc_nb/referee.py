@@ -22,12 +22,13 @@ __all__ = ['PROVENANCE_KEYS', 'REGISTRY', 'ROLES', 'VERDICT_WORDS', 'record_prov
 PROVENANCE_KEYS = ('git_commit', 'git_dirty', 'started_utc', 'init_hash', 'data_order_hash', 'budget')
 
 def record_provenance(path, # a record file
+                      record: Optional[dict] = None, # its parsed content, when the caller has read it already
                      ) -> dict:
     "The record's provenance fields (`PROVENANCE_KEYS`; None where missing): its own, else its folder's `run.json`'s."
     path, info = Path(path), {}
     run = path.parent / 'run.json'
     if run.is_file() and run != path: info.update(json.loads(run.read_text()))
-    info.update(json.loads(path.read_text()))
+    info.update(json.loads(path.read_text()) if record is None else record)
     return {k: info.get(k) for k in PROVENANCE_KEYS}
 
 def unusable(prov: dict # from `record_provenance`
@@ -237,7 +238,8 @@ def read_arm(root, # the results folder
     hardware, and the records left out with the reason (a dirty tree, no provenance)."""
     root, rows, excluded = Path(root), [], []
     for f in sorted(Path(root).glob(pattern)):
-        r, prov, rel = json.loads(f.read_text()), record_provenance(f), f.relative_to(root).as_posix()
+        r = json.loads(f.read_text())
+        prov, rel = record_provenance(f, r), f.relative_to(root).as_posix()
         why = unusable(prov)
         if why: excluded.append(dict(record=rel, why=why))
         else: rows.append((_record_seed(f, r), rel, metric_value(r, key), _hardware(f, r), prov))
