@@ -21,11 +21,11 @@ __all__ = ['PAPERS', 'VERDICTS', 'LEDGER_KEYS', 'BLEU_FLOOR', 'SST2_MAJ', 'MCC_F
            'RF_LIN', 'RF_GLUE_Q', 'RF_GLUE', 'RF_EXT_Q', 'RF_EXT', 'FL_MT', 'FL_REC', 'FL_EXT', 'XL_MT', 'M30K', 'SYN',
            'ENJA', 'LT_SMALL', 'EXT', 'CLAIMS', 'NGRAM_REF', 'RF_LONG_BPE', 'LIN_SCALES', 'MLM_SCALES', 'BPE_SCALE',
            'ENJA_2400', 'LIN_LOSS', 'MLM_LOSS', 'REGIMES_CLAIMS', 'AL_EXT', 'PI_EXT', 'YARN_EXT', 'NOPE_EXT', 'LENGTH',
-           'LENGTH_GATE', 'EXT_GATE', 'XL_SYN', 'REGISTERED_CLAIMS', 'PAPER_CLAIMS', 'CONTROL_IDS', 'REGISTRATIONS',
-           'LEDGER', 'imdb_majority', 'run_arm', 'longtext_arm', 'mt_claim', 'mlm_gate', 'linear_gate', 'mlm_claim',
-           'linear_claim', 'longtext_claim', 'glue_claim', 'rf_long_bpe', 'length_arm', 'ext_arm', 'length_claim',
-           'in_paper_family', 'gate_of', 'evaluate', 'build_ledger', 'check_rules', 'ledger_text', 'register', 'main',
-           'claims_table']
+           'LENGTH_GATE', 'EXT_GATE', 'XL_SYN', 'LENGTH_1600', 'LENGTH_1600_GATE', 'REGISTERED_CLAIMS', 'PAPER_CLAIMS',
+           'CONTROL_IDS', 'REGISTRATIONS', 'LEDGER', 'imdb_majority', 'run_arm', 'longtext_arm', 'mt_claim', 'mlm_gate',
+           'linear_gate', 'mlm_claim', 'linear_claim', 'longtext_claim', 'glue_claim', 'rf_long_bpe', 'length_arm',
+           'ext_arm', 'length_claim', 'length_1600_claim', 'in_paper_family', 'gate_of', 'evaluate', 'build_ledger',
+           'check_rules', 'ledger_text', 'register', 'main', 'claims_table']
 
 # %% ../nbs/29_claims.ipynb #9910fcab
 PAPERS = {
@@ -303,18 +303,29 @@ LENGTH_GATE = Regime("each compared arm's validation loss at the training length
 EXT_GATE = replace(LENGTH_GATE, key='base_loss_at_train')
 XL_SYN = SYN + ', 600 updates, 3 seeds, one commit'
 
-def length_arm(enc: str, L: int) -> tuple:
-    "An arm of the length lab: encoding `enc` trained at 256, its validation loss at length `L`."
-    return (f'{enc} at {L}', f'length/{enc}_seed*.json', f'eval.{L}.loss')
+def length_arm(enc: str, L: int, folder: str = 'length') -> tuple:
+    "An arm of the length lab: encoding `enc` trained at 256 (records in `folder`), its validation loss at length `L`."
+    return (f'{enc} at {L}', f'{folder}/{enc}_seed*.json', f'eval.{L}.loss')
 
 def ext_arm(method: str, L: int = 1024) -> tuple:
     "An arm of the RoPE extension methods: `method` (e.g. 'yarn-x4', 'linear-x4-ft') on the trained RoPE models."
     return (f'{method} at {L}', f'length/extend/{method}_seed*.json', f'eval.{L}.loss')
 
-def length_claim(id, paper, claim, a, b, direction, margin=0.0, gate=LENGTH_GATE, **kw) -> Claim:
+def length_claim(id, paper, claim, a, b, direction, margin=0.0, gate=LENGTH_GATE, setup=LENGTH, **kw) -> Claim:
     "A claim of the length lab (notebook 30), registered before its runs."
-    return Claim(id, paper, claim, 'length', LENGTH, 'validation loss (nats per character)', a, b, direction,
+    return Claim(id, paper, claim, 'length', setup, 'validation loss (nats per character)', a, b, direction,
                  'length', gate, margin=margin, where='30_length', **kw)
+
+# the second budget: at 800 updates the sinusoidal arm missed the 1.75-nat gate, so the claims that compare it had no
+# verdict; these are new claims at twice the updates (`--steps 1600`, records in length-1600/), registered before their
+# runs, and the 800-update claims keep their own records and outcome
+LENGTH_1600 = LENGTH.replace('update budget', 'update budget of 1,600')
+LENGTH_1600_GATE = replace(LENGTH_GATE, no_position=('length-1600/none_seed*.json', 'eval.256.loss'))
+
+def length_1600_claim(id, paper, claim, a: tuple, b: tuple, direction, margin=0.0) -> Claim:
+    "A claim over the 1,600-update length runs: arm `b` against `a`, each (encoding, evaluation length)."
+    return length_claim(id, paper, claim, length_arm(*a, 'length-1600'), length_arm(*b, 'length-1600'), direction,
+                        margin, LENGTH_1600_GATE, LENGTH_1600)
 
 # registered before their runs (results/registry.json); `registered` is filled in the commit after
 REGISTERED_CLAIMS = [
@@ -348,6 +359,17 @@ REGISTERED_CLAIMS = [
                  gate=replace(LENGTH_GATE, key=('eval.256.loss', 'base_loss_at_train'))),
     length_claim('length-none-vs-rope-4x', 'NoPE', NOPE_EXT + '; at 4 x the training length',
                  length_arm('rope', 1024), length_arm('none', 1024), -1),
+    length_1600_claim('length-1600-rope-vs-sinusoidal-4x', 'RoFormer',
+                      RF_EXT_Q + '; tested: loss at 4 x the training length, 1,600 updates', ('sinusoidal', 1024),
+                      ('rope', 1024), -1),
+    length_1600_claim('length-1600-floater-vs-sinusoidal-4x', 'FLOATER',
+                      FL_EXT + '; tested: at least as good as sinusoidal (within 0.05 nats) at 4 x the training '
+                      'length, 1,600 updates', ('sinusoidal', 1024), ('floater', 1024), -1, margin=0.05),
+    length_1600_claim('length-1600-sinusoidal-degrades-8x', 'ALiBi',
+                      AL_EXT + '; sinusoidal at 8 x more than 0.05 nats above 256, 1,600 updates',
+                      ('sinusoidal', 256), ('sinusoidal', 2048), +1, margin=0.05),
+    length_1600_claim('length-1600-none-vs-rope-4x', 'NoPE', NOPE_EXT + '; at 4 x the training length, 1,600 updates',
+                      ('rope', 1024), ('none', 1024), -1),
 ]
 
 # %% ../nbs/29_claims.ipynb #a8b3a9af
@@ -368,7 +390,8 @@ def in_paper_family(c: Claim) -> Claim:
     return replace(c, role=role, family=key + ('/controls' if role == 'control' else ''))
 
 REGISTRATIONS = {   # claim id -> the commit whose results/registry.json registered it
-    **dict.fromkeys((c.id for c in REGISTERED_CLAIMS), '59d3990c8306bb372c63912c965a9c866d4d6488')}
+    **dict.fromkeys((c.id for c in REGISTERED_CLAIMS if not c.id.startswith('length-1600-')),
+                    '59d3990c8306bb372c63912c965a9c866d4d6488')}
 CLAIMS[:] = [replace(in_paper_family(c), registered=REGISTRATIONS.get(c.id)) for c in CLAIMS + REGISTERED_CLAIMS]
 
 # %% ../nbs/29_claims.ipynb #04b77992
