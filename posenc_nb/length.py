@@ -282,7 +282,8 @@ def train_arm(cfg: LengthConfig, out: Path = RESULTS, runs: Path = RUNS, text: O
                'checkpoint': str(ckpt), 'memory_probe': MEMORY_PROBE[device.type],
                **provenance(cfg.seed, 'bf16 autocast (training), fp32 (evaluation)' if amp else 'fp32', device,
                             command=command)}
-        rec['wall_time_s'] = round(time.time() - t0, 2)
+        rec.update(wall_time_s=round(time.time() - t0, 2),   # started_utc: when the run began, not its publication
+                   started_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(t0)))
         return _publish(path, settings, rec)
 
 MEMORY_PROBE = {'cpu': 'rise of resident memory (MiB) during one no-grad forward of one window (batch 1) at the '
