@@ -277,3 +277,15 @@ def test_messages(tmp_path, case):
     argv, needle = MESSAGES[case]
     msg = bad(run([sys.executable, '-m', *[a.format(w=tmp_path) for a in argv]]), needle)
     assert len(msg) < 400 and list(tmp_path.iterdir()) == [], msg
+
+
+# issue 50, list 5: a compare rerun with another budget replaced results.json with an all-error one
+def test_compare_rerun_with_other_budget_refused(tmp_path):
+    out = tmp_path / 'cmp'
+    args = ['compare', '--config', 'synthetic-tiny', '--encodings', 'rope', '--out', out, '--no-plot', *TINY]
+    ok(cli(*args, '--max-steps', 3))
+    before = snapshot(out)
+    assert json.loads((out / 'results.json').read_text())['runs'][0]['steps'] == 3
+    msg = bad(cli(*args, '--max-steps', 4), 'holds a record made with other settings')
+    assert 'max_steps: 3 vs 4' in msg and 'pass another --out' in msg
+    assert snapshot(out) == before
