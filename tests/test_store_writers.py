@@ -289,3 +289,23 @@ def test_compare_rerun_with_other_budget_refused(tmp_path):
     msg = bad(cli(*args, '--max-steps', 4), 'holds a record made with other settings')
     assert 'max_steps: 3 vs 4' in msg and 'pass another --out' in msg
     assert snapshot(out) == before
+
+
+# issue 50, list 6: xl-head and xl-input built a table up to the largest position (8.6 GB for 8 tokens at 1e8)
+@pytest.mark.parametrize('enc', ['xl-head', 'xl-input'])
+def test_xl_far_positions_need_no_table_up_to_them(enc):
+    import torch
+    from posenc_nb.baselines import sinusoidal_table
+    from posenc_nb.core import Positions
+    from posenc_nb.model import ModelConfig, Seq2Seq
+    m = Seq2Seq(ModelConfig(src_vocab=20, tgt_vocab=20, d_model=16, n_heads=2, n_enc=1, n_dec=1, d_ff=32, enc_pe=enc,
+                            max_len=64))
+    far = torch.arange(8)[None] + 10 ** 8
+    out = m(torch.arange(2, 10)[None], Positions(far), torch.tensor([[1, 5]]), Positions(torch.tensor([[0, 1]])))
+    assert torch.isfinite(out).all()
+    assert max(b.numel() for b in m.buffers()) < 1 << 22                     # no 10^8-row table (was 1.6e9 floats)
+    torch.testing.assert_close(m.enc_pe.codes.table[:64], sinusoidal_table(torch.arange(64), 16))
+    torch.testing.assert_close(m.enc_pe.codes(far), sinusoidal_table(far, 16))
+    near = torch.tensor([[0, 3, 1500]])                                     # a near position still grows the table
+    torch.testing.assert_close(m.enc_pe.codes(near), sinusoidal_table(near, 16))
+    assert m.enc_pe.codes.table.shape[0] == 2048
