@@ -201,8 +201,10 @@ def _write_lines(hyps: list, output: Optional[str]):
 # %% ../nbs/06_cli.ipynb #271de60e
 MAX_BEAM, MAX_WORDS = 64, 1000     # caps of `posenc translate`: beyond them a run takes hours or all the memory
 
-def _check_decoding(beam: int, batch_tokens: int, output: Optional[str], input: str = '-'):
+def _check_decoding(beam: int, batch_tokens: int, output: Optional[str], input: str = '-', len_penalty: float = 0.6):
     if not 1 <= beam <= MAX_BEAM: raise CLIError(f"--beam {beam}: use 1 (greedy) to {MAX_BEAM}")
+    if not 0 <= len_penalty < float('inf'):      # nan too
+        raise CLIError(f"--len-penalty {len_penalty}: give a finite number >= 0 (0: no penalty; 0.6 is usual)")
     if batch_tokens < 1: raise CLIError(f"--batch-tokens {batch_tokens}: use a positive number")
     if output:
         try: check_not_record(check_output(output, [('--input', input)]), '--output')   # refused now, not after
@@ -232,7 +234,7 @@ def cmd_translate(*, ckpt: str, # a checkpoint file, or a run folder (its averag
     Examples:
       posenc translate --ckpt runs/synthetic-tiny-sinusoidal-s0 --input src.txt --output hyp.txt
       echo 'the cat saw the dog' | posenc translate --ckpt run/ckpt_0000100.pt --beam 1"""
-    _check_decoding(beam, batch_tokens, output, input)
+    _check_decoding(beam, batch_tokens, output, input, len_penalty)
     use_threads(threads)
     model, tok, cfg = _load(ckpt, check_device(device))         # check the checkpoint before waiting on stdin
     lines = _read_lines(input)

@@ -29,7 +29,9 @@ def _check_rot_dim(dim: int):
 
 def _check_base(base, name: str = 'base'):
     "A one-line error unless `base` is a finite number > 1 (a base <= 0 gives NaN rotations, 1 no rotation at all)."
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) or base <= 1:
+    try: b = float(base)                        # numpy and torch scalars too
+    except (TypeError, ValueError, RuntimeError): b = math.nan
+    if isinstance(base, bool) or not math.isfinite(b) or b <= 1:
         raise ValueError(f"rotary {name}={base!r}: {name} must be a finite number > 1 (the paper's 10000); set it so")
 
 def _as_dtype(d) -> torch.dtype:

@@ -353,6 +353,12 @@ MORE_MESSAGES = {   # case: (argv after `python -m`, needle in the one error lin
                                 lambda w: _results_copy(w, 'claims.json')),
     'claims truncated record': (['posenc_nb.claims', '--root', '{w}/res', '--check'],
                                 'seed0.json is not valid JSON', lambda w: _results_copy(w, MLM_RECORD)),
+    'translate --len-penalty -1': (['posenc_nb.cli', 'translate', '--ckpt', '{w}/run', '--len-penalty', '-1'],
+                                   '--len-penalty -1.0', None),
+    'translate --len-penalty nan': (['posenc_nb.cli', 'translate', '--ckpt', '{w}/run', '--len-penalty', 'nan'],
+                                    '--len-penalty nan', None),
+    'experiments summarize a missing folder': (['posenc_nb.experiments', 'summarize', '{w}/nosuch'],
+                                               'no run records at', None),
     'run folder in the shared cache': (['posenc_nb.mlm', 'pretrain', '--steps', '2', '--out', '{w}/r.json'],
                                        'in the shared cache', _held_cache_run),
 }
