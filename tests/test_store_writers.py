@@ -359,6 +359,9 @@ MORE_MESSAGES = {   # case: (argv after `python -m`, needle in the one error lin
                                     '--len-penalty nan', None),
     'experiments summarize a missing folder': (['posenc_nb.experiments', 'summarize', '{w}/nosuch'],
                                                'no run records at', None),
+    'long_text lengths --limits abc': (['posenc_nb.long_text', 'lengths', '--limits', 'abc', '--out', '{w}/l.json'],
+                                       '--limits abc: give comma-separated positive whole numbers', None),
+    'long_text ngram --Cs -1': (['posenc_nb.long_text', 'ngram', '--Cs', '-1', '--out', '{w}/n.json'], '--Cs -1', None),
     'run folder in the shared cache': (['posenc_nb.mlm', 'pretrain', '--steps', '2', '--out', '{w}/r.json'],
                                        'in the shared cache', _held_cache_run),
 }
