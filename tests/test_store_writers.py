@@ -362,6 +362,8 @@ MORE_MESSAGES = {   # case: (argv after `python -m`, needle in the one error lin
     'long_text lengths --limits abc': (['posenc_nb.long_text', 'lengths', '--limits', 'abc', '--out', '{w}/l.json'],
                                        '--limits abc: give comma-separated positive whole numbers', None),
     'long_text ngram --Cs -1': (['posenc_nb.long_text', 'ngram', '--Cs', '-1', '--out', '{w}/n.json'], '--Cs -1', None),
+    'speed --length -1': (['posenc_nb.speed', '--length', '-1', '--out', '{w}/s.json'], '--length -1', None),
+    'speed --d-model 15': (['posenc_nb.speed', '--d-model', '15', '--out', '{w}/s.json'], '--d-model 15', None),
     'run folder in the shared cache': (['posenc_nb.mlm', 'pretrain', '--steps', '2', '--out', '{w}/r.json'],
                                        'in the shared cache', _held_cache_run),
 }
