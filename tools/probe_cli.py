@@ -130,7 +130,8 @@ def train_cases() -> list:
                 ('beam=0', 'beam'), ('beam=100000', 'beam'), ('max_tokens=1', 'max_tokens'),
                 ('streams=nosuch', 'nosuch'), ('max_train_len=1', 'max_train_len')]
     learned = lambda s: ['--set', 'enc_pe=learned'] if s.startswith('max_len=') else []
-    cs = [C(f'train --set {s}', TRAIN + learned(s) + ['--set', s] + out, needle=n) for s, n in bad_sets]
+    budget = lambda s: TRAIN[:4] + TINY if s.startswith('max_steps=') else TRAIN      # no --max-steps beside it
+    cs = [C(f'train --set {s}', budget(s) + learned(s) + ['--set', s] + out, needle=n) for s, n in bad_sets]
     cs += [C('train --set pe_options base=-5 (rope)', TRAIN + ['--set', 'enc_pe=rope', '--set',
                                                             'pe_options={"base": -5}'] + out, needle='base'),
            C('train --seed -1', TRAIN + ['--seed', '-1'] + out, needle='seed'),
@@ -567,6 +568,23 @@ def finish(st: dict, status, timed_out: bool) -> dict:
     return dict(id=case['id'], cls=cls, why=why, rc=rc, seconds=round(time.time() - st['t0'], 1))
 
 
+CLASSES = ('held', 'lost', 'mixed', 'hang', 'crash', 'unhelpful', 'setup failed')
+
+
+def _last(path) -> dict:
+    "id -> the last result of each case in a probe's JSON-lines file (a rerun's result replaces the first)."
+    return {r['id']: r for r in map(json.loads, Path(path).read_text().splitlines()) if r}
+
+
+def summary(path) -> int:
+    rs = _last(path)
+    for r in rs.values():
+        if r['cls'] != 'held': print(f"{r['cls']:9s} {r['id']} -- {r.get('why', '')}")
+    print(json.dumps({'cases': len(rs), **{k: sum(r['cls'] == k for r in rs.values()) for k in CLASSES},
+                      'not run': len([c for c in all_cases() if c['id'] not in rs])}))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog='tools/probe_cli.py', description=__doc__.split('\n')[0])
     ap.add_argument('--jobs', type=int, default=3, help='cases run at once (default 3)')
@@ -575,8 +593,12 @@ def main(argv=None) -> int:
     ap.add_argument('--only', default='', help='run the cases whose id contains this')
     ap.add_argument('--out', default='probe.jsonl', help='one JSON line per case (appended as they finish)')
     ap.add_argument('--list', action='store_true', help='list the cases and exit')
+    ap.add_argument('--skip-held', metavar='FILE', help="skip the cases that held in FILE (a probe's --out): a rerun")
+    ap.add_argument('--summary', metavar='FILE', help="print the counts of FILE, each case's last result, and exit")
     args = ap.parse_args(argv)
-    cases = [c for c in all_cases() if args.only in c['id']]
+    if args.summary: return summary(args.summary)
+    held = {r['id'] for r in _last(args.skip_held).values() if r['cls'] == 'held'} if args.skip_held else set()
+    cases = [c for c in all_cases() if args.only in c['id'] and c['id'] not in held]
     if args.list:
         for c in cases: print(c['id'])
         print(f'{len(cases)} cases')
@@ -593,6 +615,7 @@ def main(argv=None) -> int:
                 try: st = start(case, base / f'case{i:03d}', fx, args.cpu)
                 except Exception as e:                                   # a setup that failed: the probe's fault
                     results.append(dict(id=case['id'], cls='setup failed', why=f'{type(e).__name__}: {e}'[:200]))
+                    log.write(json.dumps(results[-1]) + '\n')
                     continue
                 running[st['pid']] = st
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -611,8 +634,7 @@ def main(argv=None) -> int:
             r = results[-1]
             print(f"[{len(results)}/{len(cases)}] {r['cls']:9s} {r['id']}" + (f" -- {r['why']}" if r['why'] else ''),
                   flush=True)
-    counts = {k: sum(r['cls'] == k for r in results) for k in
-              ('held', 'lost', 'mixed', 'hang', 'crash', 'unhelpful', 'setup failed')}
+    counts = {k: sum(r['cls'] == k for r in results) for k in CLASSES}
     print(json.dumps({'cases': len(results), **counts}))
     shutil.rmtree(base, ignore_errors=True)
     return 0
