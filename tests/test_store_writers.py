@@ -18,7 +18,7 @@ def _env(**kw):
     return env
 
 
-def run(argv, cwd=None, timeout=300, env=None):
+def run(argv, cwd=None, timeout=900, env=None):
     env = _env(PYTHONPATH=str(ROOT), **(env or {}))
     return subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
 
