@@ -13,6 +13,7 @@ from fastcore.script import Param
 from . import __version__
 from .core import list_posencs
 from .store import check_budget
+from .baselines import LEARNED_MAX_ROWS
 from .store import one_line
 from .train import CONFIGS, TrainConfig, config_fields, config_from_name
 from .utils import MissingExtra, extra_for, install_hint, missing_modules
@@ -262,10 +263,15 @@ def _convert(key: str, raw: str):
     "The value of `--set key=raw` converted to the type of TrainConfig field `key`."
     base, optional = _field_type(key)
     if optional and raw.lower() in ('none', 'null'): return None
-    try: return _parse_value(base, raw)
+    try: v = _parse_value(base, raw)
     except ValueError:
         raise CLIError(f"--set {key}={raw}: {key} expects {'an' if base == 'int' else 'a'} {base}"
                        f"{' (or none)' if optional else ''}, e.g. --set {key}={_EXAMPLE.get(base, 'x')}") from None
+    want = _FIELDS[key].default
+    if base == 'tuple' and isinstance(want, tuple) and len(v) != len(want):    # betas=[0.9]: one of two
+        raise CLIError(f"--set {key}={raw}: {key} takes {len(want)} values, e.g. --set {key}="
+                       f"[{','.join(map(str, want))}]")
+    return v
 
 # %% ../nbs/06_args.ipynb #b10d52ef
 def parse_sets(items: Sequence[str], # `KEY=VALUE` strings
@@ -277,6 +283,7 @@ def parse_sets(items: Sequence[str], # `KEY=VALUE` strings
         k, v = it.split('=', 1)
         k = k.strip().replace('-', '_')
         if k not in _FIELDS: raise CLIError(f"unknown --set key {k!r}; valid keys: {', '.join(_FIELDS)}")
+        if k == 'name': raise CLIError(f"--set {it}: a run's config is named by --config; pass --config NAME instead")
         out[k] = _convert(k, v.strip())
     return out
 
@@ -285,6 +292,19 @@ def _check_encoding(name: str, flag: str):
     if name is not None and name not in list_posencs():
         raise CLIError(f"unknown encoding {name!r} for {flag}; choose one of: {', '.join(list_posencs())} (see `posenc "
                        "list`)")
+
+def _check_model(cfg: TrainConfig):
+    "Before any work: no encoding option that the model itself sets, no learned table too large to allocate."
+    m = cfg.model
+    for enc, opts, flag in ((m.enc_pe, m.pe_options, 'pe_options'), (m.dec_pe or m.enc_pe, m.dec_pe_options,
+                                                                      'dec_pe_options')):
+        if clash := [k for k in ('d_model', 'n_heads', 'n_layers', 'max_len', 'causal') if k in (opts or {})]:
+            raise CLIError(f"--set {flag}: {clash[0]} is the model's setting, not the encoding's option; drop it from "
+                           f"{flag} and pass --set {clash[0]}=... instead")
+        if enc == 'learned' and (m.max_len or 0) > LEARNED_MAX_ROWS:
+            raise CLIError(f"--set max_len={m.max_len}: a learned table of {m.max_len} rows needs "
+                           f"{m.max_len * m.d_model * 4 / 1e9:.3g} GB; use max_len <= {LEARNED_MAX_ROWS} (the "
+                           "longest input), or an encoding with no table (sinusoidal, rope, alibi)")
 
 def _check_budget(over: dict):
     try: check_budget(over.get('max_steps'), over.get('max_minutes'), 'max_steps=', 'max_minutes=')
@@ -304,6 +324,7 @@ def make_config(name: str, # a named config (`posenc_nb.train.CONFIGS`)
     cfg = config_from_name(name, **over)
     _check_encoding(cfg.enc_pe, '--enc-pe' if flags.get('enc_pe') else '--set enc_pe')
     _check_encoding(cfg.dec_pe, '--dec-pe' if flags.get('dec_pe') else '--set dec_pe')
+    _check_model(cfg)
     return cfg
 
 # %% ../nbs/06_args.ipynb #065b817f

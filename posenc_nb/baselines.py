@@ -13,9 +13,9 @@ from .core import Positions, Site, PosEnc, register_posenc, make_posenc, list_po
 from .attention import Attention
 
 # %% auto #0
-__all__ = ['NoPosEnc', 'sinusoidal_table', 'sinusoidal_codes', 'SinusoidalPosEnc', 'LearnedPosEnc', 'relative_offsets', 'pos_at',
-           'shaw_score_mod', 'ShawPosEnc', 't5_bucket', 't5_score_mod', 'T5PosEnc', 'alibi_slopes', 'alibi_score_mod',
-           'ALiBiPosEnc']
+__all__ = ['LEARNED_MAX_ROWS', 'NoPosEnc', 'sinusoidal_table', 'sinusoidal_codes', 'SinusoidalPosEnc', 'LearnedPosEnc',
+           'relative_offsets', 'pos_at', 'shaw_score_mod', 'ShawPosEnc', 't5_bucket', 't5_score_mod', 'T5PosEnc',
+           'alibi_slopes', 'alibi_score_mod', 'ALiBiPosEnc']
 
 # %% ../nbs/01_baselines.ipynb #c6ab0a28
 from typing import Callable
@@ -105,6 +105,8 @@ class SinusoidalPosEnc(PosEnc):
         return x + self.codes(p.pos).to(x.dtype)
 
 # %% ../nbs/01_baselines.ipynb #ef3bf79e
+LEARNED_MAX_ROWS = 1 << 20     # rows of a learned table: far past any input this library trains on
+
 @register_posenc('learned')
 class LearnedPosEnc(PosEnc):
     "A trainable embedding row per absolute position `0..max_len-1`, added to the input embeddings."
@@ -113,6 +115,10 @@ class LearnedPosEnc(PosEnc):
                  causal: bool = False):
         if not max_len:
             raise ValueError("'learned' positions need max_len (the number of rows of the table); pass max_len=...")
+        if max_len > LEARNED_MAX_ROWS:         # checked before the table is allocated (1e9 rows: a 128 GB request)
+            gb = max_len * d_model * 4 / 1e9
+            raise ValueError(f"'learned' positions: max_len={max_len} would be a table of {gb:.3g} GB; use max_len <= "
+                             f"{LEARNED_MAX_ROWS} (the longest input), or an encoding with no table")
         super().__init__(d_model, n_heads, n_layers, max_len, causal)
         self.emb = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.emb.weight, 0., d_model ** -0.5)

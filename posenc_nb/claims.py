@@ -13,7 +13,7 @@ from .mlm import BYTE_VOCAB, run_name
 from .referee import (VERDICT_WORDS, REGISTRY, record_provenance, unusable, pairing, claim_fingerprint,
                                registration_problems, paper_claim_key, family_problems, pinned_outcomes, Regime,
                                Claim, metric_value, read_arm, regime_of, no_position_gate, decide, _r,
-                               _score_problems, _verdict_problems)
+                               _score_problems, _verdict_problems, read_json)
 from .utils import atomic_write, format_table
 
 # %% auto #0
@@ -514,7 +514,7 @@ def ledger_text(ledger: list) -> str:
 
 def _differences(path: Path, ledger: list, root) -> list:
     "Why the committed ledger at `path` is not the rebuilt one: its broken rules, and the entries that differ."
-    committed = json.loads(path.read_text())
+    committed = read_json(path, 'regenerate it with python -m posenc_nb.claims')
     old, new = {e['id']: e for e in committed}, {e['id'] for e in ledger}
     diff = [e['id'] for e in ledger if old.get(e['id']) != e] + [i for i in old if i not in new]
     return check_rules(committed, root) + [f"{path} differs from the records for {', '.join(diff) or 'its layout'}; "
@@ -550,11 +550,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not root.is_dir():
         print(f'error: no results folder {root}; run from the repository root or pass --root', file=sys.stderr)
         return 2
+    try: return _ledger_command(args, root)
+    except (ValueError, KeyError, OSError) as e:     # a bad claim id; a record or ledger that cannot be read: one line
+        print(f'error: {e.args[0] if isinstance(e, KeyError) and e.args else e}', file=sys.stderr)
+        return 2
+def _ledger_command(args, root: Path) -> int:
     if args.register:
-        try: print(f'{register(args.register, root)}: {len(args.register)} claims; commit it before their runs')
-        except ValueError as e:
-            print(f'error: {e}', file=sys.stderr)
-            return 2
+        print(f'{register(args.register, root)}: {len(args.register)} claims; commit it before their runs')
         return 0
     ledger, path = build_ledger(root), root / LEDGER
     bad = check_rules(ledger, root)

@@ -11,7 +11,7 @@ from fastcore.script import Param
 from .core import list_posencs, encoding_streams
 from .utils import atomic_write
 from .store import check_not_record, check_output, checkpoint_paths, format_table, lock_folder, one_line
-from .store import MANIFEST, record_run, summarize
+from .store import MANIFEST, RecordConflict, finished_record, record_run, summarize
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
 from .engine import read_metrics
@@ -23,8 +23,8 @@ from .args import (CLIError, _check_encoding, _lines, _read_text, check_device, 
 
 # %% auto #0
 __all__ = ['COMMAND_EXTRAS', 'MAX_BEAM', 'MAX_WORDS', 'COMPARE_KEYS', 'main', 'run_cli', 'cmd_list', 'default_run_dir',
-           'cmd_train', 'find_checkpoint', 'cmd_translate', 'cmd_evaluate', 'compare_runs', 'plot_compare',
-           'cmd_compare']
+           'cmd_train', 'find_checkpoint', 'cmd_translate', 'cmd_evaluate', 'check_records', 'compare_runs',
+           'plot_compare', 'cmd_compare']
 
 # %% ../nbs/06_cli.ipynb #c1a1main
 COMMAND_EXTRAS = {'train': 'experiments', 'compare': 'experiments', 'evaluate': 'experiments'}   # checked before a run
@@ -201,8 +201,10 @@ def _write_lines(hyps: list, output: Optional[str]):
 # %% ../nbs/06_cli.ipynb #271de60e
 MAX_BEAM, MAX_WORDS = 64, 1000     # caps of `posenc translate`: beyond them a run takes hours or all the memory
 
-def _check_decoding(beam: int, batch_tokens: int, output: Optional[str], input: str = '-'):
+def _check_decoding(beam: int, batch_tokens: int, output: Optional[str], input: str = '-', len_penalty: float = 0.6):
     if not 1 <= beam <= MAX_BEAM: raise CLIError(f"--beam {beam}: use 1 (greedy) to {MAX_BEAM}")
+    if not 0 <= len_penalty < float('inf'):      # nan too
+        raise CLIError(f"--len-penalty {len_penalty}: give a finite number >= 0 (0: no penalty; 0.6 is usual)")
     if batch_tokens < 1: raise CLIError(f"--batch-tokens {batch_tokens}: use a positive number")
     if output:
         try: check_not_record(check_output(output, [('--input', input)]), '--output')   # refused now, not after
@@ -232,7 +234,7 @@ def cmd_translate(*, ckpt: str, # a checkpoint file, or a run folder (its averag
     Examples:
       posenc translate --ckpt runs/synthetic-tiny-sinusoidal-s0 --input src.txt --output hyp.txt
       echo 'the cat saw the dog' | posenc translate --ckpt run/ckpt_0000100.pt --beam 1"""
-    _check_decoding(beam, batch_tokens, output, input)
+    _check_decoding(beam, batch_tokens, output, input, len_penalty)
     use_threads(threads)
     model, tok, cfg = _load(ckpt, check_device(device))         # check the checkpoint before waiting on stdin
     lines = _read_lines(input)
@@ -281,7 +283,7 @@ def _compare_one(cfg: TrainConfig, out: Path, device, command: str) -> dict:
     "One run of a comparison: its record, or `{'encoding', 'seed', 'error'}` when it failed (the others still run)."
     rdir = out / f'{cfg.enc_pe}-s{cfg.seed}'
     try: return {**record_run(cfg, rdir, train_and_log, command=command, device=device), 'dir': str(rdir)}
-    except (KeyboardInterrupt, DataUnavailable): raise
+    except (KeyboardInterrupt, DataUnavailable, RecordConflict): raise
     except CLIError as err: return {'encoding': cfg.enc_pe, 'seed': cfg.seed, 'error': str(err)}
     except Exception as err: return {'encoding': cfg.enc_pe, 'seed': cfg.seed, 'error': f'{type(err).__name__}: {err}'}
 
@@ -299,6 +301,11 @@ def _check_failures(runs: list):
         raise CLIError(f"every run failed: {failed[0]['error']}")
 
 # %% ../nbs/06_cli.ipynb #57ef6e1a
+def check_records(base: TrainConfig, encodings: Sequence[str], seeds: Sequence[int], out: Path):
+    "Each finished record in `out` has the settings asked for: another budget is refused (`RecordConflict`), first."
+    for e, s in [(e, s) for e in encodings for s in seeds]:
+        finished_record(out / f'{e}-s{s}', dataclasses.replace(base, enc_pe=e, seed=s))
+
 def compare_runs(base: TrainConfig, # the config every run shares
                  encodings: Sequence[str], # one run per encoding ...
                  seeds: Sequence[int], # ... and seed
@@ -418,6 +425,7 @@ def cmd_compare(*, config: str, # a named config (see `posenc list`)
     if out.exists() and not out.is_dir(): raise CLIError(f"--out {out} is a file; pass a folder")
     t0 = time.time()
     with lock_folder(out):       # one comparison at a time in `out`: a second one is refused, before any work
+        check_records(base, encs, seeds, out)     # another --max-steps or --set: refused before results.json changes
         save = lambda runs: _save_compare(out, config, base, encs, seeds, runs)
         runs = compare_runs(base, encs, seeds, out, device, command_line(), save=save)
     _check_failures(runs)

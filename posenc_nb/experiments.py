@@ -542,8 +542,15 @@ def exp_summarize(experiment: str, # an experiment name, or a folder of run reco
     Examples:
       python -m posenc_nb.experiments summarize multi30k-20min
       python -m posenc_nb.experiments summarize runs/compare-synthetic-tiny"""
+    _check_records_at(experiment, root)
     print(format_table(summarize(load_results(experiment, root))))
     return 0
+
+def _check_records_at(experiment, root):
+    "A one-line error when `experiment` is neither a folder nor an experiment under `root` (not an empty table)."
+    if not Path(experiment).is_dir() and not (Path(root) / str(experiment)).is_dir():
+        raise ValueError(f"no run records at {experiment} (nor {Path(root) / str(experiment)}); pass a folder of run "
+                         "records or an experiment name with records under --root (see `list`)")
 
 # %% ../nbs/20_experiments.ipynb #01db8efa
 @command(registry=EXP_COMMANDS)
@@ -564,6 +571,7 @@ def exp_compare(experiment: str, # an experiment name, or a folder of run record
       python -m posenc_nb.experiments compare floater-recipe --baseline sinusoidal-continued --seed 0 1 2 --pooled --out
       results/floater-recipe/significance.json"""
     if not 1 <= samples <= 100_000: raise ValueError(f"--samples {samples}: give from 1 to 100000 bootstrap resamples")
+    _check_records_at(experiment, root)
     settings = dict(experiment=str(experiment), baseline=baseline, seeds=seed or [0], pooled=pooled, samples=samples)
     with output_record(out, settings) if out else contextlib.nullcontext() as done:   # locked; not in a run record
         if done is not None:

@@ -23,7 +23,8 @@ from .args import command, use_threads
 __all__ = ['LONG_ENCODINGS', 'LONG_TEXT_COMMANDS', 'BPE_PLANS', 'byte_lengths', 'length_shares', 'load_records', 'test_subset',
            'accuracy_summary', 'format_accuracy', 'paired_bootstrap_acc', 'significance', 'format_significance',
            'compare_arms', 'length_gain', 'peak_rss_mb', 'bench_encodings', 'longtext_bench', 'ngram_reference',
-           'longtext_ngram', 'bpe_splits', 'longtext_bpe', 'longtext_lengths', 'main', 'accuracy_by_length']
+           'numbers_flag', 'longtext_ngram', 'bpe_splits', 'longtext_bpe', 'longtext_lengths', 'main',
+           'accuracy_by_length']
 
 # %% ../nbs/27_long_text.ipynb #2cd38db7
 def byte_lengths(name: str, # a registered labelled data set
@@ -293,6 +294,19 @@ def _ngram_record(out: Path, grid: list, n_test: int, subset_seed: int) -> dict:
            'wall_time_s': round(time.time() - t0, 1), **prov}
     return rec
 
+def numbers_flag(text: str, # the option's value: comma-separated numbers
+                 flag: str, # how the command line names it
+                 kind=int, # int or float
+                 example: str = '128,256', # a good value, for the message
+                ) -> list:
+    "The positive finite numbers of a comma-separated option; a one-line error naming `flag` for anything else."
+    try: vals = [kind(x) for x in text.split(',') if x.strip()]
+    except ValueError: vals = []
+    if not vals or not all(0 < v < math.inf for v in vals):
+        what = 'whole numbers' if kind is int else 'numbers'
+        raise ValueError(f"{flag} {text}: give comma-separated positive {what}, e.g. {flag} {example}")
+    return vals
+
 @command(registry=LONG_TEXT_COMMANDS)
 def longtext_ngram(*, n_test: int = 5000, # test reviews scored: the fixed seeded subset (`test_subset`) of this size
                    subset_seed: int = 0, # the subset's seed
@@ -305,7 +319,7 @@ def longtext_ngram(*, n_test: int = 5000, # test reviews scored: the fixed seede
     Examples:
       python -m posenc_nb.long_text ngram
       python -m posenc_nb.long_text ngram --n-test 2000 --out /tmp/ngram.json"""
-    grid = [float(c) for c in Cs.split(',')]
+    grid = numbers_flag(Cs, '--Cs', float, '0.5,2')
     settings = dict(Cs=grid, n_test=n_test, subset_seed=subset_seed)
     with output_record(out, settings) as done:       # locked; another settings' record: refused, naming them
         if done is not None:
@@ -420,9 +434,7 @@ def longtext_lengths(*, limits: str = '128,256,512', # token limits whose shares
 
     Examples:
       python -m posenc_nb.long_text lengths"""
-    cuts = sorted({int(x) for x in limits.split(',') if x.strip()})
-    if not cuts or cuts[0] < 1:
-        raise ValueError(f"limits must be positive integers, got {limits!r}; e.g. --limits 128,256")
+    cuts = sorted(set(numbers_flag(limits, '--limits', int, '128,256')))
     settings = dict(limits=cuts, vocab_size=vocab_size, n_test=n_test)
     with output_record(out, settings) as done:       # locked; another settings' record: refused, naming them
         if done is None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from time import strptime
 from typing import Optional, Sequence
 from .utils import git
+from .store import MANIFEST, read_json, verify_record
 
 # %% auto #0
 __all__ = ['PROVENANCE_KEYS', 'REGISTRY', 'ROLES', 'VERDICT_WORDS', 'record_provenance', 'unusable', 'update_budget', 'pairing',
@@ -27,8 +28,8 @@ def record_provenance(path, # a record file
     "The record's provenance fields (`PROVENANCE_KEYS`; None where missing): its own, else its folder's `run.json`'s."
     path, info = Path(path), {}
     run = path.parent / 'run.json'
-    if run.is_file() and run != path: info.update(json.loads(run.read_text()))
-    info.update(json.loads(path.read_text()) if record is None else record)
+    if run.is_file() and run != path: info.update(read_json(run))
+    info.update(read_json(path) if record is None else record)
     return {k: info.get(k) for k in PROVENANCE_KEYS}
 
 def unusable(prov: dict # from `record_provenance`
@@ -223,12 +224,12 @@ def metric_value(record: dict, # a result record (parsed JSON)
 def _record_seed(path: Path, record: dict) -> int:
     "The run's seed: the record's own field, else the run's run.json beside it."
     if 'seed' in record: return int(record['seed'])
-    return int(json.loads((path.parent / 'run.json').read_text())['seed'])
+    return int(read_json(path.parent / 'run.json')['seed'])
 
 def _hardware(path: Path, record: dict) -> str:
     if 'hardware' in record: return str(record['hardware'])
     run = path.parent / 'run.json'
-    return str(json.loads(run.read_text()).get('hardware', '?')) if run.exists() else '?'
+    return str(read_json(run).get('hardware', '?')) if run.exists() else '?'
 
 def read_arm(root, # the results folder
              pattern: str, # glob of the arm's records under `root`, one file per seed
@@ -238,7 +239,8 @@ def read_arm(root, # the results folder
     hardware, and the records left out with the reason (a dirty tree, no provenance)."""
     root, rows, excluded = Path(root), [], []
     for f in sorted(Path(root).glob(pattern)):
-        r = json.loads(f.read_text())
+        if (f.parent / MANIFEST).is_file(): verify_record(f.parent)       # a file changed since: named
+        r = read_json(f)                                                  # a truncated record: named
         prov, rel = record_provenance(f, r), f.relative_to(root).as_posix()
         why = unusable(prov)
         if why: excluded.append(dict(record=rel, why=why))
@@ -266,9 +268,9 @@ def regime_of(regime: Regime, root, scores: Sequence[float]) -> dict:
     "The ledger's regime entry for a stated reference: in words, its value, and whether every score beats it."
     value = regime.value
     if regime.majority_of is not None:
-        value = _labels_majority(json.loads((Path(root) / regime.majority_of).read_text())) + regime.margin
+        value = _labels_majority(read_json(Path(root) / regime.majority_of)) + regime.margin
     if regime.value_of is not None:
-        record = json.loads((Path(root) / regime.value_of[0]).read_text())
+        record = read_json(Path(root) / regime.value_of[0])
         value = metric_value(record, regime.value_of[1]) + regime.margin
     learns = bool(scores) and all(_beats(s, value, regime.higher_is_better) for s in scores)
     return dict(kind='stated', reference=regime.reference, value=round(float(value), 6), learns=learns)
@@ -305,7 +307,7 @@ def _score_problems(where: str, name: str, arm: dict, root) -> list:
         return [f"{where}: arm {name} has {len(arm['records'])} records and {len(arm['scores'])} scores"]
     out = []
     for path, s in zip(arm['records'], arm['scores']):
-        got = _r(metric_value(json.loads((Path(root) / path).read_text()), arm['metric_key']))
+        got = _r(metric_value(read_json(Path(root) / path), arm['metric_key']))
         if got != s: out.append(f"{where}: arm {name} score {s} is not {arm['metric_key']} = {got} of {path}")
     return out
 

@@ -10,8 +10,8 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from .core import Positions, Site, PosEnc, register_posenc
 from .baselines import _TABLE_ROWS
-from .rotary import (DType, RotaryCache, SCALINGS, STYLES, _check_rot_dim, rope_inv_freq, scaled_inv_freq,
-                              yarn_mscale)
+from .rotary import (DType, RotaryCache, SCALINGS, STYLES, _check_base, _check_rot_dim, rope_inv_freq,
+                              scaled_inv_freq, yarn_mscale)
 from .rotary_kernel import apply_rotary, get_rotary_cache
 
 # %% auto #0
@@ -202,6 +202,9 @@ def hf_rope_params(config: Any, # a HF config object (`PretrainedConfig`) or its
                   ) -> dict: # the rope fields in one flat dict, plus head_dim, rot_dim, max_position_embeddings
     """The rope settings of a HF config, current (`rope_parameters`) or older (`rope_scaling` + `rope_theta`) layout,
     flattened."""
+    if config is None or isinstance(config, (str, bytes, int, float)):
+        raise TypeError(f"rotary_from_hf takes a HF config or its dict (config.json), got {config!r}; pass e.g. "
+                        "AutoConfig.from_pretrained(name) or json.load(open('config.json'))")
     rp = dict(_cfg(config, 'rope_parameters') or _cfg(config, 'rope_scaling') or {})
     if layer_type is not None:
         if layer_type not in rp:
@@ -222,6 +225,10 @@ def hf_rope_params(config: Any, # a HF config object (`PretrainedConfig`) or its
         p['original_max_position_embeddings'] = (_cfg(config, 'original_max_position_embeddings')
                                                  or rp.get('original_max_position_embeddings')
                                                  or p['max_position_embeddings'])
+    _check_base(p['rope_theta'], 'rope_theta')
+    if p.get('factor') is not None and not (isinstance(p['factor'], (int, float)) and 0 < p['factor'] < math.inf):
+        raise ValueError(f"rope factor={p['factor']!r}: the scaling factor (new context / trained context) must be a "
+                         "positive finite number, usually >= 1; fix the config's rope scaling")
     p['rot_dim'] = head_dim if kind == 'proportional' else int(head_dim * p['partial_rotary_factor'])
     if p['rot_dim'] <= 0 or p['rot_dim'] % 2:
         raise ValueError(f"head_dim={head_dim} with partial_rotary_factor={p['partial_rotary_factor']} rotates "

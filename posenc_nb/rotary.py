@@ -27,6 +27,13 @@ def _check_rot_dim(dim: int):
         raise ValueError(f"rotary dim must be a positive even integer (it is rotated in pairs), got {dim!r}; "
                          f"use an even head_dim or a rotary_frac that gives an even number of dims")
 
+def _check_base(base, name: str = 'base'):
+    "A one-line error unless `base` is a finite number > 1 (a base <= 0 gives NaN rotations, 1 no rotation at all)."
+    try: b = float(base)                        # numpy and torch scalars too
+    except (TypeError, ValueError, RuntimeError): b = math.nan
+    if isinstance(base, bool) or not math.isfinite(b) or b <= 1:
+        raise ValueError(f"rotary {name}={base!r}: {name} must be a finite number > 1 (the paper's 10000); set it so")
+
 def _as_dtype(d) -> torch.dtype:
     if isinstance(d, str): d = getattr(torch, d.replace('torch.', ''), None)
     if d not in (torch.float32, torch.float64):
@@ -38,6 +45,7 @@ def rope_inv_freq(dim: int, base: float = 10000., dtype: DType = torch.float64) 
     """The RoPE frequencies $\\theta_i = \\mathrm{base}^{-2i/d}$, $i=0..d/2-1$ (the paper's $i-1$), in `dtype` on the
     CPU."""
     _check_rot_dim(dim)
+    _check_base(base)
     dtype = _as_dtype(dtype)
     if dtype == torch.float32:   # the fp32 formula every fp32 implementation uses, bit for bit
         return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
@@ -173,6 +181,7 @@ class RotaryCache:
                  attention_factor: Optional[float] = None,
                  length_rule: Optional[Callable[[Tensor, Tensor], Tensor]] = None):
         _check_rot_dim(dim)
+        _check_base(base)
         self.dim, self.base, self.scaling, self.factor, self.orig_len = (
             dim,
             float(base),

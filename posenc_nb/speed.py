@@ -14,6 +14,7 @@ from .classify import write_result
 from .utils import provenance
 from .args import command_line, run_commands
 from .args import check_device, use_threads
+from .store import check_not_record, check_output
 
 # %% auto #0
 __all__ = ['METRICS', 'measure_once', 'cpu_peak_mem_mb', 'speed_table', 'format_table', 'speed_run_table', 'speed_run', 'main']
@@ -245,6 +246,13 @@ def speed_run(*, encodings: str = None, # comma-separated encodings (default: al
     Examples:
       python -m posenc_nb.speed --out results/speed/cpu.json
       python -m posenc_nb.speed --encodings sinusoidal,rope --length 512 --reps 5"""
+    sizes = dict(d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff, batch=batch, length=length,
+                 dec_steps=dec_steps, reps=reps, train_steps=train_steps)
+    for k, v in sizes.items():                     # before any model is built (a negative length was a traceback)
+        if v < 1: raise ValueError(f"--{k.replace('_', '-')} {v}: give a whole number >= 1")
+    if d_model % n_heads:
+        raise ValueError(f"--d-model {d_model} is not divisible by --n-heads {n_heads}; pick one that is")
+    if out: check_not_record(check_output(out, flag='--out'), '--out')
     use_threads(threads)
     check_device(device)
     speed_run_table(encodings, device, out, command_line(), d_model=d_model, n_heads=n_heads, n_layers=n_layers,

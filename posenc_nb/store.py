@@ -128,10 +128,14 @@ LOCK_FILE = '.lock'
 
 class RunLocked(ValueError):
     "`out_dir` is in use by another training process `pid`: two runs in one folder would mix their files."
-    def __init__(self, out_dir, pid: str):
+    def __init__(self, out_dir, pid: str, flag: str = '--out'):
         self.out_dir, self.pid = Path(out_dir), pid
-        super().__init__(f"{out_dir} is in use by another training (pid {pid or 'unknown'}); "
-                         "wait for it to end, or pass another --out")
+        cache = Path(os.environ.get('POSENC_CACHE') or '~/.cache/posenc_nb').expanduser().resolve()
+        where = self.out_dir.resolve()
+        fix = (f"it is in the shared cache {cache}: give this run its own (POSENC_CACHE=another folder, or --work "
+               "where the command has it)" if cache == where or cache in where.parents else f"pass another {flag}")
+        super().__init__(f"{out_dir} is in use by another training (pid {pid or 'unknown'}); wait for it to end, "
+                         f"or {fix}")
 
 class RunLock:
     "An exclusive `flock` on `folder/name` holding this process id; `acquire` raises `RunLocked` when it is taken."
@@ -197,7 +201,7 @@ def _hold(key: Path, folder: Path, name: str, what: Path, flag: str):
     try:
         folder.mkdir(parents=True, exist_ok=True)
         lock = RunLock(folder, name).acquire()
-    except RunLocked as e: raise RunLocked(what, e.pid) from None
+    except RunLocked as e: raise RunLocked(what, e.pid, flag) from None
     except OSError as e:
         raise WriteFailed(e.errno or errno.EACCES, f"folder {folder} is not writable ({e.strerror or e}); "
                           f"pass another {flag}, or fix its permissions") from None

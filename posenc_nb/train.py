@@ -135,7 +135,6 @@ def start_process(device=None # 'cpu', 'cuda', 'cuda:N' or None (CUDA when avail
 
 # %% ../nbs/05_train.ipynb #52c6bc44
 _DATA_CACHE: dict = {}
-
 def _load_data(cfg: TrainConfig, split: str):
     "(sources, targets) of a split; the synthetic corpus is kept in memory per process (it takes seconds to generate)."
     key = (cfg.data, split, json.dumps(cfg.data_options, sort_keys=True))
@@ -156,15 +155,16 @@ class Corpus:
     train: tuple
     valid: tuple = ([], [])     # rank 0 only: the other ranks neither evaluate nor test
     test: tuple = ([], [])
-
 def load_corpus(cfg: TrainConfig, # reads `data`, `data_options`, `valid_split`, `test_split`, `test_max_sents`
                 is_main: bool = True, # rank 0: also the validation and test splits
                ) -> Corpus:
-    "Every split the run reads, each read once (the test split cut to `test_max_sents`)."
+    "Every split the run reads, each read once (the test split cut to `test_max_sents`); an empty split is refused."
     if not is_main: return Corpus(_load_data(cfg, 'train'))
-    src, ref = _load_data(cfg, cfg.test_split)
-    n = cfg.test_max_sents or len(src)
-    return Corpus(_load_data(cfg, 'train'), _load_data(cfg, cfg.valid_split), (src[:n], ref[:n]))
+    parts = {s: _load_data(cfg, s) for s in dict.fromkeys(['train', cfg.valid_split, cfg.test_split])}
+    if empty := [s for s, (src, _) in parts.items() if not src]:     # refused before training, not after it
+        raise ValueError(f"data={cfg.data!r}: the {'/'.join(empty)} split is empty; give it sentences (POSENC_DATA)")
+    (src, ref), n = parts[cfg.test_split], cfg.test_max_sents or len(parts[cfg.test_split][0])
+    return Corpus(parts['train'], parts[cfg.valid_split], (src[:n], ref[:n]))
 
 # %% ../nbs/05_train.ipynb #c1605bb3
 def _make_tokenizer(cfg: TrainConfig, texts) -> Tokenizer:
@@ -380,7 +380,6 @@ def _resume_point(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: bool) 
 _RUN_FILES = ('metrics.jsonl', 'results.json', 'averaged.pt', STREAMS_FILE)
 
 _REPLACED = '.replaced'     # where `--fresh` keeps the run it replaces until the new run finishes
-
 def _run_paths(out_dir: Path, test_split: str) -> list:
     "A run's own files in `out_dir`: checkpoints, log, results, averaged model, streams and its hypotheses."
     return _ckpt_paths(out_dir) + [p for f in (*_RUN_FILES, f'{test_split}.hyp') if (p := out_dir / f).exists()]

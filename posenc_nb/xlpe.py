@@ -11,7 +11,7 @@ import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from .core import Positions, Site, PosEnc, register_posenc, make_posenc, list_posencs
 from .attention import Attention
-from .baselines import sinusoidal_table, relative_offsets, SinusoidalPosEnc
+from .baselines import sinusoidal_codes, sinusoidal_table, relative_offsets, SinusoidalPosEnc
 from .rope import RoPE
 from .rotary import RotaryCache
 from .rotary_kernel import apply_rotary
@@ -89,19 +89,16 @@ def xl_for_subwords(word_xl: Sequence[int], word_ids: Sequence[Optional[int]]) -
 
 # %% ../nbs/14_xlpe.ipynb #f53bca7c
 class _SinCodes(nn.Module):
-    "Sinusoidal codes looked up from a table cached on demand (no length limit)."
+    "Sinusoidal codes looked up from a table cached on demand (no length limit; far, sparse positions: no table)."
     def __init__(self, d_model: int, max_len: Optional[int] = None, base: float = 10000.):
         super().__init__()
         self.d_model, self.base = d_model, base
         self.register_buffer('table', sinusoidal_table(torch.arange(max_len or 1024), d_model, base), persistent=False)
     def forward(self, idx: Tensor) -> Tensor:
-        if torch.compiler.is_compiling():        # traced: the codes themselves (the table's length would read idx)
-            return sinusoidal_table(idx, self.d_model, self.base)
-        hi = known_range(idx)[1]                 # read once per positions tensor
-        if hi >= self.table.shape[0]:
-            self.table = sinusoidal_table(torch.arange(1 << hi.bit_length(), device=self.table.device), self.d_model,
-                                          self.base)
-        return F.embedding(idx, self.table)
+        # as `SinusoidalPosEnc`: a position of 1e8 gets its own code, not a table of 1e8 rows (memory grew with it)
+        c, t = sinusoidal_codes(idx, self.table, self.d_model, self.base, self.table.shape[0])
+        if t is not self.table: self.table = t
+        return c
 
 XL = 'xl'   # the name of the cross-lingual stream in `Positions.streams`
 

@@ -18,8 +18,8 @@ def _env(**kw):
     return env
 
 
-def run(argv, cwd=None, timeout=300):
-    env = _env(PYTHONPATH=str(ROOT))
+def run(argv, cwd=None, timeout=900, env=None):
+    env = _env(PYTHONPATH=str(ROOT), **(env or {}))
     return subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
 
 
@@ -277,3 +277,238 @@ def test_messages(tmp_path, case):
     argv, needle = MESSAGES[case]
     msg = bad(run([sys.executable, '-m', *[a.format(w=tmp_path) for a in argv]]), needle)
     assert len(msg) < 400 and list(tmp_path.iterdir()) == [], msg
+
+
+# issue 50, list 5: a compare rerun with another budget replaced results.json with an all-error one
+def test_compare_rerun_with_other_budget_refused(tmp_path):
+    out = tmp_path / 'cmp'
+    args = ['compare', '--config', 'synthetic-tiny', '--encodings', 'rope', '--out', out, '--no-plot', *TINY]
+    ok(cli(*args, '--max-steps', 3))
+    before = snapshot(out)
+    assert json.loads((out / 'results.json').read_text())['runs'][0]['steps'] == 3
+    msg = bad(cli(*args, '--max-steps', 4), 'holds a record made with other settings')
+    assert 'max_steps: 3 vs 4' in msg and 'pass another --out' in msg
+    assert snapshot(out) == before
+
+
+# issue 50, list 6: xl-head and xl-input built a table up to the largest position (8.6 GB for 8 tokens at 1e8)
+@pytest.mark.parametrize('enc', ['xl-head', 'xl-input'])
+def test_xl_far_positions_need_no_table_up_to_them(enc):
+    import torch
+    from posenc_nb.baselines import sinusoidal_table
+    from posenc_nb.core import Positions
+    from posenc_nb.model import ModelConfig, Seq2Seq
+    m = Seq2Seq(ModelConfig(src_vocab=20, tgt_vocab=20, d_model=16, n_heads=2, n_enc=1, n_dec=1, d_ff=32, enc_pe=enc,
+                            max_len=64))
+    far = torch.arange(8)[None] + 10 ** 8
+    out = m(torch.arange(2, 10)[None], Positions(far), torch.tensor([[1, 5]]), Positions(torch.tensor([[0, 1]])))
+    assert torch.isfinite(out).all()
+    assert max(b.numel() for b in m.buffers()) < 1 << 22                     # no 10^8-row table (was 1.6e9 floats)
+    torch.testing.assert_close(m.enc_pe.codes.table[:64], sinusoidal_table(torch.arange(64), 16))
+    torch.testing.assert_close(m.enc_pe.codes(far), sinusoidal_table(far, 16))
+    near = torch.tensor([[0, 3, 1500]])                                     # a near position still grows the table
+    torch.testing.assert_close(m.enc_pe.codes(near), sinusoidal_table(near, 16))
+    assert m.enc_pe.codes.table.shape[0] == 2048
+
+
+# issue 50, list 7 (the rest): each case one line naming the flag or field and the fix, refused before any work
+def _held_cache_run(w):
+    "A second `mlm pretrain` of the same run: its run folder in the shared cache is held by another process."
+    from posenc_nb.store import lock_folder
+    run_dir = w / 'cache' / 'roformer-runs' / 'mlm-cpu-tiny-steps2-rope-seed0'
+    return {'POSENC_CACHE': str(w / 'cache')}, lock_folder(run_dir)
+
+
+def _empty_test_split(w):
+    "A local multi30k whose test files are empty."
+    import gzip
+    d = w / 'data' / 'multi30k'
+    d.mkdir(parents=True)
+    for split, n in (('train', 40), ('val', 5), ('test_2016_flickr', 0)):
+        for lang in ('en', 'de'):
+            with gzip.open(d / f'{split}.{lang}.gz', 'wt') as f: f.write(''.join(f'a b c {i}\n' for i in range(n)))
+    return {'POSENC_DATA': str(w / 'data')}, None
+
+
+def _results_copy(w, cut: str):
+    "A copy of the committed results/ with the file `cut` truncated mid-JSON."
+    shutil.copytree(ROOT / 'results', w / 'res')
+    (w / 'res' / cut).write_text((ROOT / 'results' / cut).read_text()[:120])
+    return {}, None
+
+
+MLM_RECORD = 'roformer-mlm/cpu-small-lr0.001_learned-bert_seed0.json'
+TRAIN = ['posenc_nb.cli', 'train', '--config', 'synthetic-tiny', '--out', '{w}/m1']
+MORE_MESSAGES = {   # case: (argv after `python -m`, needle in the one error line, setup(w) -> (env, held lock) or None)
+    'set betas=[0.9]': (TRAIN + ['--set', 'betas=[0.9]'], 'betas takes 2 values', None),
+    'set name=x': (TRAIN + ['--set', 'name=x'], 'pass --config NAME', None),
+    'rope base=-5': (TRAIN + ['--set', 'enc_pe=rope', '--set', 'pe_options={"base": -5}'], 'base=-5', None),
+    'pe_options max_len': (TRAIN + ['--set', 'pe_options={"max_len": 5}'], "--set pe_options: max_len is the model's",
+                           None),
+    'learned max_len=1e9': (TRAIN + ['--set', 'enc_pe=learned', '--set', 'max_len=1000000000'],
+                            '--set max_len=1000000000: a learned table', None),
+    'empty test set': (TRAIN[:4] + ['--set', 'data=multi30k', '--set', 'tokenizer=bpe', '--out', '{w}/m1'],
+                       'the test split is empty', _empty_test_split),
+    'claims truncated ledger': (['posenc_nb.claims', '--root', '{w}/res', '--check'], 'claims.json is not valid JSON',
+                                lambda w: _results_copy(w, 'claims.json')),
+    'claims truncated record': (['posenc_nb.claims', '--root', '{w}/res', '--check'],
+                                'seed0.json is not valid JSON', lambda w: _results_copy(w, MLM_RECORD)),
+    'translate --len-penalty -1': (['posenc_nb.cli', 'translate', '--ckpt', '{w}/run', '--len-penalty', '-1'],
+                                   '--len-penalty -1.0', None),
+    'translate --len-penalty nan': (['posenc_nb.cli', 'translate', '--ckpt', '{w}/run', '--len-penalty', 'nan'],
+                                    '--len-penalty nan', None),
+    'experiments summarize a missing folder': (['posenc_nb.experiments', 'summarize', '{w}/nosuch'],
+                                               'no run records at', None),
+    'long_text lengths --limits abc': (['posenc_nb.long_text', 'lengths', '--limits', 'abc', '--out', '{w}/l.json'],
+                                       '--limits abc: give comma-separated positive whole numbers', None),
+    'long_text ngram --Cs -1': (['posenc_nb.long_text', 'ngram', '--Cs', '-1', '--out', '{w}/n.json'], '--Cs -1', None),
+    'speed --length -1': (['posenc_nb.speed', '--length', '-1', '--out', '{w}/s.json'], '--length -1', None),
+    'speed --d-model 15': (['posenc_nb.speed', '--d-model', '15', '--out', '{w}/s.json'], '--d-model 15', None),
+    'run folder in the shared cache': (['posenc_nb.mlm', 'pretrain', '--steps', '2', '--out', '{w}/r.json'],
+                                       'in the shared cache', _held_cache_run),
+}
+
+
+def _files(folder) -> dict: return {k: v for k, v in snapshot(folder).items() if not k.endswith('.lock')}
+
+
+@pytest.mark.parametrize('case', list(MORE_MESSAGES))
+def test_more_messages(tmp_path, case):
+    import contextlib
+    argv, needle, setup = MORE_MESSAGES[case]
+    env, held = setup(tmp_path) if setup else ({}, None)
+    env = {k: v.replace('{w}', str(tmp_path)) for k, v in env.items()}
+    before = _files(tmp_path)
+    with held or contextlib.nullcontext():
+        r = run([sys.executable, '-m', *[a.replace('{w}', str(tmp_path)) for a in argv]], env=env)
+    msg = bad(r, needle)
+    assert len(msg) < 400 and _files(tmp_path) == before, msg
+    if setup is None: assert list(tmp_path.iterdir()) == [], msg             # refused at parse time: no folder made
+    if case == 'run folder in the shared cache': assert '--out' not in msg, msg     # the fix is the cache, not --out
+
+
+def _rope_cfg(**scaling): return {'head_dim': 8, 'max_position_embeddings': 64, 'rope_scaling': scaling}
+
+
+API_MESSAGES = {   # case: (call, needle)
+    'RoPE(base=-5)': (lambda: __import__('posenc_nb.rope').rope.RoPE(16, 2, base=-5), 'base=-5'),
+    'RotaryCache(base=0)': (lambda: __import__('posenc_nb.rotary').rotary.RotaryCache(8, base=0), 'base=0'),
+    'rotary_from_hf(None)': (lambda: __import__('posenc_nb.rope').rope.rotary_from_hf(None), 'got None'),
+    'rope_theta=-1': (lambda: __import__('posenc_nb.rope').rope.rotary_from_hf({'head_dim': 8, 'rope_theta': -1}),
+                      'rope_theta=-1'),
+    'dynamic factor=-2': (lambda: __import__('posenc_nb.rope').rope.rotary_from_hf(
+        _rope_cfg(rope_type='dynamic', factor=-2)), 'factor=-2'),
+    'linear factor=-2': (lambda: __import__('posenc_nb.rope').rope.rotary_from_hf(
+        _rope_cfg(rope_type='linear', factor=-2)), 'factor=-2'),
+    'learned max_len=1e9': (lambda: __import__('posenc_nb.core').core.make_posenc('learned', 16, 2, max_len=10 ** 9),
+                            "max_len <= 1048576"),
+}
+
+
+@pytest.mark.parametrize('case', list(API_MESSAGES))
+def test_api_messages(case):
+    call, needle = API_MESSAGES[case]
+    with pytest.raises((ValueError, TypeError)) as e: call()
+    assert needle in str(e.value) and '\n' not in str(e.value), str(e.value)
+
+
+# issue 50, list 4: the ledger reads records through their manifests
+def test_ledger_names_a_changed_record_file(tmp_path):
+    from posenc_nb.referee import read_arm
+    from posenc_nb.store import RecordError
+    _record(tmp_path / 'ex', seed=0)
+    rdir = _record(tmp_path / 'ex', seed=1)
+    arm = read_arm(tmp_path, 'ex/rope-s*/metrics.json', 'bleu')              # verified, read (left out: no commit)
+    assert len(arm['records'] + arm['excluded']) == 2
+    (rdir / 'metrics.json').write_text(json.dumps({'encoding': 'rope', 'seed': 1, 'bleu': 9.0}))   # a score edited
+    with pytest.raises(RecordError, match=r'rope-s1/metrics.json changed after its record was published'):
+        read_arm(tmp_path, 'ex/rope-s*/metrics.json', 'bleu')
+
+
+# issue 50, build list 7: a kill at each write step of the new writers leaves the old output or the new, never a mix
+def _kill_at_step(n: int):
+    """In this (forked) process, SIGKILL at the n-th file-system step of a write: temp file made, each half of the
+    data written, synced, permissions set, renamed."""
+    import signal, tempfile
+    count = [0]
+    def step():
+        count[0] += 1
+        if count[0] == n: os.kill(os.getpid(), signal.SIGKILL)
+    def wrap(f):
+        def g(*a, **k):
+            step()
+            return f(*a, **k)
+        return g
+    class Halves:                               # a file whose writes are two steps: a kill between them cuts the data
+        def __init__(self, f): self.f = f
+        def __enter__(self): return self
+        def __exit__(self, *e): return self.f.__exit__(*e)
+        def __getattr__(self, k): return getattr(self.f, k)
+        def write(self, b):
+            self.f.write(b[:len(b) // 2])
+            self.f.flush()
+            step()
+            return self.f.write(b[len(b) // 2:])
+    fdopen = os.fdopen
+    tempfile.mkstemp, os.fsync, os.chmod, os.replace = map(wrap, (tempfile.mkstemp, os.fsync, os.chmod, os.replace))
+    os.fdopen = lambda *a, **k: Halves(fdopen(*a, **k))
+
+
+def _killed_writing(n: int, fn) -> bool:
+    "Run `fn` in a forked child killed at its n-th write step; True when it was killed (False: it finished)."
+    import signal
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _kill_at_step(n)
+            fn()
+        finally: os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+WRITERS = {   # the record each writer publishes (its shape and settings), old and new
+    'mlm pretrain': lambda s: ({'experiment': 'mlm-pretrain', 'config': _mlm_settings(steps=s), 'final_valid_loss': s},
+                               _mlm_settings(steps=s)),
+    'mlm finetune': lambda s: ({'experiment': 'finetune', 'init_run': None, 'test_accuracy': s / 100},
+                               {'task': 'sst2', 'steps': s, 'init_run': None}),
+    'long_text bpe': lambda s: ({'experiment': 'finetune-bpe', 'test_accuracy': s / 100},
+                                dict(encoding='rope', seed=0, plan='cpu', max_len=256, max_steps=s, n_test=5000)),
+    'classify': lambda s: ({'task': 'cola', 'encoding': 'rope', 'mcc': s / 100}, {'task': 'cola', 'max_steps': s}),
+}
+
+
+@pytest.mark.parametrize('writer', list(WRITERS))
+def test_killed_output_write_leaves_old_or_new(tmp_path, writer):
+    from posenc_nb.store import write_output
+    old, new = WRITERS[writer](50), WRITERS[writer](60)
+    texts = [write_output(tmp_path / f'{k}.json', *rec).read_text() for k, rec in (('old', old), ('new', new))]
+    out, n = tmp_path / 'rec.json', 1
+    write_output(out, *old)
+    while _killed_writing(n, lambda: write_output(out, *new)):
+        assert out.read_text() in texts, n                          # the whole old record or the whole new one
+        write_output(out, *old)
+        n += 1
+    assert n > 5 and out.read_text() == texts[1]                    # unkilled, the new one
+
+
+def test_killed_experiments_compare_leaves_none_or_whole(tmp_path):
+    "`experiments compare --out` end to end, killed at each step of its write: no record yet, or the whole one."
+    from posenc_nb.experiments import main as exp_main
+    from posenc_nb.store import publish
+    for enc in ('rope', 'sinusoidal'):
+        for s in (0, 1):
+            cfg = {'enc_pe': enc, 'seed': s, 'data': 'synthetic', 'test_split': 'test', 'data_options': {'n': 12}}
+            publish(tmp_path / 'ex' / f'{enc}-s{s}', {'config.json': json.dumps(cfg), 'test.hyp': ''.join(
+                f'w{i} {enc} {s}\n' for i in range(12)), 'metrics.json': json.dumps({'encoding': enc, 'seed': s})})
+    out, n = tmp_path / 'sig.json', 1
+    argv = ['compare', str(tmp_path / 'ex'), '--samples', '20', '--seed', '0', '1', '--out', str(out)]
+    assert exp_main(argv) == 0
+    whole = json.loads(out.read_text())
+    assert len(whole['comparisons']) == 2
+    out.unlink()
+    while _killed_writing(n, lambda: exp_main(argv)):          # (the bootstrap's numbers differ from run to run)
+        assert not out.exists() or json.loads(out.read_text()).keys() == whole.keys(), n     # whole, or none
+        out.unlink(missing_ok=True)
+        n += 1
+    assert n > 5 and json.loads(out.read_text()).keys() == whole.keys()
