@@ -154,7 +154,11 @@ def use_encoding(model: nn.Module, # a Hugging Face decoder-only model (Llama, Q
     """Give a Hugging Face decoder-only model the position encoding `name` through Hugging Face's public extension
     points: the model's rotary embedding made the identity (a forward hook), an attention function and its mask
     registered as 'posenc_nb', forward hooks on the token embeddings (hook 1) and pre-hooks on q/k/v projections (hook
-    2); positions come from `attention_mask` (left padding) or the cache's length. The encoding is `model.posenc`."""
+    2); positions come from `attention_mask` (left padding) or the cache's length. The encoding is `model.posenc`.
+
+    model: a Hugging Face decoder-only model, changed in place and returned. name: a registered encoding
+    (`list_posencs()`). options: the encoding's constructor options (`make_posenc`); for 'rope', none keeps the model's
+    own rotary (`rotary_from_hf`), others (scaling=..., rotary=cache) replace it."""
     _register()
     if getattr(model, 'posenc', None) is not None:
         raise ValueError("this model already has a posenc_nb encoding; build a fresh model to change it")

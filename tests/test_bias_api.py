@@ -8,6 +8,9 @@ from posenc_nb.core import _REGISTRY, PosEnc, Positions, list_posencs, make_pose
 from posenc_nb.baselines import alibi_score_mod, alibi_slopes, pos_at, shaw_score_mod, t5_lut, t5_score_mod
 from posenc_nb.interop import bias_encodings, position_bias, position_score_mod, fused_qkv_bias
 from posenc_nb.model import ModelConfig, Seq2Seq
+from posenc_nb.hf import use_encoding
+from posenc_nb.rope import rotary_from_hf
+from posenc_nb.rotary_kernel import apply_rotary
 
 torch.set_num_threads(1)
 B, H, D, L = 2, 4, 32, 6
@@ -113,6 +116,10 @@ def test_learned_range_error_names_the_option_used():
     (shaw_score_mod, ['scores', '(B,H,Lq,2*clip+1)', 'clip']),
     (t5_lut, ['num_buckets', 'bidirectional', 'device']),
     (Positions.from_mask, ['mask', 'offset', 'streams']),
+    (fused_qkv_bias, ['pe', 'pos', '(L,) or (B,L)', 'weight', 'layer', 'kind']),
+    (rotary_from_hf, ['config', 'layer_type', 'angle_dtype', 'max_positions']),
+    (apply_rotary, ['pos', 'style', 'key', 'rot_dim', '(B,L)']),
+    (use_encoding, ['model', 'name', 'options', 'list_posencs']),
 ])
 def test_help_shows_parameter_meanings(fn, words):
     text = pydoc.render_doc(fn, renderer=pydoc.plaintext)

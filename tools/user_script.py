@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from posenc_nb.core import PosEnc, Positions, Site, list_posencs, make_posenc
 from posenc_nb.model import ModelConfig, Seq2Seq
-from posenc_nb.baselines import alibi_slopes, alibi_score_mod, shaw_score_mod, t5_score_mod
-from posenc_nb.interop import bias_encodings, fused_qkv_bias, position_bias
+from posenc_nb.baselines import alibi_slopes, alibi_score_mod, shaw_score_mod, t5_lut, t5_score_mod
+from posenc_nb.interop import bias_encodings, fused_qkv_bias, position_bias, position_score_mod
 from posenc_nb.rotary import RotaryCache
 from posenc_nb.rotary_kernel import apply_rotary
 from posenc_nb.rope import rotary_from_hf
@@ -33,6 +33,43 @@ def readme_use_it() -> None:
     assert logits.shape == (2, 3, 100)
     assert 'rope' in list_posencs()
     assert p.slice(3).max() == 4 and p.to('cpu').shape == (2, 5)
+    readme_own_model(p)
+    readme_hf(src, mask)
+
+
+def readme_own_model(p: Positions) -> None:
+    "The README's own-model calls: a rotation, Hugging Face's rotary, a logit bias and its score_mod, q/k/v biases."
+    B, H, L, dh = 2, 4, 5, 16
+    q, k = torch.randn(2, B, H, L, dh).unbind(0)
+    ids = p.pos
+    cache = RotaryCache(dh)
+    q_rope, k_rope = apply_rotary(q, ids, cache), apply_rotary(k, ids, cache, key=True)
+    llama3 = rotary_from_hf(dict(hidden_size=64, num_attention_heads=H, head_dim=dh, max_position_embeddings=512,
+                                 rope_theta=500000.0, rope_scaling=dict(rope_type='llama3', factor=8.0,
+                                 low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=32)))
+    q_hf = apply_rotary(q, ids, llama3, style='half')
+    alibi = make_posenc('alibi', d_model=64, n_heads=H, causal=True)
+    bias = position_bias(alibi, ids)
+    score_mod = position_score_mod(alibi, ids)
+    floater = make_posenc('floater', d_model=64, n_heads=H, n_layers=2, causal=True, kinds=('dec',))
+    qkv = torch.nn.Linear(64, 192)
+    qkv_bias = fused_qkv_bias(floater, ids, qkv.weight, layer=1)
+    assert bias.shape == (B, H, L, L) and qkv_bias.shape == (B, L, 192)
+    assert q_rope.shape == k_rope.shape == q_hf.shape == q.shape
+    b, h, i, j = torch.tensor(1), torch.tensor(2), torch.tensor(3), torch.tensor(1)
+    assert torch.allclose(score_mod(torch.zeros(()), b, h, i, j), bias[1, 2, 3, 1])
+
+
+def readme_hf(src: Tensor, mask: Tensor) -> None:
+    "The README's Hugging Face retrofit: one call, then a training step on a left-padded batch."
+    if importlib.util.find_spec('transformers') is None: return
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from posenc_nb.hf import use_encoding
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2))
+    use_encoding(llama, 'alibi')
+    loss = llama(input_ids=src, attention_mask=mask.long(), labels=src).loss
+    loss.backward()
 
 
 class Plug(nn.Module):
@@ -196,11 +233,18 @@ def score_mods(pos: Tensor) -> None:
     "The FlexAttention score_mod factories, called as a user would: their results equal the dense bias."
     scores = torch.zeros(())
     slopes = alibi_slopes(H)
-    mod = alibi_score_mod(slopes, pos[:, None], pos[:, None], causal=True)
+    mod = alibi_score_mod(slopes, pos, pos, causal=True)                # (B,L) ids, as position_bias takes
     b, h, i, j = torch.tensor(1), torch.tensor(2), torch.tensor(3), torch.tensor(1)
     dense = position_bias(make_posenc('alibi', D, H, causal=True), pos)
     assert torch.allclose(mod(scores, b, h, i, j), dense[1, 2, 3, 1])
-    assert callable(t5_score_mod) and callable(shaw_score_mod)
+    t5 = make_posenc('t5', D, H, causal=True)
+    t5_mod = t5_score_mod(t5.bias.weight, t5_lut(t5.num_buckets, t5.max_distance, bidirectional=False), pos, pos,
+                          t5.max_distance)
+    assert torch.allclose(t5_mod(scores, b, h, i, j), position_bias(t5, pos)[1, 2, 3, 1])
+    shaw = make_posenc('shaw', D, H)
+    q = torch.randn(B, H, L, D // H)
+    shaw_mod = shaw_score_mod(q @ shaw.rel_k[0].T * (D // H) ** -0.5, pos, pos, shaw.clip)
+    assert torch.allclose(shaw_mod(scores, b, h, i, j), position_bias(shaw, pos, q=q)[1, 2, 3, 1], atol=1e-6)
 
 
 def hf_rotary(ids: Tensor, pos: Tensor, mask: Tensor) -> None:
