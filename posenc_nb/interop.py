@@ -172,7 +172,8 @@ def fused_qkv_bias(pe: PosEnc, # an encoding with per-block q/k/v input biases (
                    layer: int = 0, # the block
                    kind: Optional[str] = None # the block's attention kind, one of `pe.sites` (default: the first)
                   ) -> Tensor: # (B or 1, L, 3D), in the weight's dtype
-    """The block's q/k/v input biases moved to a fused projection's output: `proj(x) + b` equals three split projections.
+    """The block's q/k/v input biases moved to a fused projection's output: `proj(x) + b` equals three split
+    projections.
 
     pe: an encoding with per-block q/k/v input biases ('floater', 'block-bias'). pos: integer position ids (L,) or (B,L)
     of the projection's input tokens. weight: the fused projection's (3D, D) weight. layer: the block. kind: the
