@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from posenc_nb.core import PosEnc, Positions, Site, list_posencs, make_posenc
 from posenc_nb.model import ModelConfig, Seq2Seq
-from posenc_nb.baselines import alibi_slopes, alibi_score_mod, shaw_score_mod, t5_lut, t5_score_mod
+from posenc_nb.baselines import (ShawPosEnc, T5PosEnc, alibi_slopes, alibi_score_mod, shaw_score_mod, t5_lut,
+                                 t5_score_mod)
 from posenc_nb.interop import bias_encodings, fused_qkv_bias, position_bias, position_score_mod
 from posenc_nb.rotary import RotaryCache
 from posenc_nb.rotary_kernel import apply_rotary
@@ -238,10 +239,12 @@ def score_mods(pos: Tensor) -> None:
     dense = position_bias(make_posenc('alibi', D, H, causal=True), pos)
     assert torch.allclose(mod(scores, b, h, i, j), dense[1, 2, 3, 1])
     t5 = make_posenc('t5', D, H, causal=True)
+    assert isinstance(t5, T5PosEnc)                                     # make_posenc returns a PosEnc: narrow it
     t5_mod = t5_score_mod(t5.bias.weight, t5_lut(t5.num_buckets, t5.max_distance, bidirectional=False), pos, pos,
                           t5.max_distance)
     assert torch.allclose(t5_mod(scores, b, h, i, j), position_bias(t5, pos)[1, 2, 3, 1])
     shaw = make_posenc('shaw', D, H)
+    assert isinstance(shaw, ShawPosEnc)
     q = torch.randn(B, H, L, D // H)
     shaw_mod = shaw_score_mod(q @ shaw.rel_k[0].T * (D // H) ** -0.5, pos, pos, shaw.clip)
     assert torch.allclose(shaw_mod(scores, b, h, i, j), position_bias(shaw, pos, q=q)[1, 2, 3, 1], atol=1e-6)
