@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 NB_WORKERS ?= 2
 export POSENC_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: help install demo test test-nbs test-py test-slow export sync-check lint docs site chromium lab bench clean-nbs
+.PHONY: help install demo test test-nbs test-py test-slow export sync-check lint typecheck docs site chromium lab bench clean-nbs
 
 help:
 	@echo "make demo   - set up and compare every position encoding on the synthetic task (a few minutes on CPU)"
@@ -15,6 +15,7 @@ help:
 	@echo "make docs   - build the documentation site (Quarto via nbdev_docs if installed, else Sphinx into _site/html/)"
 	@echo "make site   - build the Sphinx site into _site/html/ and check every page in headless Chromium"
 	@echo "make lint   - ruff on the notebooks and the exported code; module, function and line budgets"
+	@echo "make typecheck - pyright (basic) on the public modules and tools/user_script.py, then run that script"
 	@echo "make lab    - JupyterLab on nbs/ with the package importable"
 	@echo "make bench  - throughput benchmark against torch.nn.Transformer"
 	@echo "make gpu-check - on a CUDA machine: gpu notebook cells, contract tests, fp16/bf16 training with exact resume, benchmarks; records in results/gpu/"
@@ -63,6 +64,14 @@ sync-check: install
 lint: install
 	$(BIN)/ruff check nbs posenc_nb
 	$(BIN)/python tools/style_report.py --check
+
+# Types: pyright in basic mode, 0 errors, on the public modules (core, rope, rotary, rotary_kernel, interop, baselines,
+# model, hf) and on tools/user_script.py, which holds the README's "Use it" and notebook 15's examples as a user writes
+# them (pyrightconfig.json); then the script runs, so the examples it checks also work. pyright is a pinned dev
+# requirement (the PyPI package carries pyright itself and runs it on the machine's Node.js).
+typecheck: install
+	PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(BIN)/pyright --pythonpath $(BIN)/python
+	$(BIN)/python tools/user_script.py
 
 # The site: Quarto through nbdev_docs where it is installed; otherwise Sphinx + MyST-NB (tools/build_site.py; the
 # doc packages are pinned dev requirements) into _site/html/. `make site` always builds the Sphinx site and checks it

@@ -14,8 +14,8 @@ from .attention import Attention
 
 # %% auto #0
 __all__ = ['LEARNED_MAX_ROWS', 'NoPosEnc', 'sinusoidal_table', 'sinusoidal_codes', 'SinusoidalPosEnc', 'LearnedPosEnc',
-           'relative_offsets', 'pos_at', 'shaw_score_mod', 'ShawPosEnc', 't5_bucket', 't5_score_mod', 'T5PosEnc',
-           'alibi_slopes', 'alibi_score_mod', 'ALiBiPosEnc']
+           'relative_offsets', 'pos_at', 'shaw_score_mod', 'ShawPosEnc', 't5_lut', 't5_bucket', 't5_score_mod',
+           'T5PosEnc', 'alibi_slopes', 'alibi_score_mod', 'ALiBiPosEnc']
 
 # %% ../nbs/01_baselines.ipynb #c6ab0a28
 from typing import Callable
@@ -75,8 +75,7 @@ def sinusoidal_codes(pos: Tensor, # integer positions, any shape
     if need > max(min_rows, _TABLE_ROWS, 4 * pos.numel()):        # e.g. one position of 1e8: no table up to it
         return sinusoidal_table(pos, d_model, base), table
     # no device objects on the CPU
-    same_device = table is not None and (table.is_cpu and pos.is_cpu or table.device == pos.device)
-    if not same_device or table.shape[0] < need:
+    if table is None or not (table.is_cpu and pos.is_cpu or table.device == pos.device) or table.shape[0] < need:
         table = sinusoidal_table(torch.arange(max(min_rows, 1 << (need - 1).bit_length()), device=pos.device), d_model,
                                  base)
     return F.embedding(pos, table), table
@@ -135,20 +134,31 @@ def relative_offsets(q_pos: Tensor, # query head positions (B,h,Lq)
     return k_pos[..., None, :] - q_pos[..., :, None]
 
 # %% ../nbs/01_baselines.ipynb #a8673a9e
-def pos_at(pos: Tensor # head positions (B|1,1|H,L)
+def pos_at(pos: Tensor # position ids (L,) or (B,L), or head positions (B|1,1|H,L)
           ) -> Callable:
-    "`at(b, h, i) = pos[b, h, i]` for FlexAttention's index tensors, a batch or head dimension of size 1 broadcast."
+    """`at(b, h, i) = pos[b, h, i]` for FlexAttention's index tensors, a batch or head dimension of size 1 broadcast;
+    ids (L,) or (B,L) (the shapes `position_bias` takes) are read as (1,1,L) and (B,1,L).
+
+    pos: integer position ids (L,) or (B,L), or head positions (B|1,1|H,L)."""
+    if pos.dim() in (1, 2): pos = pos.reshape(-1, 1, pos.shape[-1])
+    elif pos.dim() != 3:
+        raise ValueError(f"positions must be (L,), (B,L) or head positions (B,1|H,L), got {tuple(pos.shape)}; "
+                         "pass one row of ids per sequence")
     one_b, one_h = pos.shape[0] == 1, pos.shape[1] == 1
     def at(b, h, i): return pos[0 if one_b else b, 0 if one_h else h, i]
     return at
 
 # %% ../nbs/01_baselines.ipynb #3ca4753d
 def shaw_score_mod(scores: Tensor, # q·w^K_r/sqrt(dh) of every query and clipped offset r = -clip..clip (B,H,Lq,2clip+1)
-                   q_pos: Tensor, # query head positions (B|1,1|H,Lq)
-                   k_pos: Tensor, # key head positions (B|1,1|H,Lk)
+                   q_pos: Tensor, # query positions (Lq,), (B,Lq) or head positions (B|1,1|H,Lq)
+                   k_pos: Tensor, # key positions (Lk,), (B,Lk) or head positions (B|1,1|H,Lk)
                    clip: int # offsets beyond +-clip share the last vector
                   ) -> Callable:
-    "FlexAttention score_mod adding Shaw's bias: `scores` at each query/key pair's clipped offset (differentiable)."
+    """FlexAttention score_mod adding Shaw's bias: `scores` at each query/key pair's clipped offset (differentiable).
+
+    scores: (B,H,Lq,2*clip+1), q·w^K_r/sqrt(dh) for every query and offset r = -clip..clip, i.e.
+    `q @ pe.table(site).T * dh**-0.5` with `pe` a `ShawPosEnc` (`interop.position_score_mod` computes it).
+    q_pos, k_pos: integer positions (L,), (B,L) or head positions (B|1,1|H,L). clip: the encoding's `clip`."""
     qa, ka = pos_at(q_pos), pos_at(k_pos)
     def score_mod(score, b, h, q_idx, kv_idx):
         r = (ka(b, h, kv_idx) - qa(b, h, q_idx)).clamp(-clip, clip) + clip
@@ -226,15 +236,27 @@ def _t5_signed_lut(num_buckets: int, max_distance: int, bidirectional: bool) -> 
     # causal: future offsets -> bucket 0
     return d[n.abs()] + (n > 0).long() * n_dir if bidirectional else d[(-n).clamp_min(0)]
 
+def t5_lut(num_buckets: int = 32, # buckets in all, as `T5PosEnc`'s
+           max_distance: int = 128, # offsets at or beyond it share the last bucket
+           bidirectional: bool = True, # encoder (both directions); False: a causal decoder
+           device=None # where the table goes (default: the CPU)
+          ) -> Tensor: # (2*max_distance+1,) long
+    """The T5 bucket of every offset j-i from -max_distance to max_distance, at index offset + max_distance: the `lut`
+    that `t5_bucket` and `t5_score_mod` take (a `T5PosEnc` keeps both directions as `lut_bi` and `lut_causal`).
+
+    num_buckets, max_distance: the encoding's. bidirectional: encoder table, else a causal decoder's. device: where."""
+    t5_bucket(torch.zeros(1, dtype=torch.long), bidirectional, num_buckets, max_distance)    # checks the options
+    return _t5_signed_lut(num_buckets, max_distance, bidirectional).to(device=device, copy=True)
+
 # %% ../nbs/01_baselines.ipynb #a1d4605b
 def t5_bucket(rel: Tensor, # relative offsets j - i (key minus query position)
               bidirectional: bool = True, # encoder (both directions) or causal decoder
               num_buckets: int = 32, # buckets in all (half per direction when bidirectional)
               max_distance: int = 128, # offsets at or beyond it share the last bucket
-              lut: Optional[Tensor] = None # a cached `_t5_signed_lut` on rel's device
+              lut: Optional[Tensor] = None # `t5_lut(num_buckets, max_distance, bidirectional)` on rel's device
              ) -> Tensor: # bucket index, shape of `rel`
-    """T5 bucket index of relative offsets `rel = j - i` (key minus query position); `lut` optionally a cached
-    `_t5_signed_lut`."""
+    """T5 bucket index of relative offsets `rel = j - i` (key minus query position); `lut` optionally the table
+    `t5_lut(num_buckets, max_distance, bidirectional)` on rel's device (else built here)."""
     n_dir = num_buckets // 2 if bidirectional else num_buckets
     if n_dir < 2 or max_distance <= n_dir // 2:
         raise ValueError(f"t5 buckets need num_buckets >= {4 if bidirectional else 2} and max_distance > {n_dir // 2}; "
@@ -245,12 +267,16 @@ def t5_bucket(rel: Tensor, # relative offsets j - i (key minus query position)
 
 # %% ../nbs/01_baselines.ipynb #222ddc05
 def t5_score_mod(weight: Tensor, # the bucket table (num_buckets, H): `T5PosEnc.bias.weight`
-                 lut: Tensor, # `_t5_signed_lut` on the device: bucket of each offset -max_distance..max_distance
-                 q_pos: Tensor, # query head positions (B|1,1|H,Lq)
-                 k_pos: Tensor, # key head positions (B|1,1|H,Lk)
+                 lut: Tensor, # `t5_lut(...)` on the device: bucket of each offset -max_distance..max_distance
+                 q_pos: Tensor, # query positions (Lq,), (B,Lq) or head positions (B|1,1|H,Lq)
+                 k_pos: Tensor, # key positions (Lk,), (B,Lk) or head positions (B|1,1|H,Lk)
                  max_distance: int # offsets beyond it share the last bucket
                 ) -> Callable:
-    "FlexAttention score_mod adding T5's bias `weight[bucket(j - i), h]` (its gradient reaches `weight`)."
+    """FlexAttention score_mod adding T5's bias `weight[bucket(j - i), h]` (its gradient reaches `weight`).
+
+    weight: (num_buckets, H) bucket table, `T5PosEnc.bias.weight`. lut: `t5_lut(num_buckets, max_distance,
+    bidirectional)` on weight's device (a `T5PosEnc` keeps both as `lut_bi`, `lut_causal`). q_pos, k_pos: integer
+    positions (L,), (B,L) or head positions (B|1,1|H,L). max_distance: the encoding's `max_distance`."""
     qa, ka = pos_at(q_pos), pos_at(k_pos)
     def score_mod(score, b, h, q_idx, kv_idx):
         r = (ka(b, h, kv_idx) - qa(b, h, q_idx)).clamp(-max_distance, max_distance) + max_distance
@@ -261,6 +287,8 @@ def t5_score_mod(weight: Tensor, # the bucket table (num_buckets, H): `T5PosEnc.
 @register_posenc('t5')
 class T5PosEnc(PosEnc):
     "T5 relative attention bias: a learned scalar per head and log-spaced offset bucket, shared across layers."
+    lut_bi: Tensor          # buffers (declared for type checkers): bucket of each offset, encoder and decoder
+    lut_causal: Tensor
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
                  causal: bool = False,
                  num_buckets: int = 32, # buckets of offsets (see `t5_bucket`)
@@ -308,11 +336,14 @@ def alibi_slopes(n_heads: int # attention heads H
 
 # %% ../nbs/01_baselines.ipynb #d24a2959
 def alibi_score_mod(slopes: Tensor, # (H,) head slopes m_h (`alibi_slopes`)
-                    q_pos: Tensor, # query head positions (B|1,1|H,Lq)
-                    k_pos: Tensor, # key head positions (B|1,1|H,Lk)
+                    q_pos: Tensor, # query positions (Lq,), (B,Lq) or head positions (B|1,1|H,Lq)
+                    k_pos: Tensor, # key positions (Lk,), (B,Lk) or head positions (B|1,1|H,Lk)
                     causal: bool = False # decoder: -m_h (i - j); encoder: -m_h |i - j|
                    ) -> Callable:
-    "FlexAttention score_mod adding ALiBi's bias: no bias tensor at all, as flash-attn's `alibi_slopes`."
+    """FlexAttention score_mod adding ALiBi's bias: no bias tensor at all, as flash-attn's `alibi_slopes`.
+
+    slopes: (H,) head slopes, `alibi_slopes(H)`. q_pos, k_pos: integer positions (L,), (B,L) (as `position_bias`
+    takes) or head positions (B|1,1|H,L). causal: decoder bias -m_h (i - j), else -m_h |i - j|."""
     qa, ka = pos_at(q_pos), pos_at(k_pos)
     def score_mod(score, b, h, q_idx, kv_idx):
         rel = ka(b, h, kv_idx) - qa(b, h, q_idx)
@@ -323,6 +354,7 @@ def alibi_score_mod(slopes: Tensor, # (H,) head slopes m_h (`alibi_slopes`)
 @register_posenc('alibi')
 class ALiBiPosEnc(PosEnc):
     "ALiBi: fixed per-head linear penalty -m_h|i-j| (encoder) or -m_h(i-j) (decoder) on the attention logits."
+    slopes: Tensor          # buffer (declared for type checkers): (H,) head slopes
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
                  causal: bool = False):
         super().__init__(d_model, n_heads, n_layers, max_len, causal)

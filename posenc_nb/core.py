@@ -8,15 +8,15 @@ import ast, contextlib, importlib, importlib.util, math, pkgutil, re, sys
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Union, cast
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SITE_KINDS', 'ENTRY_POINT_GROUP', 'Positions', 'host_fact', 'note_fact', 'whole_base', 'known_range', 'positions_max',
-           'assert_below', 'HostReads', 'Site', 'BiasRows', 'PosEnc', 'register_posenc', 'registering_modules',
-           'import_registering', 'list_posencs', 'make_posenc', 'encoding_streams']
+__all__ = ['SITE_KINDS', 'HOOKS', 'ENTRY_POINT_GROUP', 'Positions', 'host_fact', 'note_fact', 'whole_base', 'known_range',
+           'positions_max', 'assert_below', 'HostReads', 'Site', 'BiasRows', 'PosEnc', 'register_posenc',
+           'registering_modules', 'import_registering', 'list_posencs', 'make_posenc', 'encoding_streams']
 
 # %% ../nbs/00_core.ipynb #28c4ebe3
 def _check_int(t: Tensor, what: str):
@@ -46,62 +46,60 @@ class Positions:
         for k, v in self.streams.items(): _check_int(v, f'position stream {k!r}')
         if self.mask is not None and self.mask.dtype != torch.bool: self.mask = self.mask.bool()
 
+    # The methods are defined in the class (not added later with `@patch`) so that type checkers and editors see them.
+    @classmethod
+    def from_mask(cls, mask: Tensor, # (B,L), True (or 1) on real tokens
+                  offset: Union[int, Tensor] = 0, # added to every position: an int, or one per row (B,)
+                  streams: Optional[dict] = None # extra streams, name -> (B,L) integer tensor, kept as given
+                 ) -> Positions:
+        """Positions counted over real tokens only (left or right padding), plus `offset` (int or per-row (B,)).
 
-# %% ../nbs/00_core.ipynb #e61e4838
-@patch(cls_method=True)
-def from_mask(cls: Positions, mask: Tensor, # (B,L), True (or 1) on real tokens
-              offset: Union[int, Tensor] = 0, # added to every position: an int, or one per row (B,)
-              streams: Optional[dict] = None # extra streams, name -> (B,L) integer tensor, kept as given
-             ) -> Positions:
-    "Positions counted over real tokens only (left or right padding), plus `offset` (int or per-row (B,))."
-    mask = mask.bool()
-    pos = (mask.long().cumsum(-1) - 1).clamp_min(0)
-    if isinstance(offset, Tensor): offset = offset.view(-1, 1)
-    pos = (pos + offset).masked_fill(~mask, 0)
-    return cls(pos, mask, streams or {})
+        mask: (B,L), True (or 1) on real tokens. offset: added to every position, an int or one per row (B,).
+        streams: extra streams, name -> (B,L) integer tensor, kept as given."""
+        mask = mask.bool()
+        pos = (mask.long().cumsum(-1) - 1).clamp_min(0)
+        if isinstance(offset, Tensor): offset = offset.view(-1, 1)
+        pos = (pos + offset).masked_fill(~mask, 0)
+        return cls(pos, mask, streams or {})
 
-# %% ../nbs/00_core.ipynb #2b99ccbb
-@patch(cls_method=True)
-def arange(cls: Positions, batch: int, # rows B
-           length: int, # columns L
-           offset: Union[int, Tensor] = 0, # first position: an int, or one per row (B,)
-           device=None) -> Positions:
-    "Unpadded positions `offset, offset+1, ...` for every row (`mask` is None: no padding)."
-    pos = torch.arange(length, device=device)[None].expand(batch, length)
-    if isinstance(offset, Tensor): offset = offset.view(-1, 1).to(pos.device)
-    return cls(pos + offset)
+    @classmethod
+    def arange(cls, batch: int, # rows B
+               length: int, # columns L
+               offset: Union[int, Tensor] = 0, # first position: an int, or one per row (B,)
+               device=None) -> Positions:
+        """Unpadded positions `offset, offset+1, ...` for every row (`mask` is None: no padding).
 
-# %% ../nbs/00_core.ipynb #81054530
-@patch
-def map(self: Positions, f: Callable # applied to `pos`, `mask` and every stream (never to None)
-       ) -> Positions:
-    "New `Positions` with `f` applied to every tensor: the one place that lists what a `Positions` holds."
-    g = lambda t: None if t is None else f(t)
-    return Positions(g(self.pos), g(self.mask), {k: g(v) for k, v in self.streams.items()})
+        batch: rows B. length: columns L. offset: the first position, an int or one per row (B,)."""
+        pos = torch.arange(length, device=device)[None].expand(batch, length)
+        if isinstance(offset, Tensor): offset = offset.view(-1, 1).to(pos.device)
+        return cls(pos + offset)
 
-# %% ../nbs/00_core.ipynb #ae038220
-@patch
-def slice(self: Positions, start: int, end: Optional[int] = None) -> Positions:
-    "The columns `start:end` of every stream."
-    return self.map(lambda t: t[:, start:end])
+    def map(self, f: Callable # applied to `pos`, `mask` and every stream (never to None)
+           ) -> Positions:
+        "New `Positions` with `f` applied to every tensor: the one place that lists what a `Positions` holds."
+        mask = None if self.mask is None else f(self.mask)
+        return Positions(f(self.pos), mask, {k: f(v) for k, v in self.streams.items()})
 
-@patch
-def index_select(self: Positions, rows: Tensor) -> Positions:
-    "The rows `rows` (1-D integer tensor) of every stream, in that order (repeats allowed)."
-    return self.map(lambda t: t.index_select(0, rows.to(t.device)))
+    def slice(self, start: int, end: Optional[int] = None) -> Positions:
+        "The columns `start:end` of every stream."
+        return self.map(lambda t: t[:, start:end])
 
-@patch
-def to(self: Positions, device: Union[str, torch.device]) -> Positions: return self.map(lambda t: t.to(device))
+    def index_select(self, rows: Tensor) -> Positions:
+        "The rows `rows` (1-D integer tensor) of every stream, in that order (repeats allowed)."
+        return self.map(lambda t: t.index_select(0, rows.to(t.device)))
 
-# %% ../nbs/00_core.ipynb #ed4a8f40
-@patch(as_prop=True)
-def shape(self: Positions): return self.pos.shape
+    def to(self, device: Union[str, torch.device]) -> Positions:
+        "Every tensor moved to `device`."
+        return self.map(lambda t: t.to(device))
 
-@patch
-def max(self: Positions) -> int:
-    "Largest position in any stream (0 for an empty batch)."
-    vals = [t.max().item() for t in (self.pos, *self.streams.values()) if t.numel()]
-    return int(max(vals)) if vals else 0
+    @property
+    def shape(self) -> torch.Size: return self.pos.shape
+
+    def max(self) -> int:
+        "Largest position in any stream (0 for an empty batch)."
+        vals = [int(t.max().item()) for t in (self.pos, *self.streams.values()) if t.numel()]
+        return max(vals) if vals else 0
+
 
 # %% ../nbs/00_core.ipynb #ee8a7adf
 import traceback, torch.utils.weak
@@ -157,8 +155,8 @@ def known_range(t: Tensor # integer tensor
                ) -> tuple: # (min, max) as Python ints; (0, 0) when empty
     """Smallest and largest value of `t`, read once per tensor (one `aminmax`, one transfer), or as noted by
     `note_fact(t, 'range', (lo, hi))`."""
-    return host_fact(whole_base(t), 'range', lambda t: tuple(torch.stack(torch.aminmax(t)).tolist()) if t.numel()
-                     else (0, 0))   # one transfer
+    read = lambda t: tuple(torch.stack(torch.aminmax(t)).tolist()) if t.numel() else (0, 0)   # one transfer
+    return cast(tuple, host_fact(whole_base(t), 'range', read))
 
 def positions_max(p: Positions) -> int:
     """Largest position in any stream of `p` (0 when empty), each stream read at most once: `Positions.max` without
@@ -196,10 +194,10 @@ class HostReads(TorchDispatchMode):
     def _note(self, what): self.reads.append((what, ''.join(traceback.format_stack(limit=6)[:-2])))
     def __enter__(self):
         self._tolist, me = Tensor.tolist, self
-        Tensor.tolist = lambda t: (me._note('tolist'), me._tolist(t))[1]
+        setattr(Tensor, 'tolist', lambda t: (me._note('tolist'), me._tolist(t))[1])
         return super().__enter__()
     def __exit__(self, *exc):
-        Tensor.tolist = self._tolist
+        setattr(Tensor, 'tolist', self._tolist)
         return super().__exit__(*exc)
     @property
     def n(self) -> int: return len(self.reads)
@@ -238,6 +236,9 @@ class BiasRows:
     reach: Optional[int] = None             # bias constant beyond column offsets +-reach (see above), or None
     far: Optional[Callable] = None          # (q rows, start, end) -> (bias left of -reach, right of +reach)
 
+HOOKS = ('embed', 'qkv_bias', 'qkv_out_bias', 'head_positions', 'transform_qk', 'logit_bias', 'logit_bias_rows',
+         'decoding_step')
+
 def _defined_in(cls: type, name: str) -> type:
     "The class of `cls`'s MRO whose own namespace defines `name`."
     return next(c for c in cls.__mro__ if name in vars(c))
@@ -249,13 +250,18 @@ def _rows_follow_bias(cls: type, hook: str) -> bool:
 # %% ../nbs/00_core.ipynb #6adb3f8c
 class PosEnc(nn.Module):
     """Base class of every position encoding: five hooks, declared in the order a model calls them, each a no-op unless
-    overridden."""
+    overridden. `pe.has_hook(name)` says whether an encoding overrides a hook, so a generic model calls only those:
+    `pe.has_hook('logit_bias')` (a bias: `position_bias`), `pe.has_hook('transform_qk')` (a rotation), `'embed'`,
+    `'qkv_bias'` (per-block biases: `fused_qkv_bias`); `pe.own_hooks` is the same answer for hooks 3-5 and
+    `decoding_step`, kept as a set."""
     # attention sites where hooks 2-5 act (self-attention); `Attention` skips them elsewhere
     sites: tuple = ('enc', 'dec')
     bounded: bool = False           # True: `max_len` is a hard limit on positions (`check_positions` raises past it)
     # buffers that cache a function of the parameters: reset, never averaged, by checkpoint averaging
     derived_buffers: tuple = ()
     reads_streams: tuple = ()       # names of the extra `Positions.streams` it reads (it must also work without them)
+    max_len_source: str = 'max_len' # the option a range error asks to raise (a model sets its config's field)
+    own_hooks: frozenset            # set in __init__: the overridden hooks among 3-5 and `decoding_step`
     def __init__(self, d_model:int, # model width D
                  n_heads:int, # attention heads H
                  n_layers:int=1, # attention layers that call the encoding (for per-layer parameters)
@@ -309,6 +315,15 @@ class PosEnc(nn.Module):
         `Attention` calls `qkv_bias` instead."""
         return None
 
+    def has_hook(self, name: str # a hook: 'embed', 'qkv_bias', 'qkv_out_bias', 'head_positions', 'transform_qk',
+                                 # 'logit_bias', 'logit_bias_rows' or 'decoding_step'
+                ) -> bool:
+        "Whether the encoding's class overrides hook `name` (the base hooks are no-ops a model need not call)."
+        if name not in HOOKS:
+            raise ValueError(f"unknown hook {name!r}; use one of {HOOKS}")
+        cls = type(self)
+        return getattr(cls, name) is not getattr(PosEnc, name) and _rows_follow_bias(cls, name)
+
     def acts_at(self, site: Site) -> bool:
         "Whether hooks 2-5 run at `site`: its kind is one of `sites`."
         return site.kind in self.sites
@@ -322,7 +337,7 @@ class PosEnc(nn.Module):
         m = positions_max(p)                    # read once per positions tensor (later hooks and layers reuse it)
         if m < self.max_len: return
         raise ValueError(f"{name!r} positions are limited to max_len={self.max_len} but position {m} was requested; "
-                         f"build it with max_len > {m} (make_posenc(..., max_len=) or ModelConfig.max_len) "
+                         f"build it with {self.max_len_source} > {m} "
                          f"or use an encoding without a length limit")
 
     def decoding_step(self, p: Positions, # the positions the step's forward passes to `embed`
@@ -388,8 +403,9 @@ def registering_modules(function: str = 'register_posenc', # the registering fun
     found = []
     for m in pkgutil.iter_modules(importlib.import_module(package).__path__):
         spec = importlib.util.find_spec(f'{package}.{m.name}')
-        if spec is None or not (spec.origin or '').endswith('.py'): continue
-        src = Path(spec.origin).read_text(encoding='utf-8')
+        origin = None if spec is None else spec.origin
+        if spec is None or origin is None or not origin.endswith('.py'): continue
+        src = Path(origin).read_text(encoding='utf-8')
         if function in src and _registers(ast.parse(src), function): found.append(spec.name)
     return found
 

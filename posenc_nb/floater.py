@@ -5,7 +5,7 @@
 # %% ../nbs/11_floater.ipynb #6bbe5863
 from __future__ import annotations
 import math
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from fastcore.basics import patch
@@ -33,8 +33,7 @@ def _check_floater_options(n_layers, delta, solver: str, adjoint: bool, inject: 
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not math.isfinite(delta) or delta <= 0:
         raise ValueError(f"FLOATER delta (time between consecutive positions) must be a positive finite number, "
                          f"got {delta!r}; the default is 0.01")
-    if solver not in SOLVERS:
-        raise ValueError(f"unknown FLOATER ODE solver {solver!r}; choose one of {SOLVERS}")
+    if solver not in SOLVERS: raise ValueError(f"unknown FLOATER ODE solver {solver!r}; choose one of {SOLVERS}")
     if solver == 'dopri5' or adjoint:
         require('torchdiffeq', f"FLOATER with solver={solver!r}, adjoint={adjoint}")
     if inject not in ('blocks', 'input'):
@@ -79,8 +78,12 @@ def _set_plain(m: nn.Module, name: str, value):
 # %% ../nbs/11_floater.ipynb #035f367c
 class FloaterPE(PosEnc):
     """FLOATER (Liu et al. 2020): positions are samples p(i*delta) of a learned ODE trajectory, added to the q/k/v
-    inputs of every block (or to the input)."""
+    inputs of every block (or to the input). It builds initial values for the attention `kinds` given (a decoder's
+    default: self- and cross-attention); a decoder-only model passes kinds=('dec',) and builds no cross sites."""
     derived_buffers = ('traj_cache',)   # the solved trajectory: its length varies; a mean of trajectories is not one
+    if TYPE_CHECKING:                   # the public methods added below with `@patch`, declared for type checkers
+        def trajectory(self, n: int) -> Tensor: ...
+        def zero_dynamics_(self) -> FloaterPE: ...
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
                  causal: bool = False, inject: str = 'blocks', kinds: Optional[Sequence[str]] = None,
                  delta: float = 0.01, solver: str = 'rk4', substeps: int = 1, adjoint: bool = False,
@@ -102,8 +105,7 @@ class FloaterPE(PosEnc):
         self.dynamics_kv, self._groups = None, None
         if cross_kv_flow and 'cross' in self.kinds:
             self.dynamics_kv, self._groups = self._kv_flow(d_model, hidden)
-        if init == 'xavier':
-            self._xavier_init_()
+        if init == 'xavier': self._xavier_init_()
         self.register_buffer('traj_cache', torch.zeros(0, n_init, d_model), persistent=True)
         self.__dict__.update(_transient())
         self._steps, self._refreshed_at, self._loaded = 0, 0, False       # training steps; the last refresh's step

@@ -69,8 +69,8 @@ def posenc_attention(module: nn.Module, # a Hugging Face attention module (its `
     """Hugging Face attention function (`AttentionInterface`) with the encoding's hooks 3-5: heads' positions, q and k
     transformed by their own positions (every key again each step: the cache holds them as projected), the logit bias;
     returns ((B,Lq,H,d), None)."""
-    state: HFPositions = module._posenc_state
-    pe, site = state.pe, state.site(module.layer_idx)
+    state: HFPositions = getattr(module, '_posenc_state')      # set by `use_encoding`
+    pe, site = state.pe, state.site(getattr(module, 'layer_idx'))
     q_pos, k_pos = state.last(query.shape[2]), state.last(key.shape[2])
     own = pe.own_hooks
     if 'head_positions' in own:
@@ -106,7 +106,7 @@ def _identity_rotation(module, args, out):
 def _rope_options(config, options: dict) -> dict:
     "`rope` options: Hugging Face's own rotary (`rotary_from_hf(config)`) unless others are given; half-split pairs."
     from posenc_nb.rope import hf_rope_params, rotary_from_hf
-    out = dict(style='half', **options)
+    out: dict = dict(style='half', **options)
     if not options: out['rotary'] = rotary_from_hf(config)
     elif 'rotary' not in options:
         p = hf_rope_params(config)
@@ -154,11 +154,16 @@ def use_encoding(model: nn.Module, # a Hugging Face decoder-only model (Llama, Q
     """Give a Hugging Face decoder-only model the position encoding `name` through Hugging Face's public extension
     points: the model's rotary embedding made the identity (a forward hook), an attention function and its mask
     registered as 'posenc_nb', forward hooks on the token embeddings (hook 1) and pre-hooks on q/k/v projections (hook
-    2); positions come from `attention_mask` (left padding) or the cache's length. The encoding is `model.posenc`."""
+    2); positions come from `attention_mask` (left padding) or the cache's length. The encoding is `model.posenc`.
+
+    model: a Hugging Face decoder-only model, changed in place and returned. name: a registered encoding
+    (`list_posencs()`). options: the encoding's constructor options (`make_posenc`); for 'rope', none keeps the model's
+    own rotary (`rotary_from_hf`), others (scaling=..., rotary=cache) replace it."""
     _register()
     if getattr(model, 'posenc', None) is not None:
         raise ValueError("this model already has a posenc_nb encoding; build a fresh model to change it")
-    cfg = model.config
+    hf: Any = model                 # a Hugging Face model: its config and methods are not typed here
+    cfg = hf.config
     n_heads = cfg.num_attention_heads
     head_dim = getattr(cfg, 'head_dim', None) or cfg.hidden_size // n_heads
     pe = _build(name, cfg, n_heads, head_dim, options).to(next(model.parameters()).device)
@@ -170,8 +175,8 @@ def use_encoding(model: nn.Module, # a Hugging Face decoder-only model (Llama, Q
     attns = _attention_modules(model)
     for att in attns: att.__dict__['_posenc_state'] = state
     if type(pe).embed is not PosEnc.embed:
-        model.get_input_embeddings().register_forward_hook(
+        hf.get_input_embeddings().register_forward_hook(
             lambda m, args, out: pe.embed(out, Positions(state.last(out.shape[1]))))
     if type(pe).qkv_bias is not PosEnc.qkv_bias: _add_qkv_biases(attns, state)
-    model.set_attn_implementation(ATTN_NAME)
+    hf.set_attn_implementation(ATTN_NAME)
     return model

@@ -5,20 +5,27 @@
 # %% ../nbs/15_own_model.ipynb #b31f4dce
 from __future__ import annotations
 import itertools, sys
-from typing import Optional
+from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from .core import Positions, Site, PosEnc, list_posencs, make_posenc
-from .baselines import ShawPosEnc
+from .core import Positions, Site, PosEnc, list_posencs, make_posenc, _REGISTRY
+from .baselines import ShawPosEnc, ALiBiPosEnc, T5PosEnc, alibi_score_mod, shaw_score_mod, t5_score_mod
 
 # %% auto #0
-__all__ = ['bias_encodings', 'reads_query', 'position_bias', 'fused_qkv_bias']
+__all__ = ['bias_encodings', 'reads_query', 'position_bias', 'position_score_mod', 'fused_qkv_bias']
 
 # %% ../nbs/15_own_model.ipynb #9398478b
+_BIAS_NAMES: dict = {}     # (name, registered class) pairs -> the bias encodings among them
+
 def bias_encodings() -> list:
-    "Names of the registered encodings that add an attention-logit bias (they override hook 5, `logit_bias`)."
-    return [n for n in list_posencs() if 'logit_bias' in make_posenc(n, 8, 2).own_hooks]
+    """Names of the registered encodings that add an attention-logit bias (they override hook 5, `logit_bias`); each
+    encoding is built once, not on every call (the answer is kept until the registry changes)."""
+    key = tuple((n, _REGISTRY[n]) for n in list_posencs())
+    if key not in _BIAS_NAMES:
+        _BIAS_NAMES.clear()
+        _BIAS_NAMES[key] = [n for n, _ in key if make_posenc(n, 8, 2).has_hook('logit_bias')]
+    return list(_BIAS_NAMES[key])
 
 # %% ../nbs/15_own_model.ipynb #e1fc6693
 def reads_query(pe: PosEnc # a bias encoding
@@ -100,7 +107,23 @@ def position_bias(pe: PosEnc, # a bias encoding: a name in `bias_encodings()`, b
                  ) -> Tensor: # (B or 1, H, Lq, Lk), the parameters' dtype
     """Additive attention-logit bias of encoding `pe` for queries at `q_pos` and keys at `k_pos`, from its public
     hooks: add it to $q k^\\top/\\sqrt{d_h}$ (e.g. as SDPA's `attn_mask`). It is not masked: causal and padding
-    masks stay the caller's."""
+    masks stay the caller's.
+
+    pe: a bias encoding (`bias_encodings()`). q_pos, k_pos: integer position ids (L,) or (B,L). q: queries (B,H,Lq,dh)
+    where the bias reads them (Shaw, xl-head). layer: the attention layer. causal: a decoder's bias (default: pe's).
+    q_streams, k_streams: extra position streams, name -> (B,L). Returns (B or 1, H, Lq, Lk)."""
+    qp, kp, site, q_heads, k_heads = _bias_inputs(pe, q_pos, k_pos, q, layer, causal, q_streams, k_streams)
+    head_dim = site.head_dim
+    rows = max(qp.shape[0], kp.shape[0], 1 if q is None else q.shape[0])
+    if q is None:
+        q = torch.zeros((), device=qp.device).expand(rows, pe.n_heads, qp.shape[1], head_dim)   # shape only: not read
+    bias = pe.logit_bias(q, q_heads, k_heads, site)
+    if bias is None:                                                     # no bias at this layer
+        return torch.zeros((), device=qp.device).expand(rows, pe.n_heads, qp.shape[1], kp.shape[1])
+    return bias.expand(bias.shape[0], pe.n_heads, qp.shape[1], kp.shape[1])
+
+def _bias_inputs(pe, q_pos, k_pos, q, layer, causal, q_streams, k_streams) -> tuple:
+    "`position_bias`'s checks; (q ids (B,Lq), k ids (B,Lk), the Site, q and k head positions (B,1|H,L))."
     _check_bias_encoding(pe, layer)
     qp = _ids(q_pos, 'q_pos')
     kp = qp if k_pos is None else _ids(k_pos, 'k_pos')
@@ -112,14 +135,35 @@ def position_bias(pe: PosEnc, # a bias encoding: a name in `bias_encodings()`, b
     _check_rows(qp.shape[0], kp.shape[0], q)
     _check_query(pe, q, qp.shape[1], head_dim)
     site = Site('dec' if (pe.causal if causal is None else causal) else 'enc', layer, pe.n_heads, head_dim)
-    q_heads, k_heads = _head_ids(pe, qp, q_streams, site), _head_ids(pe, kp, k_streams, site)
-    rows = max(qp.shape[0], kp.shape[0], 1 if q is None else q.shape[0])
-    if q is None:
-        q = torch.zeros((), device=qp.device).expand(rows, pe.n_heads, qp.shape[1], head_dim)   # shape only: not read
-    bias = pe.logit_bias(q, q_heads, k_heads, site)
-    if bias is None:                                                     # no bias at this layer
-        return torch.zeros((), device=qp.device).expand(rows, pe.n_heads, qp.shape[1], kp.shape[1])
-    return bias.expand(bias.shape[0], pe.n_heads, qp.shape[1], kp.shape[1])
+    return qp, kp, site, _head_ids(pe, qp, q_streams, site), _head_ids(pe, kp, k_streams, site)
+
+def position_score_mod(pe: PosEnc, # a bias encoding: a name in `bias_encodings()`, built with `make_posenc`
+                       q_pos: Tensor, # query position ids, (Lq,) or (B,Lq), integer
+                       k_pos: Optional[Tensor] = None, # key position ids, (Lk,) or (B,Lk); None: `q_pos`
+                       *,
+                       q: Optional[Tensor] = None, # queries (B,H,Lq,dh), needed where `reads_query(pe)` (Shaw)
+                       layer: int = 0, # the attention layer
+                       causal: Optional[bool] = None, # a decoder's bias; None: pe's
+                       q_streams: Optional[dict] = None, # extra position streams of the queries
+                       k_streams: Optional[dict] = None, # extra position streams of the keys
+                      ) -> Callable: # score_mod(score, b, h, q_idx, kv_idx) -> score + bias[b, h, q_idx, kv_idx]
+    """`position_bias`'s bias as a FlexAttention score_mod, with the same arguments, shapes and checks: ALiBi and T5
+    from their parameters (no (Lq,Lk) tensor: `alibi_score_mod`, `t5_score_mod`), Shaw from a (B,H,Lq,2clip+1) table
+    of query scores (`shaw_score_mod`), any other bias encoding from its dense bias.
+
+    pe: a bias encoding. q_pos, k_pos: integer position ids (L,) or (B,L). q: queries (B,H,Lq,dh) where the bias reads
+    them. layer, causal, q_streams, k_streams: as `position_bias`."""
+    qp, kp, site, qh, kh = _bias_inputs(pe, q_pos, k_pos, q, layer, causal, q_streams, k_streams)
+    if type(pe) is ALiBiPosEnc: return alibi_score_mod(pe.slopes, qh, kh, site.causal)
+    if type(pe) is T5PosEnc:
+        return t5_score_mod(pe.bias.weight, pe.lut_causal if site.causal else pe.lut_bi, qh, kh, pe.max_distance)
+    if type(pe) is ShawPosEnc and q is not None:
+        scores = torch.matmul(q, pe.table(site).to(q.dtype).T) * q.shape[-1] ** -0.5        # (B,H,Lq,2clip+1)
+        return shaw_score_mod(scores, qh, kh, pe.clip)
+    bias = position_bias(pe, qp, kp, q=q, layer=layer, causal=causal, q_streams=q_streams, k_streams=k_streams)
+    one_b = bias.shape[0] == 1
+    def score_mod(score, b, h, q_idx, kv_idx): return score + bias[0 if one_b else b, h, q_idx, kv_idx].to(score.dtype)
+    return score_mod
 
 # %% ../nbs/15_own_model.ipynb #ff907e0e
 def fused_qkv_bias(pe: PosEnc, # an encoding with per-block q/k/v input biases (hook 2): 'floater', 'block-bias'
@@ -128,7 +172,12 @@ def fused_qkv_bias(pe: PosEnc, # an encoding with per-block q/k/v input biases (
                    layer: int = 0, # the block
                    kind: Optional[str] = None # the block's attention kind, one of `pe.sites` (default: the first)
                   ) -> Tensor: # (B or 1, L, 3D), in the weight's dtype
-    "The block's q/k/v input biases moved to a fused projection's output: `proj(x) + b` equals three split projections."
+    """The block's q/k/v input biases moved to a fused projection's output: `proj(x) + b` equals three split
+    projections.
+
+    pe: an encoding with per-block q/k/v input biases ('floater', 'block-bias'). pos: integer position ids (L,) or (B,L)
+    of the projection's input tokens. weight: the fused projection's (3D, D) weight. layer: the block. kind: the
+    block's attention kind, one of `pe.sites`. Returns (B or 1, L, 3D) in the weight's dtype."""
     name = getattr(pe, 'registry_name', type(pe).__name__)
     if type(pe).qkv_bias is PosEnc.qkv_bias or not pe.sites:
         raise ValueError(f"{name!r} adds no per-block q/k/v input bias (it acts through its other hooks); "

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field, asdict
-from typing import Optional
+from typing import Any, Optional
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from .core import Positions, PosEnc, make_posenc, list_posencs
@@ -143,7 +143,7 @@ class DecoderLayer(nn.Module):
 
 # %% ../nbs/02_model.ipynb #d2965ac2
 def _init_linear(m: nn.Module,
-                 blocks: tuple = None, # the block types whose feed-forward layers are initialised (default: ours)
+                 blocks: Optional[tuple] = None, # block types whose feed-forward layers are initialised (default: ours)
                  ff: tuple = ('linear1', 'linear2'), # the names of their two feed-forward linear layers
                 ):
     "Xavier-uniform weights (the fused q/k/v projection as three square blocks), zero biases."
@@ -167,10 +167,10 @@ def _embedding(n: int, d: int, pad_id: int) -> nn.Embedding:
     return e
 
 # %% ../nbs/02_model.ipynb #4a42a37e
-def _dense(p: Optional[Positions]) -> Optional[Positions]:
+def _dense(p: Positions) -> Positions:
     """Drop an all-True padding mask so attention can take its fast paths (the mask read once per tensor: a decoding
     loop reads it once)."""
-    if p is not None and p.mask is not None and p.mask.numel() and host_fact(p.mask, 'all', lambda m: bool(m.all())):
+    if p.mask is not None and p.mask.numel() and host_fact(p.mask, 'all', lambda m: bool(m.all())):
         return Positions(p.pos, None, p.streams)
     return p
 
@@ -202,6 +202,7 @@ class Seq2Seq(nn.Module):
                                   **cfg.pe_options)
         self.dec_pe = make_posenc(cfg.dec_pe_name, D, cfg.n_heads, n_layers=cfg.n_dec, max_len=cfg.max_len, causal=True,
                                   **cfg.dec_options)
+        self.enc_pe.max_len_source = self.dec_pe.max_len_source = 'ModelConfig.max_len'    # named by range errors
         self.enc_layers = nn.ModuleList(EncoderLayer(cfg, i) for i in range(cfg.n_enc))
         self.dec_layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.n_dec))
         self.enc_norm = nn.LayerNorm(D) if cfg.prenorm else nn.Identity()
@@ -291,8 +292,8 @@ def warm_start_weights(model: Seq2Seq, # the new model; its encodings may differ
 def to_torch_transformer(model: Seq2Seq) -> nn.Transformer:
     "A `torch.nn.Transformer` (batch_first) with the same layer weights as `model` (final LayerNorms only for pre-LN)."
     cfg, D = model.cfg, model.cfg.d_model
-    kw = dict(dim_feedforward=cfg.d_ff, dropout=cfg.dropout, activation=cfg.activation, batch_first=True,
-              norm_first=cfg.prenorm)
+    kw: dict[str, Any] = dict(dim_feedforward=cfg.d_ff, dropout=cfg.dropout, activation=cfg.activation,
+                              batch_first=True, norm_first=cfg.prenorm)
     encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(D, cfg.n_heads, **kw), cfg.n_enc,
                                     norm=nn.LayerNorm(D) if cfg.prenorm else None, enable_nested_tensor=False)
     decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(D, cfg.n_heads, **kw), cfg.n_dec, norm=nn.LayerNorm(D)
@@ -303,17 +304,17 @@ def to_torch_transformer(model: Seq2Seq) -> nn.Transformer:
         dst.in_proj_weight.data.copy_(src.in_proj.weight)
         dst.in_proj_bias.data.copy_(src.in_proj.bias)
         dst.out_proj.load_state_dict(src.out_proj.state_dict())
-    for ours, theirs in zip(list(model.enc_layers) + list(model.dec_layers),
-                            list(ref.encoder.layers) + list(ref.decoder.layers)):
+    ours_all: list[Any] = [*model.enc_layers, *model.dec_layers]      # blocks: their sub-modules are read by name
+    theirs_all: list[Any] = [*ref.encoder.layers, *ref.decoder.layers]
+    for ours, theirs in zip(ours_all, theirs_all):
         copy_att(theirs.self_attn, ours.self_attn)
         if hasattr(ours, 'cross_attn'):
             copy_att(theirs.multihead_attn, ours.cross_attn)
             theirs.norm3.load_state_dict(ours.norm3.state_dict())
         for n in ('linear1', 'linear2', 'norm1', 'norm2'):
             getattr(theirs, n).load_state_dict(getattr(ours, n).state_dict())
-    if cfg.prenorm:
-        ref.encoder.norm.load_state_dict(model.enc_norm.state_dict())
-        ref.decoder.norm.load_state_dict(model.dec_norm.state_dict())
+    for mine, norm in ((model.enc_norm, ref.encoder.norm), (model.dec_norm, ref.decoder.norm)):
+        if norm is not None: norm.load_state_dict(mine.state_dict())      # pre-LN only
     return ref
 
 # %% ../nbs/02_model.ipynb #a24b5da8
@@ -349,7 +350,7 @@ def label_smoothed_nll(logits: Tensor, # (..., V) unnormalised scores
                        target: Tensor, # (...) gold ids
                        eps: float = 0.1, # smoothing mass spread over the V-1 wrong classes
                        ignore_index: int = 0, # targets with this id (padding) are left out
-                      ) -> Tensor:
+                      ) -> tuple: # (loss_sum, nll_sum, n_tokens), each a 0-dim tensor
     "(loss_sum, nll_sum, n_tokens) over targets != ignore_index; eps spread over the V-1 wrong classes."
     V = logits.shape[-1]
     tgt = target.reshape(-1)
@@ -366,6 +367,7 @@ class Classifier(nn.Module):
         self.emb = _embedding(cfg.src_vocab, D, cfg.pad_id)
         self.enc_pe = make_posenc(cfg.enc_pe, D, cfg.n_heads, n_layers=cfg.n_enc, max_len=cfg.max_len, causal=False,
                                   **cfg.pe_options)
+        self.enc_pe.max_len_source = 'ModelConfig.max_len'
         self.layers = nn.ModuleList(EncoderLayer(cfg, i) for i in range(cfg.n_enc))
         self.norm = nn.LayerNorm(D) if cfg.prenorm else nn.Identity()
         self.head = nn.Linear(D, cfg.n_classes)

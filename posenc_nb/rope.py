@@ -316,7 +316,12 @@ def rotary_from_hf(config: Any, # a HF config object or its dict (config.json), 
                    max_positions: Optional[int] = None, # optional cap on positions (see `RotaryCache`)
                   ) -> RotaryCache: # rotates the first `cache.dim` dims of each head; use style='half'
     """A `RotaryCache` that reproduces HF's rotary embedding for `config`: every rope type, partial rotary, attention
-    factor."""
+    factor.
+
+    config: a Hugging Face config object or its dict (config.json), current or older rope layout. layer_type: for
+    configs with one rope setting per layer type. angle_dtype: 'float32' (HF's numbers) or 'float64' (exact angles).
+    max_positions: optional cap on positions. Use the cache with `apply_rotary(x, pos, cache, style='half')` or
+    `make_posenc('rope', d_model, n_heads, rotary=cache, style='half')`."""
     p = hf_rope_params(config, layer_type)
     inv, att = hf_inv_freq(p)
     rule = HFLengthRule(p) if p['rope_type'] in ('dynamic', 'longrope') else None

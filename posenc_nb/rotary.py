@@ -5,7 +5,7 @@
 # %% ../nbs/10_rotary.ipynb #30a9c9cd
 from __future__ import annotations
 import math, itertools, warnings
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Union, cast
 import torch, torch.nn.functional as F
 from torch import Tensor
 from .baselines import _TABLE_ROWS
@@ -156,7 +156,7 @@ def _span(pos: Tensor # integer positions (..., L)
     if pos.shape[-1] == 1:
         lo, hi = known_range(pos)
         return lo, hi, lo == hi      # a decoding step: its noted range says it all
-    return host_fact(whole_base(pos), 'span', _read_span)
+    return cast(tuple, host_fact(whole_base(pos), 'span', _read_span))
 
 # %% ../nbs/10_rotary.ipynb #e60aaaf8
 def _fmt_shape(dim, fmt): return {'pairs': (dim // 2, 2), 'planes': (2, dim // 2), 'wide': (dim,)}[fmt]
@@ -206,7 +206,8 @@ class RotaryCache:
         if length_rule is not None and (split is not None or scaling == 'xpos'):
             raise ValueError("length_rule (frequencies chosen by the batch's length) works with plain tables only; "
                              "drop split/xpos")
-        self.length_rule, self.rope_type = length_rule, None      # rope_type: the HF rule, set by `rotary_from_hf`
+        self.length_rule = length_rule
+        self.rope_type: Optional[str] = None      # the HF rule, set by `rotary_from_hf`
         self.xpos_scale_base = float(xpos_scale_base)
         # xPos: per-pair decay zeta_i = (2i/d + gamma) / (1 + gamma) < 1, applied as zeta^(+m/B) to q and zeta^(-n/B) to
         # k
@@ -352,6 +353,7 @@ class RotaryCache:
         """Two-level tables: pos = a*K + b, R(pos) = R(a*K) R(b) (angle addition), tables of size n/K and K built in
         fp64."""
         K = self.split
+        assert K is not None, "_split_lookup needs split"
         if self.max_positions is not None and hi >= self.max_positions: self._need(hi + 1)
         key = ('split', pos.device, dtype)
         tabs = self._tables.get(key)

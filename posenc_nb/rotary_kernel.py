@@ -31,7 +31,7 @@ def _kernel(x: Tensor, cs: Tensor, fmt: str, out: Optional[Tensor], inverse: boo
     """Rotate `x` (..., r) by the table `cs` (format `fmt`) into `out` (None: in place); `inverse` rotates by minus the
     angle. fp32/fp64 only."""
     inplace, v = out is None, (-1. if inverse else 1.)    # v: the sign of sin (R(-a) is R(a) with sin negated)
-    if inplace: out = x
+    if out is None: out = x
     if fmt == 'pairs':
         xc, oc = _complex_view(x), _complex_view(out)
         csc = torch.view_as_complex(cs) if cs.dtype == x.dtype and cs.stride(-1) == 1 else None
