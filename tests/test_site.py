@@ -131,13 +131,29 @@ def test_executed_outputs_replace_committed_ones(tmp_path, syms):
     assert r.returncode == 1 and 'ZeroDivisionError' in r.stderr
 
 
-def test_experiment_pages_must_show_outputs_and_figures():
-    "The browser check fails an experiment page (21-28) without output or without figure; other pages may have none."
+def test_pages_must_show_outputs_and_experiment_pages_figures():
+    "The browser check fails a numbered page without output, an experiment page (21-28, 30) without a figure."
     import check_site as cs
     assert len(cs.output_failures('26_mlm.html', 0, 0)) == 2 and 'without any cell output' in cs.output_failures('26_mlm.html', 0, 0)[0]
     assert cs.output_failures('21_multi30k.html', 5, 0) == ['21_multi30k.html: an experiment page without a figure']
-    assert cs.output_failures('28_linear_lm.html', 3, 1) == []
-    assert cs.output_failures('10_rope.html', 0, 0) == [] and cs.output_failures('20_experiments.html', 0, 0) == []
+    assert cs.output_failures('28_linear_lm.html', 3, 1) == [] and cs.output_failures('30_length.html', 3, 1) == []
+    assert len(cs.output_failures('10_rope.html', 0, 0)) == 1 and cs.output_failures('10_rope.html', 2, 0) == []
+    assert cs.output_failures('course.html', 0, 0) == [] and cs.output_failures('index.html', 0, 0) == []
+
+
+def test_layout_failures():
+    "Figures below 0.6 of their width, clipped verdicts, a late bottom line and sideways code fail; a fitting page passes."
+    import check_site as cs
+    ok = {'figs': [{'src': 'a.png', 'natural': 1000, 'shown': 672}], 'verdicts': [{'visible': True, 'right': 600, 'boxRight': 900}],
+          'bottomLine': True, 'beforeBottomLine': [], 'codeBlocks': 3, 'codeOverflowing': 0, 'codeChars': 88}
+    assert cs.layout_failures('index.html', ok) == [] and cs.layout_failures('24_speed.html', ok) == []
+    bad = {**ok, 'figs': [{'src': 'b.png', 'natural': 4379, 'shown': 672}], 'verdicts': [{'visible': False, 'right': 1000, 'boxRight': 900}],
+           'beforeBottomLine': ['H2 Results'], 'codeOverflowing': 2, 'codeChars': 70}
+    f = cs.layout_failures('29_claims.html', bad)
+    assert len(f) == 4 and '0.15 < 0.6' in f[0] and 'verdict columns clipped' in f[1]
+    assert any('does not start with its bottom line' in x for x in cs.layout_failures('25_xl_translation.html', bad))
+    assert 'without a bottom line' in cs.layout_failures('30_length.html', {**ok, 'bottomLine': False})[0]
+    assert 'no table with a verdict column' in cs.layout_failures('index.html', {**ok, 'verdicts': []})[0]
 
 
 def test_api_block_data_values_are_yaml_safe():

@@ -285,15 +285,17 @@ def execute_here(src, dest):
     print(f'cpu {t.user + t.system + t.children_user + t.children_system:.1f}')   # for the build's summary
     return 0
 
-def execute_all(nbs, cache, workers=2):
-    "Executed copies of `nbs` ({path: executed file}): cached ones where nothing they depend on changed, the rest run."
+def execute_all(nbs, cache, workers=2, reuse=True):
+    """Executed copies of `nbs` ({path: executed file}): cached ones where nothing they depend on changed, the rest run
+    (`reuse=False`: every one runs, and the cache is refreshed; the notebook tests, tools/test_notebooks.py)."""
     cache.mkdir(parents=True, exist_ok=True)
     deps = deps_digest()
     done, todo = {}, []
     for p in nbs:
         key = hashlib.sha256(p.read_bytes() + deps.encode()).hexdigest()[:20]
         done[p] = cache/f'{p.stem}-{key}.ipynb'
-        if not done[p].exists(): todo.append(p)
+        if not (reuse and done[p].exists()): todo.append(p)
+    todo.sort(key=lambda p: -p.stat().st_size)                 # the largest first, so the workers finish together
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1', 'MPLBACKEND': 'Agg', 'PYTHONUNBUFFERED': '1'}
     def run(p):
         t, tmp = time.time(), done[p].with_suffix('.part')
