@@ -43,7 +43,7 @@ def plot_learning_curves(rows: list, keys=('loss', 'valid_loss'), axes=None, tit
     """`keys[0]` (lines) and `keys[1]` (markers) of each run's `curve.jsonl` against updates (left) and training minutes
     (right)."""
     import matplotlib.pyplot as plt
-    if axes is None: _, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    if axes is None: _, axes = plt.subplots(1, 2, figsize=(9.5, 3.6), sharey=True)
     for i, r in enumerate(rows):
         curve, col = read_curve(r['dir']), f'C{i % 10}'
         lab = r['encoding'] + (f" s{r['seed']}" if r['seed'] else '')
