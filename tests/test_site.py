@@ -39,6 +39,21 @@ def test_discovery_reads_nbs_in_reading_order():
     assert bs.group_of('10_rope') == 'Methods' and bs.group_of('07_synthetic') == 'Library' and bs.group_of('course') == 'Start here'
 
 
+def test_sidebar_follows_the_course():
+    "The sidebar (and so previous/next) reads the course's lectures in order, then the notebooks no lecture names."
+    stems = [p.stem for p in bs.discover_notebooks()][1:]
+    lectures = bs.course_lectures()
+    assert lectures and lectures[0][0].startswith('Lecture 1: ') and lectures[-1][0] == 'Afterwards'
+    groups = bs.toc_groups(stems)
+    order = [s for g in groups.values() for s in g]
+    assert sorted(order) == sorted(stems) and order[0] == 'course'
+    assert order.index('10_rotary') + 1 == order.index('11_dynamics')          # lecture 2 ends, lecture 3 starts
+    assert order.index('07_synthetic') + 1 == order.index('12_align')          # lecture 4 reads the corpus first
+    assert order.index('28_linear_lm') + 1 == order.index('16_causal_lm')      # lecture 6, then lecture 7
+    toy = bs.toc_groups(['course', '00_core', '10_rope', '03_data'], [('Lecture 1: x', ['10_rope', '00_core'])])
+    assert toy == {'Start here': ['course'], 'Lecture 1: x': ['10_rope', '00_core'], 'Library': ['03_data']}
+
+
 def test_nbdev_semantics(tmp_path, syms):
     cells = [nbf.v4.new_raw_cell('---\ntitle: x\n---'),
              nbf.v4.new_code_cell('#| default_exp rope'),
