@@ -178,3 +178,24 @@ def test_api_block_data_values_are_yaml_safe():
         b = bs.api_block(v, 'X', 'posenc_nb.claims', lambda t: t)
         opt = next(l for l in b.splitlines() if l.startswith(':value: '))
         assert isinstance(yaml.safe_load(opt[len(':value: '):]), str)
+
+
+def test_notebook_tests_leave_the_site_its_executed_notebooks(tmp_path, capsys):
+    "tools/test_notebooks.py executes as the site build does and caches the result: the build then executes nothing."
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('tools_test_notebooks', root/'tools'/'test_notebooks.py')
+    tn = importlib.util.module_from_spec(spec)                              # not tests/test_notebooks.py
+    spec.loader.exec_module(tn)
+    nb = nbf.v4.new_notebook()
+    nb.cells = [nbf.v4.new_markdown_cell('# T'), nbf.v4.new_code_cell('print(6 * 7)')]
+    src, cache = tmp_path/'t.ipynb', tmp_path/'cache'
+    nbf.write(nb, str(src))
+    assert tn.run_for_site([src], cache, 1, reuse=False) == 0
+    (cached,) = cache.glob('t-*.ipynb')
+    assert nbf.read(str(cached), as_version=4).cells[1].outputs[0]['text'] == '42\n'
+    capsys.readouterr()
+    assert bs.execute_all([src], cache, 1) == {src: cached}                 # the site build finds it
+    assert '0 notebooks run (1 cached)' in capsys.readouterr().out
+    nb.cells.append(nbf.v4.new_code_cell('1 / 0'))                           # a failing notebook fails the tests
+    nbf.write(nb, str(src))
+    assert tn.run_for_site([src], cache, 1, reuse=False) == 1
