@@ -175,7 +175,11 @@ LAYOUT_JS = r"""
 (async () => {
   const imgs = [...document.querySelectorAll('div.cell_output img')];
   await Promise.all(imgs.map(i => i.complete ? 0 : new Promise(r => { i.onload = i.onerror = r; })));
-  const figs = imgs.map(i => ({src: (i.getAttribute('src') || '').split('/').pop().slice(-40), natural: i.naturalWidth,
+  // natural: the width the figure was drawn for, in CSS px (a retina PNG's metadata width, which MyST-NB writes into
+  // the img's style), else its pixel width
+  const drawn = i => { const s = i.style.width || i.getAttribute('width') || '';
+                       return /^[\d.]+(px)?$/.test(s) ? parseFloat(s) : i.naturalWidth; };
+  const figs = imgs.map(i => ({src: (i.getAttribute('src') || '').split('/').pop().slice(-40), natural: drawn(i),
                                shown: Math.round(i.getBoundingClientRect().width)}));
   const verdicts = [];
   document.querySelectorAll('article table').forEach(t => {
