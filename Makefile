@@ -36,7 +36,8 @@ demo: install
 test: install test-nbs test-py
 
 # one process per notebook (tools/test_notebooks.py says why: nbdev_test's workers carry one notebook's registrations
-# into the next)
+# into the next); each runs as the site build executes it, and the executed copies are saved in _site/cache/, where
+# `make site` finds them: in CI (make test, then make site) every notebook is executed once
 test-nbs: install
 	$(BIN)/python tools/test_notebooks.py --workers $(NB_WORKERS)
 

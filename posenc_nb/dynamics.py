@@ -12,7 +12,7 @@ from .utils import require
 # %% auto #0
 __all__ = ['SOLVERS', 'MAX_POSITION', 'FloaterDynamics', 'FloaterDivergence', 'solve_trajectory', 'sinusoidal_dynamics',
            'sinusoidal_floater_dynamics', 'check_omega_block', 'check_rk4_step', 'check_rk4_order',
-           'check_rk4_unstable']
+           'check_rk4_unstable', 'check_p0_count', 'check_projected_bias']
 
 # %% ../nbs/11_dynamics.ipynb #ed28f059
 class FloaterDynamics(nn.Module):
@@ -347,3 +347,36 @@ def check_rk4_unstable(h: float # your angle per step, radians
         return Verdict(True, f'|R({h:g}i)| = {amp:.4f} > 1: after 100 steps the state has grown {amp ** 100:.3g}-fold')
     return Verdict(False, f'|R({h:g}i)| = {amp:.6f} <= 1: rk4 still turns (and slightly damps) at this angle; take a '
                    'bigger step')
+
+# %% ../nbs/11_dynamics.ipynb #565e10d6
+def check_p0_count(n: int, # your answer: how many numbers FLOATER's initial values p(0) hold in the whole model
+                   n_enc: int = 6, n_dec: int = 6, d_model: int = 512) -> Verdict:
+    "Exercise 11.6: the numbers in the initial values p(0) of FLOATER in every block of an encoder-decoder."
+    want = (3 * n_enc + 6 * n_dec) * d_model
+    if not isinstance(n, int) or isinstance(n, bool): return Verdict(False, f'expected an int, got {type(n).__name__}')
+    if n == want:
+        return Verdict(True, f'{want:,}: q, k and v initial values for {n_enc} encoder self-attentions and {n_dec} '
+                             f'decoder self- and {n_dec} cross-attentions, {d_model} numbers each')
+    named = {3 * (n_enc + n_dec) * d_model: "the decoder's cross-attention has initial values of its own ('cross': q "
+                                            'at target positions, k and v at source positions)',
+             (n_enc + 2 * n_dec) * d_model: 'one per attention: each has three, for q, k and v',
+             (n_enc + n_dec) * d_model: 'one per block: each attention has three (q, k, v); a decoder block, two '
+                                        'attentions',
+             3 * n_enc + 6 * n_dec: 'that counts vectors: each initial value holds d_model numbers'}
+    if n in named: return Verdict(False, named[n])
+    return Verdict(False, 'count the attentions (a decoder block has two), then q, k and v for each, then d_model')
+
+def check_projected_bias(projected, # your function (b, W, c) -> the bias that x W^T + it equals (x + b) W^T + c
+                         seed: int = 0) -> Verdict:
+    "Exercise 11.7: hook 2's projected form, the bias a projection (W, c) makes of an input bias b."
+    g = torch.Generator().manual_seed(seed)
+    x, b = torch.randn(5, 4, dtype=torch.float64, generator=g), torch.randn(5, 4, dtype=torch.float64, generator=g)
+    W, c = torch.randn(6, 4, dtype=torch.float64, generator=g), torch.randn(6, dtype=torch.float64, generator=g)
+    try: got = torch.as_tensor(projected(b, W, c), dtype=torch.float64)
+    except Exception as e:
+        hint = ' (W is (out, in), as nn.Linear stores it: the product is b W^T)' if 'shape' in str(e) else ''
+        return Verdict(False, f'your function raised {type(e).__name__}: {e}{hint}')
+    if got.shape == (5, 6) and check_close(got, b @ W.T, 'x', rtol=1e-12):
+        return Verdict(False, "the projection's own bias c is missing: (x + b) W^T + c = x W^T + (b W^T + c)")
+    v = check_close(x @ W.T + got, F.linear(x + b, W, c), 'x W^T + your bias against (x + b) W^T + c', rtol=1e-12)
+    return Verdict(True, 'b W^T + c: the product adds nothing else, and it is taken once per solve') if v else v

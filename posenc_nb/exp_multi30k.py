@@ -13,7 +13,7 @@ from .data import data_dir
 from .recipe import FLOATER_OFFICIAL
 
 # %% auto #0
-__all__ = ['FLOATER_RECIPE', 'FLOATER_RECIPE_1H', 'results_root', 'read_curve', 'plot_learning_curves']
+__all__ = ['FLOATER_RECIPE', 'FLOATER_RECIPE_1H', 'results_root', 'read_curve', 'plot_learning_curves', 'check_welch_by_hand']
 
 # %% ../nbs/21_multi30k.ipynb #06ad9ef2
 def results_root(start=None) -> Path:
@@ -43,7 +43,7 @@ def plot_learning_curves(rows: list, keys=('loss', 'valid_loss'), axes=None, tit
     """`keys[0]` (lines) and `keys[1]` (markers) of each run's `curve.jsonl` against updates (left) and training minutes
     (right)."""
     import matplotlib.pyplot as plt
-    if axes is None: _, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    if axes is None: _, axes = plt.subplots(1, 2, figsize=(9.5, 3.6), sharey=True)
     for i, r in enumerate(rows):
         curve, col = read_curve(r['dir']), f'C{i % 10}'
         lab = r['encoding'] + (f" s{r['seed']}" if r['seed'] else '')
@@ -123,3 +123,37 @@ register_experiment(Experiment('floater-recipe-1h', 'multi30k-1h', seeds=(0, 1, 
                 'with extra_seeds)',
     command='POSENC_DATA=../shared/data python -m posenc_nb.experiments run floater-recipe-1h --full --device cuda '
     '--work runs/experiments'))
+
+# %% ../nbs/21_multi30k.ipynb #7e894e58
+from .exercises import Verdict
+
+# %% ../nbs/21_multi30k.ipynb #e0907c92
+def check_welch_by_hand(effect: float, # your mean of arm b minus the mean of arm a (rope minus sinusoidal)
+                        p: float, # your two-sided p of the ledger's seed-level test
+                        claim: str = 'roformer-mt-20min', # the ledger entry
+                        root=None): # the results folder (default: `results_root()`)
+    """Exercise 21.1: a ledger entry's seed-level test computed by hand from its records: the effect b - a and the
+    two-sided p of the test the ledger uses (Welch's t-test for arms that are not paired, else the paired t-test)."""
+    from scipy import stats
+    root = Path(root or results_root())
+    e = next(x for x in json.loads((root / 'claims.json').read_text()) if x['id'] == claim)
+    a, b = ([json.loads((root / r).read_text())[arm['metric_key']] for r in arm['records']]
+            for arm in e['arms'].values())
+    welch, paired = stats.ttest_ind(b, a, equal_var=False).pvalue, stats.ttest_rel(b, a).pvalue
+    want_p, want_e = (paired if e['paired'] else welch), sum(b) / len(b) - sum(a) / len(a)
+    close = lambda x, y: math.isclose(float(x), float(y), rel_tol=1e-4, abs_tol=1e-9)
+    if close(effect, -want_e):
+        return Verdict(False, 'that is a - b: the effect is b - a, ' + ' minus '.join(list(e['arms'])[::-1]))
+    if not close(effect, want_e): return Verdict(False, f"the effect is the difference of the arms' mean {e['metric']}")
+    if close(p, want_p):
+        return Verdict(True, f"effect {want_e:+.3f}, p = {want_p:.4f}: the ledger's entry holds {e['effect']:+.3f}, "
+                             f"p = {e['p']:.4f} ({e['test']}; {e['provenance']['pairing']})")
+    named = [(welch, "that is Welch's test: these arms are paired, test the per-seed differences") if e['paired'] else
+             (paired, "that is the paired test: these arms are not paired (the entry's provenance: pairing)"),
+             (stats.ttest_ind(b, a).pvalue, "that is Student's t (pooled variance, n_a + n_b - 2 degrees of freedom); "
+                                            "Welch's come from the Welch-Satterthwaite formula"),
+             (want_p / 2, 'that is one-sided: the ledger\'s p is two-sided (twice the tail)'),
+             (min(1., 2 * want_p), 'that is twice the two-sided p: the two-sided p is twice ONE tail')]
+    for q, why in named:
+        if close(p, q): return Verdict(False, why)
+    return Verdict(False, 'not the p of the test: check the variances (divide by n - 1) and the degrees of freedom')

@@ -169,11 +169,14 @@ def format_seed_significance(sig: list) -> str:
 
 # %% ../nbs/25_xl_translation.ipynb #bca8701e
 def plot_xl(runs: dict, metric: str = 'bleu', axes=None):
-    "Per corpus: `metric` of every seed (dots) and the mean (bar) for each variant."
+    "Per corpus: `metric` of every seed (dots) and the mean (bar) for each variant; two corpora a row."
     import matplotlib.pyplot as plt
     runs = {k: v for k, v in runs.items() if v}
-    if axes is None: _, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 3.6), squeeze=False)
-    axes = list(getattr(axes, 'flat', axes))
+    if axes is None:
+        nrow = -(-len(runs) // 2)
+        _, axes = plt.subplots(nrow, 2, figsize=(9, 3.4 * nrow), squeeze=False)
+        for ax in axes.flat[len(runs):]: ax.axis('off')
+    axes = list(getattr(axes, 'flat', axes))[:len(runs)]
     for ax, (name, rows) in zip(axes, runs.items()):
         s = xl_summary(rows)
         xs = range(len(s))

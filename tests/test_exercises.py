@@ -109,6 +109,18 @@ def _mean_shift():
     return sum(sh) / len(sh)
 
 
+def _welch_by_hand():
+    "21.1: Welch's test of roformer-mt-20min from its records, by hand (t distribution's tail only from scipy)."
+    from scipy import stats
+    e = next(x for x in json.loads((ROOT / 'results' / 'claims.json').read_text()) if x['id'] == 'roformer-mt-20min')
+    a, b = ([json.loads((ROOT / 'results' / r).read_text())['bleu'] for r in arm['records']] for arm in e['arms'].values())
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
+    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
+    nu = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return mb - ma, 2 * stats.t.sf(abs(mb - ma) / math.sqrt(va + vb), nu)
+
+
 W1 = 10000 ** (-2 / 16) / 0.01
 SOLUTIONS = {   # exercise -> a function returning the check's arguments
     '10.1': lambda: (2 * math.pi * 10000 ** (126 / 128),),
@@ -120,6 +132,8 @@ SOLUTIONS = {   # exercise -> a function returning the check's arguments
     '11.3': lambda: (_rk4_order(),),
     '11.4': lambda: (3.0,),
     '11.5': lambda: (math.ceil(1000 / 400),),
+    '11.6': lambda: ((3 * 6 + 6 * 6) * 512,),
+    '11.7': lambda: (lambda b, W, c: b @ W.T + c,),
     '12.1': lambda: (sum(math.exp(-4.0 * abs(i / 7 - 3 / 5)) for i in range(1, 8)),),
     '12.2': lambda: (_aer,),
     '12.3': lambda: (_toy_aer(),),
@@ -132,6 +146,7 @@ SOLUTIONS = {   # exercise -> a function returning the check's arguments
     '14.2': lambda: (_xl,),
     '14.3': lambda: (_mean_shift(),),
     '14.4': lambda: ([0, 1, 0, 2],),
+    '21.1': lambda: _welch_by_hand(),
     # notebook 30 (the length lab, on its own branch until merged): checked once its module is here
     '30.1': lambda: ((111540 - 1) // 4096,),
     '30.2': lambda: (lambda s, n, Lt: s[Lt:].sum() / (n * (len(s) - Lt)),),
@@ -185,6 +200,7 @@ BRUTE = {
     '10.4': (lambda: [(m,) for m in range(4096)], 1),
     '11.4': (lambda: [(k / 100,) for k in range(0, 1001)], None),
     '11.5': (lambda: [(n,) for n in range(0, 1001)], 1),
+    '11.6': (lambda: [(n,) for n in range(0, 60000)], 1),
     '12.4': (_legal_links, None),
     '13.1': (lambda: [(list(s),) for k in (1, 2, 3)
                       for s in itertools.combinations(itertools.permutations(range(4)), k)], 1),
@@ -228,9 +244,15 @@ MISTAKES = [
     ('10.2', (lambda x, p: _rotate(x, -p),), 'sign of sin'),
     ('11.2', (lambda f, t, y, dt: y + dt * f(t, y),), 'Euler'),
     ('11.5', (1000 // 400,), 'first update'),
+    ('11.6', (3 * 12 * 512,), 'cross'),
+    ('11.6', (54,), 'vectors'),
+    ('11.7', (lambda b, W, c: b @ W.T,), 'c is missing'),
+    ('11.7', (lambda b, W, c: b @ W + c,), 'W^T'),
     ('12.1', (sum(math.exp(-4.0 * abs(i / 7 - 3 / 5)) for i in range(7)),), '1-based'),
     ('13.2', (_wrong_tau,), '(tau+1)/2'),
     ('14.2', (lambda o: list(o),), 'inverse'),
+    ('21.1', (_welch_by_hand()[0], _welch_by_hand()[1] / 2), 'one-sided'),
+    ('21.1', (-_welch_by_hand()[0], _welch_by_hand()[1]), 'a - b'),
 ]
 
 

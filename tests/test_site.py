@@ -39,6 +39,21 @@ def test_discovery_reads_nbs_in_reading_order():
     assert bs.group_of('10_rope') == 'Methods' and bs.group_of('07_synthetic') == 'Library' and bs.group_of('course') == 'Start here'
 
 
+def test_sidebar_follows_the_course():
+    "The sidebar (and so previous/next) reads the course's lectures in order, then the notebooks no lecture names."
+    stems = [p.stem for p in bs.discover_notebooks()][1:]
+    lectures = bs.course_lectures()
+    assert lectures and lectures[0][0].startswith('Lecture 1: ') and lectures[-1][0] == 'Afterwards'
+    groups = bs.toc_groups(stems)
+    order = [s for g in groups.values() for s in g]
+    assert sorted(order) == sorted(stems) and order[0] == 'course'
+    assert order.index('10_rotary') + 1 == order.index('11_dynamics')          # lecture 2 ends, lecture 3 starts
+    assert order.index('07_synthetic') + 1 == order.index('12_align')          # lecture 4 reads the corpus first
+    assert order.index('28_linear_lm') + 1 == order.index('16_causal_lm')      # lecture 6, then lecture 7
+    toy = bs.toc_groups(['course', '00_core', '10_rope', '03_data'], [('Lecture 1: x', ['10_rope', '00_core'])])
+    assert toy == {'Start here': ['course'], 'Lecture 1: x': ['10_rope', '00_core'], 'Library': ['03_data']}
+
+
 def test_nbdev_semantics(tmp_path, syms):
     cells = [nbf.v4.new_raw_cell('---\ntitle: x\n---'),
              nbf.v4.new_code_cell('#| default_exp rope'),
@@ -131,13 +146,29 @@ def test_executed_outputs_replace_committed_ones(tmp_path, syms):
     assert r.returncode == 1 and 'ZeroDivisionError' in r.stderr
 
 
-def test_experiment_pages_must_show_outputs_and_figures():
-    "The browser check fails an experiment page (21-28) without output or without figure; other pages may have none."
+def test_pages_must_show_outputs_and_experiment_pages_figures():
+    "The browser check fails a numbered page without output, an experiment page (21-28, 30) without a figure."
     import check_site as cs
     assert len(cs.output_failures('26_mlm.html', 0, 0)) == 2 and 'without any cell output' in cs.output_failures('26_mlm.html', 0, 0)[0]
     assert cs.output_failures('21_multi30k.html', 5, 0) == ['21_multi30k.html: an experiment page without a figure']
-    assert cs.output_failures('28_linear_lm.html', 3, 1) == []
-    assert cs.output_failures('10_rope.html', 0, 0) == [] and cs.output_failures('20_experiments.html', 0, 0) == []
+    assert cs.output_failures('28_linear_lm.html', 3, 1) == [] and cs.output_failures('30_length.html', 3, 1) == []
+    assert len(cs.output_failures('10_rope.html', 0, 0)) == 1 and cs.output_failures('10_rope.html', 2, 0) == []
+    assert cs.output_failures('course.html', 0, 0) == [] and cs.output_failures('index.html', 0, 0) == []
+
+
+def test_layout_failures():
+    "Figures below 0.6 of their width, clipped verdicts, a late bottom line and sideways code fail; a fitting page passes."
+    import check_site as cs
+    ok = {'figs': [{'src': 'a.png', 'natural': 1000, 'shown': 672}], 'verdicts': [{'visible': True, 'right': 600, 'boxRight': 900}],
+          'bottomLine': True, 'beforeBottomLine': [], 'codeBlocks': 3, 'codeOverflowing': 0, 'codeChars': 88}
+    assert cs.layout_failures('index.html', ok) == [] and cs.layout_failures('24_speed.html', ok) == []
+    bad = {**ok, 'figs': [{'src': 'b.png', 'natural': 4379, 'shown': 672}], 'verdicts': [{'visible': False, 'right': 1000, 'boxRight': 900}],
+           'beforeBottomLine': ['H2 Results'], 'codeOverflowing': 2, 'codeChars': 70}
+    f = cs.layout_failures('29_claims.html', bad)
+    assert len(f) == 4 and '0.15 < 0.6' in f[0] and 'verdict columns clipped' in f[1]
+    assert any('does not start with its bottom line' in x for x in cs.layout_failures('25_xl_translation.html', bad))
+    assert 'without a bottom line' in cs.layout_failures('30_length.html', {**ok, 'bottomLine': False})[0]
+    assert 'no table with a verdict column' in cs.layout_failures('index.html', {**ok, 'verdicts': []})[0]
 
 
 def test_api_block_data_values_are_yaml_safe():
@@ -147,3 +178,24 @@ def test_api_block_data_values_are_yaml_safe():
         b = bs.api_block(v, 'X', 'posenc_nb.claims', lambda t: t)
         opt = next(l for l in b.splitlines() if l.startswith(':value: '))
         assert isinstance(yaml.safe_load(opt[len(':value: '):]), str)
+
+
+def test_notebook_tests_leave_the_site_its_executed_notebooks(tmp_path, capsys):
+    "tools/test_notebooks.py executes as the site build does and caches the result: the build then executes nothing."
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('tools_test_notebooks', root/'tools'/'test_notebooks.py')
+    tn = importlib.util.module_from_spec(spec)                              # not tests/test_notebooks.py
+    spec.loader.exec_module(tn)
+    nb = nbf.v4.new_notebook()
+    nb.cells = [nbf.v4.new_markdown_cell('# T'), nbf.v4.new_code_cell('print(6 * 7)')]
+    src, cache = tmp_path/'t.ipynb', tmp_path/'cache'
+    nbf.write(nb, str(src))
+    assert tn.run_for_site([src], cache, 1, reuse=False) == 0
+    (cached,) = cache.glob('t-*.ipynb')
+    assert nbf.read(str(cached), as_version=4).cells[1].outputs[0]['text'] == '42\n'
+    capsys.readouterr()
+    assert bs.execute_all([src], cache, 1) == {src: cached}                 # the site build finds it
+    assert '0 notebooks run (1 cached)' in capsys.readouterr().out
+    nb.cells.append(nbf.v4.new_code_cell('1 / 0'))                           # a failing notebook fails the tests
+    nbf.write(nb, str(src))
+    assert tn.run_for_site([src], cache, 1, reuse=False) == 1

@@ -57,6 +57,40 @@ def group_of(stem):
     if not m: return 'Start here'
     return {'0': 'Library', '1': 'Methods', '2': 'Experiments', '3': 'Experiments'}.get(m.group(1), 'Notebooks')
 
+def course_lectures(course=root/'nbs'/'course.ipynb'):
+    """The course's lectures in order, [(caption, [stems])]: `LECTURES` of the course notebook (its code) and each
+    lecture's title from its table (`| 1. Positions in attention | ...`); [] when there is no course."""
+    if not course.exists(): return []
+    cells = json.loads(course.read_text())['cells']
+    lectures, titles = None, {}
+    for c in cells:
+        src = ''.join(c['source'])
+        if c['cell_type'] == 'markdown':
+            titles.update((int(n), t.strip()) for n, t in re.findall(r'^\|\s*(\d+)\.\s*([^|]+?)\s*\|', src, re.M))
+            continue
+        try: tree = ast.parse(split_directives(src)[1])
+        except SyntaxError: continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, 'id', None) == 'LECTURES' for t in node.targets):
+                lectures = ast.literal_eval(node.value)
+    if not lectures: return []
+    return [(f'Lecture {k}: {titles[k]}' if k in titles else (f'Lecture {k}' if isinstance(k, int) else 'Afterwards'),
+             list(v)) for k, v in lectures.items()]
+
+def toc_groups(stems, lectures=None):
+    """Sidebar groups {caption: [stems]} of the pages `stems` (index excluded): the unnumbered pages (the course),
+    then each lecture's notebooks in course order, then the notebooks no lecture names, by kind (`group_of`)."""
+    lectures = course_lectures() if lectures is None else lectures
+    groups, placed = {}, set()
+    for s in stems:
+        if not s[:1].isdigit(): groups.setdefault(group_of(s), []).append(s); placed.add(s)
+    for caption, lec in lectures:
+        mine = [s for s in lec if s in stems and s not in placed]
+        if mine: groups[caption] = mine; placed.update(mine)
+    for s in stems:
+        if s not in placed: groups.setdefault(group_of(s), []).append(s)
+    return groups
+
 _re_dir = re.compile(r'^\s*#\s*\|\s*(.*?)\s*$')
 
 def split_directives(source):
@@ -285,15 +319,17 @@ def execute_here(src, dest):
     print(f'cpu {t.user + t.system + t.children_user + t.children_system:.1f}')   # for the build's summary
     return 0
 
-def execute_all(nbs, cache, workers=2):
-    "Executed copies of `nbs` ({path: executed file}): cached ones where nothing they depend on changed, the rest run."
+def execute_all(nbs, cache, workers=2, reuse=True):
+    """Executed copies of `nbs` ({path: executed file}): cached ones where nothing they depend on changed, the rest run
+    (`reuse=False`: every one runs, and the cache is refreshed; the notebook tests, tools/test_notebooks.py)."""
     cache.mkdir(parents=True, exist_ok=True)
     deps = deps_digest()
     done, todo = {}, []
     for p in nbs:
         key = hashlib.sha256(p.read_bytes() + deps.encode()).hexdigest()[:20]
         done[p] = cache/f'{p.stem}-{key}.ipynb'
-        if not done[p].exists(): todo.append(p)
+        if not (reuse and done[p].exists()): todo.append(p)
+    todo.sort(key=lambda p: -p.stat().st_size)                 # the largest first, so the workers finish together
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1', 'MPLBACKEND': 'Agg', 'PYTHONUNBUFFERED': '1'}
     def run(p):
         t, tmp = time.time(), done[p].with_suffix('.part')
@@ -548,9 +584,9 @@ def build(jobs='1', execute=True, workers=2, cache=cache_root, only=None):
     mods = api_pages(syms, stems, pages, titles)
     meta['api/index'] = {'title': 'API reference', 'description': 'Every public name of every module'}
     for short, mn, k in mods: meta[f'api/{short}'] = {'title': mn, 'description': f'Public API of {mn}'}
-    # the reading order: index is the root, then one sidebar group per kind of notebook, then the API reference
-    groups = {}
-    for p in nbs[1:]: groups.setdefault(group_of(p.stem), []).append(p.stem)
+    # the reading order: index is the root, then the course's lectures in order (so previous/next follow the course),
+    # then one sidebar group per kind of the other notebooks, then the API reference
+    groups = toc_groups([p.stem for p in nbs[1:]])
     toc = ''.join(f'\n```{{toctree}}\n:hidden:\n:caption: {g}\n\n' + '\n'.join(s) + '\n```\n' for g, s in groups.items())
     toc += '\n```{toctree}\n:hidden:\n:caption: Reference\n\napi/index\n```\n'
     idx_nb = nbformat.read(str(src_dir/'index.ipynb'), as_version=4)

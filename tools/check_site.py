@@ -10,8 +10,14 @@ reachable from the index it fails when:
 - a local link or anchor is broken (the file must exist, the `#id` must exist in the target page), or any
   request made by the page fails (HTTP >= 400 or a network error);
 - the page requests anything that is not on the local server (a CDN, fonts, analytics: the site must work offline);
-- an experiment page (21-28) shows no cell output or no figure: its tables and plots are computed from the committed
-  records when the build executes the notebook, so an empty page means the records or the execution went missing.
+- a numbered page (`NN_name`) shows no cell output, or an experiment page (21-28, 30) no figure: the pages are
+  executed when the site is built, so an empty page means a page with nothing computed, or records gone missing;
+- an experiment page does not start with its bottom line (the `posenc_nb.utils.BottomLine` box before any heading,
+  table or figure of the page);
+- at 1,280 px: a figure renders below 0.6 of its natural width (drawn too wide for the 672 px column); a table's
+  verdict column lies outside the visible part of the table (index, 29_claims: the ledger must be readable without
+  scrolling); shown code overflows sideways or its column holds fewer than 80 characters (code wraps at about 88);
+- at 390 px (a phone): display or inline math is clipped (it must fit, or scroll inside a box that fits).
 It also runs one search (search.html?q=...) and fails when it finds nothing, and saves screenshots of the index,
 10_rope and the API reference at 1280 px (and the index at 1920 px) under `_site/screenshots/`.
 Counts (also cells with outputs, figures and pages without any output, as rendered) and failures go to
@@ -158,14 +164,104 @@ def find_chromium(given=None):
         if c and shutil.which(c): return shutil.which(c)
     raise SystemExit('no Chromium found: install it (Debian: apt-get install -y chromium) or pass --chromium PATH')
 
-EXPERIMENT_PAGE = re.compile(r'2[1-8]_[\w-]+\.html')
+EXPERIMENT_PAGE = re.compile(r'(2[1-8]|30)_[\w-]+\.html')
+NUMBERED_PAGE = re.compile(r'\d\d_[\w-]+\.html')
+VERDICT_PAGES = ('index.html', '29_claims.html')
+MIN_FIGURE_SCALE = 0.6                        # rendered / natural width of a figure at 1,280 px
+MIN_CODE_CHARS = 80                           # characters a line of shown code holds before it wraps
+
+# Measured after PAGE_JS, at 1,280 px: figures, verdict columns, the bottom line, shown code.
+LAYOUT_JS = r"""
+(async () => {
+  const imgs = [...document.querySelectorAll('div.cell_output img')];
+  await Promise.all(imgs.map(i => i.complete ? 0 : new Promise(r => { i.onload = i.onerror = r; })));
+  // natural: the width the figure was drawn for, in CSS px (a retina PNG's metadata width, which MyST-NB writes into
+  // the img's style), else its pixel width
+  const drawn = i => { const s = i.style.width || i.getAttribute('width') || '';
+                       return /^[\d.]+(px)?$/.test(s) ? parseFloat(s) : i.naturalWidth; };
+  const figs = imgs.map(i => ({src: (i.getAttribute('src') || '').split('/').pop().slice(-40), natural: drawn(i),
+                               shown: Math.round(i.getBoundingClientRect().width)}));
+  const verdicts = [];
+  document.querySelectorAll('article table').forEach(t => {
+    const th = [...t.querySelectorAll('th')].find(h => h.textContent.trim().toLowerCase() === 'verdict');
+    if (!th) return;
+    let box = {left: 0, right: innerWidth};
+    for (let p = th.parentElement; p && p !== document.documentElement; p = p.parentElement)
+      if (getComputedStyle(p).overflowX !== 'visible') { box = p.getBoundingClientRect(); break; }
+    const b = th.getBoundingClientRect();
+    verdicts.push({visible: b.width > 0 && b.left >= box.left - 1 && b.right <= Math.min(box.right, innerWidth) + 1,
+                   right: Math.round(b.right), boxRight: Math.round(Math.min(box.right, innerWidth))});
+  });
+  const bl = document.querySelector('.bottom-line');
+  const before = bl ? [...document.querySelectorAll('article h2, article table, div.cell_output img')]
+    .filter(e => !bl.contains(e) && (e.compareDocumentPosition(bl) & Node.DOCUMENT_POSITION_FOLLOWING))
+    .map(e => e.tagName + ' ' + e.textContent.trim().slice(0, 40)) : [];
+  const pres = [...document.querySelectorAll('div.cell_input pre')];
+  let chars = null;
+  if (pres.length) {
+    const p = pres[0], cs = getComputedStyle(p), ctx = document.createElement('canvas').getContext('2d');
+    ctx.font = `${cs.fontSize} ${cs.fontFamily}`;
+    const cw = ctx.measureText('0'.repeat(100)).width / 100;
+    chars = Math.floor((p.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight)) / cw);
+  }
+  return {figs, verdicts, bottomLine: !!bl, beforeBottomLine: before, codeBlocks: pres.length,
+          codeOverflowing: pres.filter(p => p.scrollWidth > p.clientWidth + 1).length, codeChars: chars};
+})()
+"""
+
+# At 390 px: every typeset formula must fit the screen, or sit in a box that scrolls and fits.
+MATH_JS = r"""
+(async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
+  const clipped = [];
+  document.querySelectorAll('mjx-container').forEach(m => {
+    const b = m.getBoundingClientRect();
+    if (!b.width) return;
+    let right = innerWidth, scroller = null;
+    for (let p = m; p && p !== document.documentElement; p = p.parentElement) {
+      const ox = getComputedStyle(p).overflowX;
+      if (ox === 'auto' || ox === 'scroll') { scroller = p; break; }
+      if (ox !== 'visible' && p !== m) right = Math.min(right, p.getBoundingClientRect().right);
+    }
+    const r = scroller ? scroller.getBoundingClientRect().right : b.right;
+    if (r > right + 1 || b.left < -1) {
+      const s = m.closest('section');
+      clipped.push(`${m.hasAttribute('display') ? 'display' : 'inline'} math ${Math.round(b.width)} px wide` +
+                   ` in #${s ? s.id : '?'}`);
+    }
+  });
+  return clipped;
+})()
+"""
 
 def output_failures(name, outputs, figures):
-    "Failures of a page's rendered outputs: an experiment page (21-28) must show at least one output and one figure."
-    if not EXPERIMENT_PAGE.fullmatch(name): return []
+    "Failures of a page's rendered outputs: a numbered page shows an output, an experiment page (21-28, 30) a figure."
     fails = []
-    if not outputs: fails.append(f'{name}: an experiment page without any cell output (were the notebooks executed?)')
-    if not figures: fails.append(f'{name}: an experiment page without a figure')
+    if NUMBERED_PAGE.fullmatch(name) and not outputs:
+        fails.append(f'{name}: a numbered page without any cell output (nothing computed, or not executed)')
+    if EXPERIMENT_PAGE.fullmatch(name) and not figures: fails.append(f'{name}: an experiment page without a figure')
+    return fails
+
+def layout_failures(name, lay):
+    "Failures of what LAYOUT_JS measured on page `name` at 1,280 px."
+    fails = []
+    for f in lay['figs']:
+        if f['natural'] and f['shown'] < MIN_FIGURE_SCALE * f['natural']:
+            fails.append(f"{name}: a figure ({f['src']}) renders at {f['shown']} of its {f['natural']} px "
+                         f"({f['shown'] / f['natural']:.2f} < {MIN_FIGURE_SCALE}): draw it for the 672 px column")
+    if name in VERDICT_PAGES:
+        if not lay['verdicts']: fails.append(f'{name}: no table with a verdict column')
+        hid = [v for v in lay['verdicts'] if not v['visible']]
+        if hid: fails.append(f"{name}: {len(hid)} of {len(lay['verdicts'])} verdict columns clipped at 1,280 px "
+                             f"(e.g. ending at {hid[0]['right']} px, visible to {hid[0]['boxRight']} px)")
+    if EXPERIMENT_PAGE.fullmatch(name):
+        if not lay['bottomLine']: fails.append(f'{name}: an experiment page without a bottom line box')
+        elif lay['beforeBottomLine']:
+            fails.append(f"{name}: the page does not start with its bottom line ({lay['beforeBottomLine'][0]!r} before it)")
+    if lay['codeOverflowing']:
+        fails.append(f"{name}: {lay['codeOverflowing']} of {lay['codeBlocks']} code blocks overflow sideways (code must wrap)")
+    if lay['codeChars'] is not None and lay['codeChars'] < MIN_CODE_CHARS:
+        fails.append(f"{name}: shown code holds {lay['codeChars']} characters a line (< {MIN_CODE_CHARS})")
     return fails
 
 def local_file(url, base):
@@ -221,6 +317,8 @@ def check(chromium=None, query='rotary', meta_file=out_root/'src'/'_pages.json')
             if r['markup']: fails.append(f'{name}: nbdev/Quarto markup shown as text, e.g. {r["markup"][0]!r}')
             if not (r['search'] and r['sidebar']) and stem not in ('search',): fails.append(f'{name}: no sidebar or search box')
             fails += output_failures(name, r['outputs'], r['figures'])
+            r['layout'] = ch.eval(LAYOUT_JS)
+            fails += layout_failures(name, r['layout'])
             if name == '10_rope.html' and not r['tocVisible']: fails.append(f'{name}: the page contents are not visible at 1280 px')
             for u in r['links']:
                 if u.startswith(base):
@@ -243,6 +341,17 @@ def check(chromium=None, query='rotary', meta_file=out_root/'src'/'_pages.json')
                     tids = ids.get(target)
                     if tids is None: tids = set(re.findall(r'\bid="([^"]+)"', f.read_text(errors='replace')))
                     if unquote(frag) not in tids: fails.append(f'{name}: broken anchor {u[len(base):]}')
+        # a phone: math must not be clipped
+        ch.send('Emulation.setDeviceMetricsOverride', width=390, height=844, deviceScaleFactor=1, mobile=True)
+        n_phone = 0
+        for name, r in res.items():
+            if not r['math']: continue
+            ch.send('Page.navigate', url=base + name)
+            ch.wait_event('Page.loadEventFired')
+            clipped = ch.eval(MATH_JS)
+            n_phone += 1
+            r['clipped_math_390'] = clipped
+            if clipped: fails.append(f'{name}: at 390 px {len(clipped)} formulas clipped, e.g. {clipped[0]}')
         # screenshots
         shots.mkdir(parents=True, exist_ok=True)
         taken = []
@@ -275,11 +384,16 @@ def check(chromium=None, query='rotary', meta_file=out_root/'src'/'_pages.json')
                'links_checked': n_links, 'anchors_checked': n_anchors, 'requests': len(requests),
                'search_hits': hits, 'screenshots': taken,
                'prose_width_px_1280': {k: res[k]['width'] for k in ('index.html', '10_rope.html') if k in res},
+               'pages_checked_at_390': n_phone,
+               'smallest_figure_scale': min((f['shown'] / f['natural'] for r in res.values()
+                                             for f in r.get('layout', {}).get('figs', []) if f['natural']), default=None),
                'failures': fails}
     (out_root/'check.json').write_text(json.dumps({**summary, 'pages_detail': {k: {kk: v for kk, v in r.items() if kk not in ('links', 'ids')} for k, r in res.items()}}, indent=1))
     print(f"browser check: {summary['pages']} pages, {summary['typeset_equations']} typeset equations "
           f"({summary['math_elements']} math elements), {n_links} local links and {n_anchors} anchors checked, "
           f"{len(requests)} requests (all local), search '{query}': {hits} hits; screenshots in {shots.relative_to(root)}/")
+    print(f"layout: {n_phone} pages with math checked at 390 px; smallest figure scale at 1,280 px: "
+          f"{summary['smallest_figure_scale'] or 0:.2f} (at least {MIN_FIGURE_SCALE})")
     print(f"notebook pages: {summary['cells_with_output']} of {summary['code_cells']} cells with output, {summary['figures']} figures; "
           f"without output: {', '.join(summary['pages_without_output']) or 'none'}")
     for f in fails[:60]: print('FAIL', f)
