@@ -538,8 +538,7 @@ def register(ids: Sequence[str], # claim ids of CLAIMS
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     "`python -m posenc_nb.claims [--root results] [--check]`: write ROOT/claims.json, or check it (status 1: unsound)."
-    ap = argparse.ArgumentParser(prog='python -m posenc_nb.claims',
-                                 description='Build (or check) the claims ledger from the committed records.')
+    ap = argparse.ArgumentParser(prog='python -m posenc_nb.claims', description='Build or check the claims ledger.')
     ap.add_argument('--root', default='results', help='the results folder (default: results)')
     ap.add_argument('--check', action='store_true',
                     help='rebuild, compare with the committed ledger and check the rules; write nothing')
@@ -554,6 +553,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ValueError, KeyError, OSError) as e:     # a bad claim id; a record or ledger that cannot be read: one line
         print(f'error: {e.args[0] if isinstance(e, KeyError) and e.args else e}', file=sys.stderr)
         return 2
+
 def _ledger_command(args, root: Path) -> int:
     if args.register:
         print(f'{register(args.register, root)}: {len(args.register)} claims; commit it before their runs')
@@ -589,14 +589,12 @@ def claims_table(ledger: list, paper: str, confirmatory: Optional[bool] = None, 
         if e['paper'] != paper or (confirmatory is not None and e['confirmatory'] != confirmatory): continue
         (na, a), (nb, b) = e['arms'].items()
         nd = 3 if abs(_mean(a['scores'] or [0]) or 0) < 5 else 2
-        ours = 'no usable records'
-        if a['scores'] and b['scores']:
-            ours = f"{nb} {_mean(b['scores']):.{nd}f} vs {na} {_mean(a['scores']):.{nd}f}: {_fmt(e['effect'], nd)}"
+        ours = (f"{nb} {_mean(b['scores']):.{nd}f} vs {na} {_mean(a['scores']):.{nd}f}: {_fmt(e['effect'], nd)}"
+                if a['scores'] and b['scores'] else 'no usable records')
         ci = '-' if e['ci'] is None else f"[{_fmt(e['ci'][0], nd)}, {_fmt(e['ci'][1], nd)}]"
         test = 'paired' if e['paired'] else ('Welch' if e['p'] is not None else '-')
-        seeds = '+'.join(str(len(x['scores'])) for x in (b, a))
-        role = ' (control)' if e['role'] == 'control' else ''
-        rows.append([e['id'] + role, f"**{e['verdict']}**", ours, ci, _pfmt(e['p_adjusted']), test,
-                     _gate(e['regime']), ', '.join(e['provenance']['commits']) or '-', seeds])
+        rows.append([e['id'] + (' (control)' if e['role'] == 'control' else ''), f"**{e['verdict']}**", ours, ci,
+                     _pfmt(e['p_adjusted']), test, _gate(e['regime']), ', '.join(e['provenance']['commits']) or '-',
+                     '+'.join(str(len(x['scores'])) for x in (b, a))])
     head = ['claim', 'verdict', 'effect b - a (means)', '95% interval', 'p (Holm)', 'test', 'gate', 'commit', 'seeds']
     return format_table(head, rows, markdown=True) if rows else '(none)'
