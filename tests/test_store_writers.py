@@ -165,6 +165,7 @@ def test_experiments_compare_refuses_a_record_file(tmp_path):
 def test_experiments_compare_other_settings_refused(tmp_path):
     from posenc_nb.store import write_output
     out = tmp_path / 'sig.json'
+    (tmp_path / 'ex').mkdir()                                   # a folder of run records
     old = dict(experiment=str(tmp_path / 'ex'), baseline='sinusoidal', seeds=[0], pooled=False, samples=1000)
     write_output(out, {'experiment': old['experiment'], 'baseline': 'sinusoidal', 'comparisons': []}, old)
     bad(mod('experiments', 'compare', tmp_path / 'ex', '--samples', 50, '--out', out), 'samples: 1000 vs 50')
