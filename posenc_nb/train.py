@@ -371,8 +371,7 @@ def _resume_point(cfg: TrainConfig, out_dir: Path, resume: bool, is_main: bool) 
     if diff: raise RunFolderConflict(out_dir, diff)
     _check_schedule(old, cfg, out_dir, ckpt)
     if ckpt is not None and cfg.max_steps is not None and ckpt['step'] > cfg.max_steps:
-        raise ValueError(f"{out_dir} is at update {ckpt['step']} already, past max_steps={cfg.max_steps} "
-                         "(--max-steps); "
+        raise ValueError(f"{out_dir} is at update {ckpt['step']} already, past --max-steps {cfg.max_steps}; "
                          f"give at least {ckpt['step']} to resume it, or start over (--fresh)")
     return ckpt
 
@@ -392,8 +391,7 @@ def _set_aside(out_dir: Path, test_split: str = 'test'):
     "A fresh start: move the earlier run's files into `.replaced/` (an unfinished run's when that holds one: removed)."
     aside = out_dir / _REPLACED
     if aside.is_dir(): return _clear_run(out_dir, test_split)    # the run set aside before stays the one kept
-    paths = _run_paths(out_dir, test_split)
-    if not paths: return
+    if not (paths := _run_paths(out_dir, test_split)): return
     tmp = out_dir / f'{_REPLACED}.{os.getpid()}'
     tmp.mkdir(exist_ok=True)
     for p in paths: os.replace(p, tmp / p.name)
@@ -436,9 +434,8 @@ def _translation_learner(cfg: TrainConfig, model: Seq2Seq, task: TranslationTask
     schedule = functools.partial(lr_multiplier, cfg.lr_schedule, warmup=cfg.warmup)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: schedule(s + 1, progress=budget.frac))
     scaler = torch.amp.GradScaler('cuda', enabled=(device.type == 'cuda' and cfg.amp == 'fp16'))
-    net = model
-    if proc.world_size > 1:
-        net = nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == 'cuda' else None)
+    net = model if proc.world_size == 1 else nn.parallel.DistributedDataParallel(
+        model, device_ids=[device] if device.type == 'cuda' else None)
     return Learner(model, opt, task, budget, cbs, sched=sched, scaler=scaler, grad_clip=cfg.grad_clip, net=net,
                    started=proc.started)
 
@@ -571,6 +568,10 @@ def _train_locked(cfg: TrainConfig, out_dir: Path, corpus: Corpus, proc: Process
         if ckpt is None and learn.state.step == 0: saver.save(learn)     # max_steps=0: still a loadable checkpoint
         if proc.world_size > 1: dist.barrier()
         if not proc.is_main: return {'step': learn.state.step, 'model': model, 'tokenizer': tok}
+        hyp = out_dir / f'{cfg.test_split}.hyp'
+        if learn.state.step == step0 and _results_config(out_dir) == cfg and hyp.is_file():   # finished: kept as is
+            return {**json.loads((out_dir / 'results.json').read_text()), 'hyps': hyp.read_text().splitlines(),
+                    'model': model, 'tokenizer': tok}
         last_eval = evaluator.last if learn.state.step > step0 else _logged_eval(out_dir, learn.state.step)
         res = _final_test(cfg, learn, out_dir, test=corpus.test, last_eval=last_eval, proc=proc, show=show,
                           hashes=hashes)

@@ -125,7 +125,7 @@ def train_cases() -> list:
                 ('max_len=1000000000', 'max_len'), ('lr_schedule=nosuch', 'nosuch'), ('data=nosuch', 'nosuch'),
                 ('test_split=nosuch', 'nosuch'), ('valid_split=nosuch', 'nosuch'), ('tokenizer=nosuch', 'nosuch'),
                 ('activation=nosuch', 'nosuch'), ('amp=fp8', 'amp'), ('n_heads=0', 'n_heads'),
-                ('d_model=30', 'd_model'), ('vocab_size=0', 'vocab_size'), ('eval_every=0', 'eval_every'),
+                ('d_model=31', 'd_model'), ('vocab_size=0', 'vocab_size'), ('eval_every=0', 'eval_every'),
                 ('log_every=0', 'log_every'), ('ckpt_every=0', 'ckpt_every'), ('keep_ckpts=0', 'keep_ckpts'),
                 ('beam=0', 'beam'), ('beam=100000', 'beam'), ('max_tokens=1', 'max_tokens'),
                 ('streams=nosuch', 'nosuch'), ('max_train_len=1', 'max_train_len')]
