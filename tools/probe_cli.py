@@ -157,7 +157,8 @@ def train_cases() -> list:
              guard='run') for s in fresh]
     cs += [C('train resume with another lr', TRAIN[:4] + ['--max-steps', '4', *TINY, '--set', 'lr=0.1', '--out',
                                                           '{w}/run'], needle='lr', setup=copy_of('fin'), guard='run'),
-           C('train resume of a finished run, same settings', TRAIN[:4] + ['--max-steps', '4', *TINY, '--out',
+           C('train resume of a finished run, same settings', TRAIN[:4] + ['--max-steps', '4', '--set', 'ckpt_every=2',
+                                                                           *TINY, '--out',
                                                                            '{w}/run'], expect='ok',
              setup=copy_of('fin'), guard='run/results.json'),
            C('train linear schedule resumed with more steps', TRAIN[:4] + ['--max-steps', '6', '--set',
