@@ -29,6 +29,7 @@ The cases of the issue's list 1-6, each a test here:
 | 5 | `posenc train` refuses a `compare` record folder | `train_refuses_a_published_record`, |
 |   |   | `compare_rerun_with_other_budget_refused` (a real one) |
 | 5 | linear schedule resumed with a larger `--max-steps` | `linear_schedule_resume_with_other_budget_refused` |
+| 5 | (or with a `--max-minutes` it did not have) | `linear_schedule_resume_with_other_budget_refused` |
 | 5 | compare rerun, other `--max-steps`: `results.json` kept | `compare_rerun_with_other_budget_refused` |
 | 6 | `translate --beam 100000`; a 200,000-word line | `translate_caps_and_record_output` |
 | 6 | xl-head / xl-input at position 1e8, no giant table | `xl_far_positions_need_no_table_up_to_them` (2 rows) |
@@ -312,6 +313,9 @@ def test_linear_schedule_resume_with_other_budget_refused(tmp_path):
     ok(cli(*args, '--max-steps', 5))
     before = snapshot(out)
     bad(cli(*args, '--max-steps', 10), 'splice two schedules')
+    assert snapshot(out) == before
+    bad(cli(*args, '--max-steps', 5, '--max-minutes', 30),
+        'max_minutes=None; resuming it with max_steps=5, max_minutes=30')
     assert snapshot(out) == before
 
 
