@@ -61,8 +61,8 @@ List 7's unhelpful errors, each a row of a table-driven test (`MESSAGES` -> `tes
 
 Build item 7, a kill at each write of the new writers:
 `test_killed_output_write_leaves_old_or_new` (the store's `write_output`, with each writer's record),
-`test_killed_experiments_compare_leaves_none_or_whole` and `test_killed_writer_leaves_old_or_new` (mlm pretrain and
-finetune, long_text bpe, classify and claims end to end)."""
+`test_killed_experiments_compare_leaves_none_or_whole` and `test_killed_writer_leaves_old_or_new` (mlm pretrain, its
+`--weights` replacing a record, finetune, long_text bpe, lengths and ngram, classify and claims, end to end)."""
 import hashlib, json, os, shutil, subprocess, sys
 from pathlib import Path
 import pytest
@@ -690,6 +690,8 @@ KILLED_WRITERS = {   # writer: (module, argv, its output under the work folder, 
     'mlm finetune': ('mlm', ['finetune', '--task', 'cola', '--steps', '2', '--eval-every', '1', '--n-valid', '8',
                              '--out', '{w}/f.json'], 'f.json', None),
     'long_text bpe': ('long_text', ['bpe', '--steps', '2', '--n-test', '8', '--out', '{w}/b.json'], 'b.json', None),
+    'long_text lengths': ('long_text', ['lengths', '--limits', '8,16', '--out', '{w}/l.json'], 'l.json', None),
+    'long_text ngram': ('long_text', ['ngram', '--Cs', '1', '--n-test', '8', '--out', '{w}/n.json'], 'n.json', None),
     'classify': ('classify', ['--task', 'cola', '--encoding', 'rope', '--steps', '2', '--out', '{w}/g'],
                  'g/cola/rope_seed0.json', None),
     'claims (replaces the ledger)': ('claims', ['--root', '{w}/res'], 'res/claims.json', _old_ledger),
@@ -700,8 +702,9 @@ KILLED_WRITERS = {   # writer: (module, argv, its output under the work folder, 
 def test_killed_writer_leaves_old_or_new(tmp_path, monkeypatch, writer):
     """A writer end to end (tiny local data), SIGKILLed at each step of writing its output: the output is the old
     one (none, for a first run), or a whole new record; unkilled, it writes the new one."""
-    import importlib, torch
-    import torch._dynamo  # noqa: F401             the optimizer's first step imports it: once here, not in each child
+    import contextlib, importlib, torch
+    for lazy in ('torch._dynamo', 'sklearn.feature_extraction.text', 'sklearn.linear_model'):
+        with contextlib.suppress(ImportError): importlib.import_module(lazy)   # imported once here, not in each child
     torch.set_num_threads(1)                                  # the children fork: no OpenMP pool in this process
     name, argv, rel, make_old = KILLED_WRITERS[writer]
     w = tmp_path
