@@ -252,9 +252,12 @@ def test_experiments_compare_refuses_a_record_file(tmp_path):
 def test_experiments_compare_other_settings_refused(tmp_path):
     from posenc_nb.store import write_output
     out = tmp_path / 'sig.json'
+    for enc in ('rope', 'sinusoidal'): _record(tmp_path / 'ex', enc)    # records to compare (none: refused before)
     old = dict(experiment=str(tmp_path / 'ex'), baseline='sinusoidal', seeds=[0], pooled=False, samples=1000)
     write_output(out, {'experiment': old['experiment'], 'baseline': 'sinusoidal', 'comparisons': []}, old)
+    before = snapshot(tmp_path)
     bad(mod('experiments', 'compare', tmp_path / 'ex', '--samples', 50, '--out', out), 'samples: 1000 vs 50')
+    assert snapshot(tmp_path) == before
 
 
 # issue 50, list 3: an example command replaced a committed record
@@ -699,12 +702,13 @@ KILLED_WRITERS = {   # writer: (module, argv, its output under the work folder, 
 
 
 @pytest.mark.parametrize('writer', list(KILLED_WRITERS))
-def test_killed_writer_leaves_old_or_new(tmp_path, monkeypatch, writer):
+def test_killed_writer_leaves_old_or_new(tmp_path, monkeypatch, request, writer):
     """A writer end to end (tiny local data), SIGKILLed at each step of writing its output: the output is the old
     one (none, for a first run), or a whole new record; unkilled, it writes the new one."""
-    import contextlib, importlib, torch
+    import contextlib, functools, importlib, torch
     for lazy in ('torch._dynamo', 'sklearn.feature_extraction.text', 'sklearn.linear_model'):
         with contextlib.suppress(ImportError): importlib.import_module(lazy)   # imported once here, not in each child
+    request.addfinalizer(functools.partial(torch.set_num_threads, torch.get_num_threads()))
     torch.set_num_threads(1)                                  # the children fork: no OpenMP pool in this process
     name, argv, rel, make_old = KILLED_WRITERS[writer]
     w = tmp_path
