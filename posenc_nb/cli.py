@@ -11,6 +11,7 @@ from fastcore.script import Param
 from .core import list_posencs, encoding_streams
 from .utils import atomic_write
 from .store import check_not_record, check_output, checkpoint_paths, format_table, lock_folder, one_line
+from .config import MAX_BEAM
 from .store import MANIFEST, RecordConflict, finished_record, record_run, summarize
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
@@ -22,9 +23,9 @@ from .args import (CLIError, _check_encoding, _lines, _read_text, check_device, 
 
 
 # %% auto #0
-__all__ = ['COMMAND_EXTRAS', 'MAX_BEAM', 'MAX_WORDS', 'COMPARE_KEYS', 'main', 'run_cli', 'cmd_list', 'default_run_dir',
-           'cmd_train', 'find_checkpoint', 'cmd_translate', 'cmd_evaluate', 'check_records', 'compare_runs',
-           'plot_compare', 'cmd_compare']
+__all__ = ['COMMAND_EXTRAS', 'MAX_WORDS', 'COMPARE_KEYS', 'main', 'run_cli', 'cmd_list', 'default_run_dir', 'cmd_train',
+           'find_checkpoint', 'cmd_translate', 'cmd_evaluate', 'check_records', 'compare_runs', 'plot_compare',
+           'cmd_compare']
 
 # %% ../nbs/06_cli.ipynb #c1a1main
 COMMAND_EXTRAS = {'train': 'experiments', 'compare': 'experiments', 'evaluate': 'experiments'}   # checked before a run
@@ -199,7 +200,7 @@ def _write_lines(hyps: list, output: Optional[str]):
         sys.stdout.flush()
 
 # %% ../nbs/06_cli.ipynb #271de60e
-MAX_BEAM, MAX_WORDS = 64, 1000     # caps of `posenc translate`: beyond them a run takes hours or all the memory
+MAX_WORDS = 1000     # a cap of `posenc translate` (with MAX_BEAM): beyond them a run takes hours or all the memory
 
 def _check_decoding(beam: int, batch_tokens: int, output: Optional[str], input: str = '-', len_penalty: float = 0.6):
     if not 1 <= beam <= MAX_BEAM: raise CLIError(f"--beam {beam}: use 1 (greedy) to {MAX_BEAM}")

@@ -14,7 +14,7 @@ from .engine import LR_SCHEDULES
 from .store import check_fields
 
 # %% auto #0
-__all__ = ['TOKENIZERS', 'CONFIGS', 'TrainConfig', 'upgrade_config_dict', 'config_fields', 'config_from_name']
+__all__ = ['TOKENIZERS', 'MAX_BEAM', 'CONFIGS', 'TrainConfig', 'upgrade_config_dict', 'config_fields', 'config_from_name']
 
 # %% ../nbs/05_config.ipynb #18ca48be
 _MODEL_FIELDS = ('d_model', 'n_heads', 'n_enc', 'n_dec', 'd_ff', 'dropout', 'enc_pe', 'dec_pe', 'pe_options',
@@ -58,6 +58,8 @@ class _OptimFields(_DataFields):
     amp_cpu: bool = False                   # autocast to bf16 on CPU too (pays off on CPUs with AVX512-BF16 or AMX)
 
 # %% ../nbs/05_config.ipynb #550fdabf
+MAX_BEAM = 64     # the widest beam a run or `posenc translate` decodes with: wider takes hours or all the memory
+
 @dataclass
 class TrainConfig(_OptimFields):
     "Everything that defines a training run: data, tokenizer, model (see `ModelConfig`), optimization, evaluation."
@@ -92,6 +94,8 @@ def check(self: TrainConfig):
     if self.max_steps is None and self.max_minutes is None:
         raise ValueError("set max_steps or max_minutes (or both) so training ends")
     check_fields(self)       # lr, betas, adam_eps, weight_decay, label_smoothing, warmup, max_train_len, budget, base
+    if max(self.beam, self.eval_beam) > MAX_BEAM:
+        raise ValueError(f"beam={self.beam}, eval_beam={self.eval_beam}: a beam is at most {MAX_BEAM}")
     for k in ('max_tokens', 'log_every', 'eval_every', 'ckpt_every', 'keep_ckpts', 'n_avg', 'beam', 'vocab_size'):
         if getattr(self, k) < 1: raise ValueError(f"{k} must be >= 1, got {getattr(self, k)}")
     if self.tokenizer not in TOKENIZERS:

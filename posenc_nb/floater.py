@@ -178,7 +178,7 @@ def _param_key(self: FloaterPE) -> tuple:
 @patch
 def _solve(self: FloaterPE, y: Tensor, start: int, n: int) -> Tensor:
     "States at positions `start+1 .. start+n` of the initial values' states `y` (N, d) at `start`: (n, N, d)."
-    self.n_solves += 1
+    if not torch.compiler.is_compiling(): self.n_solves += 1    # a counted int would be guarded on: a recompile a step
     with torch.autocast(y.device.type, enabled=False):          # the ODE is solved in the parameters' precision
         if self.dynamics_kv is None:
             return self._solve_flow(self.dynamics, y, start, n)

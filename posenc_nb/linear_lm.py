@@ -22,6 +22,7 @@ from .long_text import peak_rss_mb
 from .utils import (atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled,
                              read_records)
 from .args import command_line, run_commands
+from .store import check_fields
 from .args import command, use_threads
 
 # %% auto #0
@@ -147,6 +148,7 @@ class LMConfig:
     log_every: int = 5
     eval_every: int = 25
     ckpt_every: int = 25
+    def __post_init__(self): check_fields(self)    # seed, lr, warmup, steps: finite, in range
 
 LM_CONFIGS = {'cpu-tiny': LMConfig(),
               'cpu-small': LMConfig(seq_len=512, batch=16, d_model=64, n_heads=2, n_layers=2, d_ff=256, lr=2e-3,

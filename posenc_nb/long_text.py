@@ -15,7 +15,7 @@ from .mlm import BYTE_VOCAB, FT_SIZES, clean_text, subset_indices, _rows
 from .experiments import seed_test, two_level_bootstrap, accuracy_stats, accuracy_score
 from .utils import (atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled,
                              read_records)
-from .store import check_budget, output_record, write_output
+from .store import check_budget, check_range, output_record, write_output
 from .args import command_line, run_commands
 from .args import command, use_threads
 
@@ -320,6 +320,7 @@ def longtext_ngram(*, n_test: int = 5000, # test reviews scored: the fixed seede
       python -m posenc_nb.long_text ngram
       python -m posenc_nb.long_text ngram --n-test 2000 --out /tmp/ngram.json"""
     grid = numbers_flag(Cs, '--Cs', float, '0.5,2')
+    check_range('n_test', n_test, 1)
     settings = dict(Cs=grid, n_test=n_test, subset_seed=subset_seed)
     with output_record(out, settings) as done:       # locked; another settings' record: refused, naming them
         if done is not None:

@@ -59,7 +59,7 @@ def make_stream_provider(spec: str, # 'name' or 'name:variant', e.g. a provider'
     if name not in STREAM_PROVIDERS: _discover_stream_providers()
     if name not in STREAM_PROVIDERS:
         known = ', '.join(list_stream_providers()) or 'none registered'
-        raise ValueError(f"unknown stream provider {name!r} (from {spec!r}); choose one of: {known}")
+        raise ValueError(f"streams={spec!r}: unknown stream provider {name!r}; choose one of: {known}")
     return STREAM_PROVIDERS[name](variant or None, seed=seed)
 
 # %% ../nbs/03_streams.ipynb #beae0205

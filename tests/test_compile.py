@@ -99,6 +99,24 @@ def test_gpt_step_compiles(name):
     compiled_equals_eager(model, 'eager')
 
 
+@pytest.mark.parametrize('name', ENCODINGS)
+def test_training_steps_compile_once(name):
+    """Training steps (forward, backward, an optimizer update) reuse the first step's graph: no state the encoding
+    changes per step (a counter, a cache key) is guarded on, which would recompile every step."""
+    torch._dynamo.reset()
+    model = TinyGPT(build(name)).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = torch.compile(model, fullgraph=True, backend='eager')
+    step(*inputs()).backward()
+    opt.step()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for _ in range(3):
+            opt.zero_grad()
+            step(*inputs()).backward()
+            opt.step()
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize('name', ['floater'])
 def test_gpt_step_through_aot_autograd(name):
     "Through AOTAutograd too (FLOATER's solve is a custom operator with its own backward)."

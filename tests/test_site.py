@@ -49,7 +49,7 @@ def test_sidebar_follows_the_course():
     assert sorted(order) == sorted(stems) and order[0] == 'course'
     assert order.index('10_rotary') + 1 == order.index('11_dynamics')          # lecture 2 ends, lecture 3 starts
     assert order.index('07_synthetic') + 1 == order.index('12_align')          # lecture 4 reads the corpus first
-    assert order.index('28_linear_lm') + 1 == order.index('16_causal_lm')      # lecture 6, then lecture 7
+    assert order.index('29_claims') + 1 == order.index('16_causal_lm')         # lecture 6, then lecture 7
     toy = bs.toc_groups(['course', '00_core', '10_rope', '03_data'], [('Lecture 1: x', ['10_rope', '00_core'])])
     assert toy == {'Start here': ['course'], 'Lecture 1: x': ['10_rope', '00_core'], 'Library': ['03_data']}
 

@@ -252,7 +252,7 @@ def test_experiments_compare_refuses_a_record_file(tmp_path):
 def test_experiments_compare_other_settings_refused(tmp_path):
     from posenc_nb.store import write_output
     out = tmp_path / 'sig.json'
-    for enc in ('rope', 'sinusoidal'): _record(tmp_path / 'ex', enc)    # records to compare (none: refused before)
+    for enc in ('rope', 'sinusoidal'): _record(tmp_path / 'ex', enc)    # a folder of run records to compare
     old = dict(experiment=str(tmp_path / 'ex'), baseline='sinusoidal', seeds=[0], pooled=False, samples=1000)
     write_output(out, {'experiment': old['experiment'], 'baseline': 'sinusoidal', 'comparisons': []}, old)
     before = snapshot(tmp_path)

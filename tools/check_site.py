@@ -209,22 +209,25 @@ LAYOUT_JS = r"""
 })()
 """
 
-# At 390 px: every typeset formula must fit the screen, or sit in a box that scrolls and fits.
+# At 390 px: every typeset formula in the article must fit the screen, or sit in a box that scrolls and fits (a display
+# formula's own box, a table that scrolls sideways). Math outside the article (the table of contents, a drawer kept
+# off-screen at this width) is not the page's text. Scrolling boxes outside the article (the theme's content column)
+# do not count: a formula that only they reach makes the whole page move sideways.
 MATH_JS = r"""
 (async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
   const clipped = [];
-  document.querySelectorAll('mjx-container').forEach(m => {
+  document.querySelectorAll('article mjx-container').forEach(m => {
     const b = m.getBoundingClientRect();
     if (!b.width) return;
-    let right = innerWidth, scroller = null;
-    for (let p = m; p && p !== document.documentElement; p = p.parentElement) {
+    const article = m.closest('article');
+    let right = innerWidth, box = b;
+    for (let p = m.hasAttribute('display') ? m : m.parentElement; p && article.contains(p); p = p.parentElement) {
       const ox = getComputedStyle(p).overflowX;
-      if (ox === 'auto' || ox === 'scroll') { scroller = p; break; }
-      if (ox !== 'visible' && p !== m) right = Math.min(right, p.getBoundingClientRect().right);
+      if (ox === 'auto' || ox === 'scroll') { box = p.getBoundingClientRect(); break; }
+      if (ox !== 'visible') right = Math.min(right, p.getBoundingClientRect().right);
     }
-    const r = scroller ? scroller.getBoundingClientRect().right : b.right;
-    if (r > right + 1 || b.left < -1) {
+    if (box.right > right + 1 || box.left < -1) {
       const s = m.closest('section');
       clipped.push(`${m.hasAttribute('display') ? 'display' : 'inline'} math ${Math.round(b.width)} px wide` +
                    ` in #${s ? s.id : '?'}`);
