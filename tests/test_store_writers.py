@@ -1,7 +1,68 @@
 """Issue 50: every writer through the run store. `--fresh` checks and builds the whole run before it replaces a
 finished one, and keeps it when the new run fails; resumes that would splice two runs are refused; the writers of
 the experiment modules lock their outputs, fingerprint their settings and publish atomically; records are verified
-against their manifests on read; one table of bad inputs, each refused with one line naming the flag."""
+against their manifests on read; one table of bad inputs, each refused with one line naming the flag.
+
+The cases of the issue's list 1-6, each a test here:
+
+| list | case | test (`test_...`) |
+|---|---|---|
+| 1 | `--fresh --set max_tokens=1` keeps the finished run | `fresh_keeps_finished_run[fresh_max_tokens_1]` |
+| 1 | `--fresh --set streams=nosuch` keeps it | `fresh_keeps_finished_run[fresh_streams_nosuch]` |
+| 1 | `--fresh --set max_train_len=1` keeps it | `fresh_keeps_finished_run[fresh_max_train_len_1]` |
+| 1 | `--fresh --set lr=1e30` (diverges) keeps it | `fresh_keeps_finished_run[fresh_lr_1e30]` |
+| 1 | `--fresh` replaces the run once the new one finishes | `fresh_replaces_run_once_it_finishes` |
+| 2 | two `mlm pretrain` into one `--out` | `mlm_pretrain_second_writer_refused` |
+| 2 | two `long_text bpe` into one `--out` | `long_text_bpe_second_writer_refused` |
+| 2 | other settings into the same `--out`: refused | `mlm_pretrain_other_settings_refused` |
+| 2 | (the same settings: skipped, file unchanged) | `mlm_pretrain_same_settings_skipped` |
+| 2 | (finetune, scratch record vs `--pretrained`) | `mlm_finetune_scratch_vs_pretrained_refused` |
+| 2 | (long_text bpe, lengths, ngram) | `long_text_{bpe,lengths,ngram}_other_settings_refused` |
+| 2 | (experiments compare `--out`) | `experiments_compare_other_settings_refused` |
+| 2 | `experiments compare --out <a run's metrics.json>` | `experiments_compare_refuses_a_record_file` |
+| 3 | `classify`'s default `--out` not under `results/` | `classify_default_out_is_not_results` |
+| 3 | its example keeps a committed record | `classify_example_keeps_committed_record` |
+| 4 | a hand-edited `config.json` is not taken as finished | `hand_edited_config_is_not_finished` |
+| 4 | a replaced `test.hyp`: readers name it | `replaced_hypotheses_named_by_readers` |
+| 4 | (the ledger names a changed record file) | `ledger_names_a_changed_record_file` |
+| 4 | `translate --output <record>/test.hyp` refused | `translate_caps_and_record_output` |
+| 5 | `posenc train` refuses a `compare` record folder | `train_refuses_a_published_record`, |
+|   |   | `compare_rerun_with_other_budget_refused` (a real one) |
+| 5 | linear schedule resumed with a larger `--max-steps` | `linear_schedule_resume_with_other_budget_refused` |
+| 5 | (or with a `--max-minutes` it did not have) | `linear_schedule_resume_with_other_budget_refused` |
+| 5 | compare rerun, other `--max-steps`: `results.json` kept | `compare_rerun_with_other_budget_refused` |
+| 6 | `translate --beam 100000`; a 200,000-word line | `translate_caps_and_record_output` |
+| 6 | xl-head / xl-input at position 1e8, no giant table | `xl_far_positions_need_no_table_up_to_them` (2 rows) |
+
+List 7's unhelpful errors, each a row of a table-driven test (`MESSAGES` -> `test_messages`, `MORE_MESSAGES` ->
+`test_more_messages`, `API_MESSAGES` -> `test_api_messages`):
+
+| case of list 7 | rows |
+|---|---|
+| `--seed -1` fails after 20 s naming no flag | `MESSAGES['seed -1']` |
+| `--seed 1e20` "Overflow when unpacking long long" | `MESSAGES['seed 1e20']`, `['seed 1e20 (the flag)']`, |
+|   | `['seed 10^20 (the flag)']` |
+| `--set betas=[0.9]` internal IndexError | `MORE_MESSAGES['set betas=[0.9]']` |
+| `--set test_max_sents=-195` silently tests 805 | `MESSAGES['test_max_sents -195']` |
+| `--set name=x` "got multiple values" | `MORE_MESSAGES['set name=x']` |
+| `compare --encodings ,` runs all ten | `MESSAGES['compare --encodings ,']` |
+| `--samples 0/-5/1e8` | `MESSAGES['samples 0']`, `['samples -5']`, `['samples 1e8']`, `['samples 1e8 (as typed)']` |
+| `long_text bpe --steps 0` silently runs 1,500 | `MESSAGES['long_text bpe --steps 0']` |
+| `finetune --eval-every 0` ZeroDivisionError | `MESSAGES['finetune --eval-every 0']` |
+| `classify` with no budget names internal fields | `MESSAGES['classify without a budget']` |
+| `claims` on a truncated ledger or record | `MORE_MESSAGES['claims truncated ledger']`, `['claims truncated record']` |
+| an empty test set trains fully, then IndexError | `MORE_MESSAGES['empty test set']` |
+| rope `base=-5` accepted (NaN rotations) | `MORE_MESSAGES['rope base=-5']`, `API_MESSAGES['RoPE(base=-5)']`, |
+|   | `API_MESSAGES['RotaryCache(base=0)']` |
+| `rotary_from_hf(None)`, `theta=-1`, `factor=-2` | `API_MESSAGES['rotary_from_hf(None)']`, `['rope_theta=-1']`, |
+|   | `['dynamic factor=-2']`, `['linear factor=-2']` |
+| learned `max_len=1e9`: a raw 128 GB allocator error | `MORE_MESSAGES['learned max_len=1e9']`, `API_MESSAGES[...]` |
+| a hint naming the wrong flag (the clash in the cache) | `MORE_MESSAGES['run folder in the shared cache']` |
+
+Build item 7, a kill at each write of the new writers:
+`test_killed_output_write_leaves_old_or_new` (the store's `write_output`, with each writer's record),
+`test_killed_experiments_compare_leaves_none_or_whole` and `test_killed_writer_leaves_old_or_new` (mlm pretrain, its
+`--weights` replacing a record, finetune, long_text bpe, lengths and ngram, classify and claims, end to end)."""
 import hashlib, json, os, shutil, subprocess, sys
 from pathlib import Path
 import pytest
@@ -60,6 +121,24 @@ def finished(work):
     return out
 
 
+def write_tiny_data(root: Path) -> dict:
+    "A POSENC_DATA folder with tiny local copies of IMDb and CoLA (64 / 16 / 16 reviews or sentences)."
+    import gzip, random
+    rng, words = random.Random(0), 'good bad fine awful great poor nice dull film plot acting story'.split()
+    text = lambda i: ' '.join(rng.choice(words) for _ in range(6 + i % 9))
+    (root / 'imdb').mkdir(parents=True)
+    (root / 'glue' / 'cola').mkdir(parents=True)
+    for split, n in (('train', 64), ('validation', 16), ('test', 16)):
+        with gzip.open(root / 'imdb' / f'{split}.jsonl.gz', 'wt') as f:
+            f.write(''.join(json.dumps({'text': text(i), 'label': i % 2}) + '\n' for i in range(n)))
+        (root / 'glue' / 'cola' / f'{split}.tsv').write_text(''.join(f'src\t{i % 2}\t*\t{text(i)}\n' for i in range(n)))
+    return {'POSENC_DATA': str(root)}
+
+
+@pytest.fixture(scope='module')
+def tiny_data(work): return write_tiny_data(work / 'data')
+
+
 # issue 50, list 1: `--fresh` deleted a finished run before these checks ran (data, streams, lengths, divergence)
 FRESH = {
     'fresh_max_tokens_1': (['--set', 'max_tokens=1'], 'max_tokens'),
@@ -102,6 +181,14 @@ def test_mlm_pretrain_second_writer_refused(tmp_path):
     out = tmp_path / 'r.json'
     with lock_output(out):                         # another process is writing this record
         bad(mod('mlm', 'pretrain', '--steps', 2, '--out', out), 'in use by another')
+    assert not out.exists()
+
+
+def test_long_text_bpe_second_writer_refused(tmp_path):
+    from posenc_nb.store import lock_output
+    out = tmp_path / 'b.json'
+    with lock_output(out):                         # another `long_text bpe` is writing this record
+        bad(mod('long_text', 'bpe', '--steps', 2, '--out', out), 'in use by another')
     assert not out.exists()
 
 
@@ -165,10 +252,12 @@ def test_experiments_compare_refuses_a_record_file(tmp_path):
 def test_experiments_compare_other_settings_refused(tmp_path):
     from posenc_nb.store import write_output
     out = tmp_path / 'sig.json'
-    (tmp_path / 'ex').mkdir()                                   # a folder of run records
+    for enc in ('rope', 'sinusoidal'): _record(tmp_path / 'ex', enc)    # a folder of run records to compare
     old = dict(experiment=str(tmp_path / 'ex'), baseline='sinusoidal', seeds=[0], pooled=False, samples=1000)
     write_output(out, {'experiment': old['experiment'], 'baseline': 'sinusoidal', 'comparisons': []}, old)
+    before = snapshot(tmp_path)
     bad(mod('experiments', 'compare', tmp_path / 'ex', '--samples', 50, '--out', out), 'samples: 1000 vs 50')
+    assert snapshot(tmp_path) == before
 
 
 # issue 50, list 3: an example command replaced a committed record
@@ -178,18 +267,16 @@ def test_classify_default_out_is_not_results():
     assert not str(inspect.signature(glue_run).parameters['out'].default).startswith('results')
 
 
-@pytest.mark.skipif(not os.environ.get('POSENC_DATA'), reason='needs the CoLA data (POSENC_DATA)')
-def test_classify_example_keeps_committed_record(tmp_path):
+def test_classify_example_keeps_committed_record(tmp_path, tiny_data):
     "The docstring's example, run from a checkout that holds the committed record: the record is untouched."
     committed = tmp_path / 'results' / 'glue' / 'cola' / 'sinusoidal_seed0.json'
     committed.parent.mkdir(parents=True)
     committed.write_text(json.dumps({'task': 'cola', 'encoding': 'sinusoidal', 'config': {'max_steps': 500}}))
     before = snapshot(tmp_path / 'results')
-    r = ok(mod('classify', '--task', 'cola', '--encoding', 'sinusoidal', '--steps', 2, cwd=tmp_path,
-))
+    r = ok(mod('classify', '--task', 'cola', '--encoding', 'sinusoidal', '--steps', 2, cwd=tmp_path, env=tiny_data))
     assert snapshot(tmp_path / 'results') == before and (tmp_path / 'runs' / 'glue' / 'cola').is_dir(), r.stdout
     bad(mod('classify', '--task', 'cola', '--encoding', 'sinusoidal', '--steps', 3, '--out', tmp_path / 'results' /
-            'glue', cwd=tmp_path), 'max_steps: 500 vs 3')
+            'glue', cwd=tmp_path, env=tiny_data), 'max_steps: 500 vs 3')
     assert snapshot(tmp_path / 'results') == before
 
 
@@ -230,6 +317,9 @@ def test_linear_schedule_resume_with_other_budget_refused(tmp_path):
     before = snapshot(out)
     bad(cli(*args, '--max-steps', 10), 'splice two schedules')
     assert snapshot(out) == before
+    bad(cli(*args, '--max-steps', 5, '--max-minutes', 30),
+        'max_minutes=None; resuming it with max_steps=5, max_minutes=30')
+    assert snapshot(out) == before
 
 
 def test_train_refuses_a_published_record(finished, tmp_path):
@@ -247,6 +337,8 @@ def test_translate_caps_and_record_output(finished, tmp_path):
     tr = lambda *a: cli('translate', '--ckpt', finished, *a)
     bad(tr('--input', tmp_path / 'in.txt', '--beam', 100000), '--beam 100000: use 1 (greedy) to 64')
     bad(tr('--input', tmp_path / 'long.txt'), 'line 2 has 1001 words')
+    (tmp_path / 'huge.txt').write_text(' '.join(['w'] * 200_000) + '\n')           # ran past 300 s before the cap
+    bad(tr('--input', tmp_path / 'huge.txt'), 'line 1 has 200000 words')
     rdir = _record(tmp_path / 'ex')
     before = snapshot(rdir)
     bad(tr('--input', tmp_path / 'in.txt', '--output', rdir / 'test.hyp'), 'is in the run record')
@@ -258,6 +350,10 @@ MESSAGES = {   # case: (argv after `python -m`, needle in the one error line)
     'seed -1': (['posenc_nb.cli', 'train', '--config', 'synthetic-tiny', '--seed', '-1', '--out', '{w}/m1'], 'seed=-1'),
     'seed 1e20': (['posenc_nb.cli', 'train', '--config', 'synthetic-tiny', '--set', 'seed=100000000000000000000',
                    '--out', '{w}/m1'], 'seed must be'),
+    'seed 1e20 (the flag)': (['posenc_nb.cli', 'train', '--config', 'synthetic-tiny', '--seed', '1e20', '--out',
+                              '{w}/m1'], "--seed: invalid int value: '1e20'"),
+    'seed 10^20 (the flag)': (['posenc_nb.cli', 'train', '--config', 'synthetic-tiny', '--seed',
+                               '100000000000000000000', '--out', '{w}/m1'], 'seed must be'),
     'test_max_sents -195': (['posenc_nb.cli', 'train', '--config', 'synthetic-tiny', '--set', 'test_max_sents=-195',
                              '--out', '{w}/m1'], 'test_max_sents=-195'),
     'compare --encodings ,': (['posenc_nb.cli', 'compare', '--config', 'synthetic-tiny', '--encodings', ',',
@@ -265,6 +361,8 @@ MESSAGES = {   # case: (argv after `python -m`, needle in the one error line)
     'samples 0': (['posenc_nb.experiments', 'compare', '{w}', '--samples', '0'], '--samples 0'),
     'samples -5': (['posenc_nb.experiments', 'compare', '{w}', '--samples', '-5'], '--samples -5'),
     'samples 1e8': (['posenc_nb.experiments', 'compare', '{w}', '--samples', '100000000'], '--samples 100000000'),
+    'samples 1e8 (as typed)': (['posenc_nb.experiments', 'compare', '{w}', '--samples', '1e8'],
+                               "--samples: invalid int value: '1e8'"),
     'long_text bpe --steps 0': (['posenc_nb.long_text', 'bpe', '--steps', '0', '--out', '{w}/b.json'], '--steps 0'),
     'finetune --eval-every 0': (['posenc_nb.mlm', 'finetune', '--eval-every', '0', '--out', '{w}/f.json'],
                                 '--eval-every 0'),
@@ -289,6 +387,9 @@ def test_compare_rerun_with_other_budget_refused(tmp_path):
     assert json.loads((out / 'results.json').read_text())['runs'][0]['steps'] == 3
     msg = bad(cli(*args, '--max-steps', 4), 'holds a record made with other settings')
     assert 'max_steps: 3 vs 4' in msg and 'pass another --out' in msg
+    assert snapshot(out) == before
+    bad(cli('train', '--config', 'synthetic-tiny', '--out', out / 'rope-s0', '--max-steps', 4, *TINY),
+        'is a published record')                   # list 5: train resumed inside a compare record (max_steps resumable)
     assert snapshot(out) == before
 
 
@@ -513,3 +614,125 @@ def test_killed_experiments_compare_leaves_none_or_whole(tmp_path):
         out.unlink(missing_ok=True)
         n += 1
     assert n > 5 and json.loads(out.read_text()).keys() == whole.keys()
+
+
+def _kill_at_output_step(n: int, out: Path):
+    """In this (forked) process, SIGKILL at the n-th step of writing the file `out` (other files are written as
+    usual): before its temp file is made, between the halves of its data, before the sync, before the permissions,
+    before the rename onto `out`, after it."""
+    import signal, tempfile
+    count, fds, temps = [0], set(), set()
+    def step():
+        count[0] += 1
+        if count[0] == n: os.kill(os.getpid(), signal.SIGKILL)
+    class Halves:                               # a file whose writes are two steps: a kill between them cuts the data
+        def __init__(self, f): self.f = f
+        def __enter__(self): return self
+        def __exit__(self, *e): return self.f.__exit__(*e)
+        def __getattr__(self, k): return getattr(self.f, k)
+        def write(self, b):
+            self.f.write(b[:len(b) // 2])
+            self.f.flush()
+            step()
+            return self.f.write(b[len(b) // 2:])
+    mkstemp, fdopen, fsync, chmod, replace = tempfile.mkstemp, os.fdopen, os.fsync, os.chmod, os.replace
+    def mkstemp_(*a, **k):
+        mine = Path(k.get('dir') or '.').resolve() == out.parent.resolve() and k.get('prefix') == out.name + '.'
+        if mine: step()
+        fd, tmp = mkstemp(*a, **k)
+        if mine:
+            fds.add(fd)
+            temps.add(str(tmp))
+        return fd, tmp
+    def fsync_(fd):
+        if fd in fds:                           # once: the number is reused by the next file opened (the folder's sync)
+            fds.discard(fd)
+            step()
+        return fsync(fd)
+    def chmod_(p, *a, **k):
+        if str(p) in temps: step()
+        return chmod(p, *a, **k)
+    def replace_(a, b, *r, **k):
+        if str(a) not in temps: return replace(a, b, *r, **k)
+        step()
+        replace(a, b, *r, **k)
+        step()
+    tempfile.mkstemp, os.fsync, os.chmod, os.replace = mkstemp_, fsync_, chmod_, replace_
+    os.fdopen = lambda fd, *a, **k: Halves(fdopen(fd, *a, **k)) if fd in fds else fdopen(fd, *a, **k)
+
+
+def _run_killed(n: int, out: Path, main, argv: list):
+    "`main(argv)` in a forked child killed at its n-th step of writing `out`: 'killed', or the child's exit status."
+    import signal
+    pid = os.fork()
+    if pid == 0:
+        rc = 1
+        try:
+            _kill_at_output_step(n, out)
+            rc = main(argv)
+        finally: os._exit(rc if isinstance(rc, int) else 1)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL: return 'killed'
+    return os.WEXITSTATUS(status)
+
+
+def _forget_checkpoint(w: Path):
+    "The record kept, its pre-training checkpoint gone (a record made on another machine): `--weights` replaces it."
+    for p in (w / 'cache' / 'roformer-runs').rglob('ckpt_*.pt'): p.unlink()
+
+
+def _old_ledger(w: Path):
+    (w / 'res').mkdir(parents=True, exist_ok=True)
+    (w / 'res' / 'claims.json').write_text('[]\n')
+
+
+KILLED_WRITERS = {   # writer: (module, argv, its output under the work folder, how the old state is made, or None)
+    'mlm pretrain': ('mlm', ['pretrain', '--steps', '2', '--out', '{w}/r.json'], 'r.json', None),
+    'mlm pretrain --weights (replaces)': ('mlm', ['pretrain', '--steps', '2', '--weights', '--out', '{w}/r.json'],
+                                          'r.json', _forget_checkpoint),
+    'mlm finetune': ('mlm', ['finetune', '--task', 'cola', '--steps', '2', '--eval-every', '1', '--n-valid', '8',
+                             '--out', '{w}/f.json'], 'f.json', None),
+    'long_text bpe': ('long_text', ['bpe', '--steps', '2', '--n-test', '8', '--out', '{w}/b.json'], 'b.json', None),
+    'long_text lengths': ('long_text', ['lengths', '--limits', '8,16', '--out', '{w}/l.json'], 'l.json', None),
+    'long_text ngram': ('long_text', ['ngram', '--Cs', '1', '--n-test', '8', '--out', '{w}/n.json'], 'n.json', None),
+    'classify': ('classify', ['--task', 'cola', '--encoding', 'rope', '--steps', '2', '--out', '{w}/g'],
+                 'g/cola/rope_seed0.json', None),
+    'claims (replaces the ledger)': ('claims', ['--root', '{w}/res'], 'res/claims.json', _old_ledger),
+}
+
+
+@pytest.mark.parametrize('writer', list(KILLED_WRITERS))
+def test_killed_writer_leaves_old_or_new(tmp_path, monkeypatch, request, writer):
+    """A writer end to end (tiny local data), SIGKILLed at each step of writing its output: the output is the old
+    one (none, for a first run), or a whole new record; unkilled, it writes the new one."""
+    import contextlib, functools, importlib, torch
+    for lazy in ('torch._dynamo', 'sklearn.feature_extraction.text', 'sklearn.linear_model'):
+        with contextlib.suppress(ImportError): importlib.import_module(lazy)   # imported once here, not in each child
+    request.addfinalizer(functools.partial(torch.set_num_threads, torch.get_num_threads()))
+    torch.set_num_threads(1)                                  # the children fork: no OpenMP pool in this process
+    name, argv, rel, make_old = KILLED_WRITERS[writer]
+    w = tmp_path
+    for k, v in {**write_tiny_data(w / 'data'), 'POSENC_CACHE': str(w / 'cache')}.items(): monkeypatch.setenv(k, v)
+    module, argv, out = importlib.import_module(f'posenc_nb.{name}'), [a.replace('{w}', str(w)) for a in argv], w / rel
+    if name == 'claims':                     # the ledger's content is not the point here: its write is (and it is fast)
+        ledger = json.loads((ROOT / 'results' / 'claims.json').read_text())
+        monkeypatch.setattr(module, 'build_ledger', lambda root: ledger)
+        monkeypatch.setattr(module, 'check_rules', lambda ledger, root: [])
+    else:                                    # a first run: the data's tokenizer and the run folders cached
+        assert _run_killed(0, out, module.main, argv) == 0
+    if make_old is None: out.unlink(missing_ok=True)
+    else: make_old(w)
+    old = out.read_text() if out.exists() else None
+    seen, n = [], 1
+    while (rc := _run_killed(n, out, module.main, argv)) == 'killed':
+        seen.append(out.read_text() if out.exists() else None)
+        if old is None: out.unlink(missing_ok=True)           # the old state again (a finished run stays cached)
+        else: out.write_text(old)
+        if make_old is not None: make_old(w)
+        n += 1
+    assert rc == 0 and n == 7, (rc, n)                          # six kill points; the seventh run finished
+    new = out.read_text()
+    assert new != old and seen[:5] == [old] * 5                 # a kill before the rename: the old output exactly
+    rec, whole = json.loads(seen[5]), json.loads(new)           # after it: a whole new record
+    if isinstance(whole, list): assert rec == whole
+    else: assert rec.keys() == whole.keys() and rec['fingerprint'] == whole['fingerprint']
