@@ -102,6 +102,19 @@ def bad(r, needle, rc=2):
     return last
 
 
+class Halves:
+    "A file whose writes are two steps with `step()` between them: a kill there cuts the data in half."
+    def __init__(self, f, step): self.f, self.step = f, step
+    def __enter__(self): return self
+    def __exit__(self, *e): return self.f.__exit__(*e)
+    def __getattr__(self, k): return getattr(self.f, k)
+    def write(self, b):
+        self.f.write(b[:len(b) // 2])
+        self.f.flush()
+        self.step()
+        return self.f.write(b[len(b) // 2:])
+
+
 def snapshot(folder) -> dict:
     "Every file under `folder` (relative name -> SHA-256), the lock file aside."
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -541,19 +554,9 @@ def _kill_at_step(n: int):
             step()
             return f(*a, **k)
         return g
-    class Halves:                               # a file whose writes are two steps: a kill between them cuts the data
-        def __init__(self, f): self.f = f
-        def __enter__(self): return self
-        def __exit__(self, *e): return self.f.__exit__(*e)
-        def __getattr__(self, k): return getattr(self.f, k)
-        def write(self, b):
-            self.f.write(b[:len(b) // 2])
-            self.f.flush()
-            step()
-            return self.f.write(b[len(b) // 2:])
     fdopen = os.fdopen
     tempfile.mkstemp, os.fsync, os.chmod, os.replace = map(wrap, (tempfile.mkstemp, os.fsync, os.chmod, os.replace))
-    os.fdopen = lambda *a, **k: Halves(fdopen(*a, **k))
+    os.fdopen = lambda *a, **k: Halves(fdopen(*a, **k), step)
 
 
 def _killed_writing(n: int, fn) -> bool:
@@ -625,16 +628,6 @@ def _kill_at_output_step(n: int, out: Path):
     def step():
         count[0] += 1
         if count[0] == n: os.kill(os.getpid(), signal.SIGKILL)
-    class Halves:                               # a file whose writes are two steps: a kill between them cuts the data
-        def __init__(self, f): self.f = f
-        def __enter__(self): return self
-        def __exit__(self, *e): return self.f.__exit__(*e)
-        def __getattr__(self, k): return getattr(self.f, k)
-        def write(self, b):
-            self.f.write(b[:len(b) // 2])
-            self.f.flush()
-            step()
-            return self.f.write(b[len(b) // 2:])
     mkstemp, fdopen, fsync, chmod, replace = tempfile.mkstemp, os.fdopen, os.fsync, os.chmod, os.replace
     def mkstemp_(*a, **k):
         mine = Path(k.get('dir') or '.').resolve() == out.parent.resolve() and k.get('prefix') == out.name + '.'
@@ -658,7 +651,7 @@ def _kill_at_output_step(n: int, out: Path):
         replace(a, b, *r, **k)
         step()
     tempfile.mkstemp, os.fsync, os.chmod, os.replace = mkstemp_, fsync_, chmod_, replace_
-    os.fdopen = lambda fd, *a, **k: Halves(fdopen(fd, *a, **k)) if fd in fds else fdopen(fd, *a, **k)
+    os.fdopen = lambda fd, *a, **k: Halves(fdopen(fd, *a, **k), step) if fd in fds else fdopen(fd, *a, **k)
 
 
 def _run_killed(n: int, out: Path, main, argv: list):
