@@ -20,9 +20,8 @@ from .engine import inverse_sqrt, autocast_for, fused_adam, precision_name
 from .utils import atomic_write, provenance, mean_sd, read_records
 
 # %% auto #0
-__all__ = ['GLUE_METRIC', 'classification_metrics', 'ClassifyConfig', 'glue_data', 'predict', 'evaluate', 'write_result',
-           'ClassifyTask', 'train_classifier', 'order_toy', 'glue_encodings', 'glue_run', 'main', 'load_results',
-           'glue_summary']
+__all__ = ['GLUE_METRIC', 'classification_metrics', 'ClassifyConfig', 'glue_data', 'predict', 'evaluate', 'ClassifyTask',
+           'train_classifier', 'order_toy', 'glue_encodings', 'glue_run', 'main', 'load_results', 'glue_summary']
 
 # %% ../nbs/23_glue.ipynb #2c2011eb
 def classification_metrics(y_true, y_pred) -> dict:
@@ -119,13 +118,6 @@ def predict(model: Classifier, pairs, max_tokens: int = 4096, device='cpu', amp:
 def evaluate(model: Classifier, pairs, max_tokens: int = 4096, device='cpu', amp: Optional[str] = None) -> dict:
     "`classification_metrics` of the model's predictions on (ids, label) pairs."
     return classification_metrics([y for _, y in pairs], predict(model, pairs, max_tokens, device, amp))
-
-# %% ../nbs/23_glue.ipynb #3d810f12
-def write_result(record: dict, path) -> Path:
-    "Write a result record as indented JSON, atomically (readers never see half a file)."
-    path = Path(path)
-    atomic_write(path, json.dumps(record, indent=1, sort_keys=False) + '\n')
-    return path
 
 # %% ../nbs/23_glue.ipynb #17a061f7
 from .engine import BatchStream, Budget, Evaluator, KeepBest, Learner, Task, fit

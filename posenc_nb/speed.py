@@ -4,17 +4,16 @@
 
 # %% ../nbs/24_speed.ipynb #8dff4a1a
 from __future__ import annotations
-import json, math, os, statistics, subprocess, sys, time
+import contextlib, json, math, os, statistics, subprocess, sys, time
 from pathlib import Path
 from typing import Optional, Sequence
 import torch, torch.nn.functional as F
 from .core import Positions, list_posencs
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll
-from .classify import write_result
 from .utils import provenance
 from .args import command_line, run_commands
 from .args import check_device, use_threads
-from .store import check_not_record, check_output
+from .store import output_record, write_output
 
 # %% auto #0
 __all__ = ['METRICS', 'measure_once', 'cpu_peak_mem_mb', 'speed_table', 'format_table', 'speed_run_table', 'speed_run', 'main']
@@ -222,7 +221,7 @@ def speed_run_table(encodings: str = None, # comma-separated encodings (default:
     res = speed_table(encodings.split(',') if encodings else None, device=device, verbose=True, **kw)
     res.update(rec)
     print(format_table(res))
-    if out: write_result(res, out)
+    if out: write_output(out, res, dict(encodings=encodings, device=device, **kw))   # locked, fingerprinted
     return res
 
 # %% ../nbs/24_speed.ipynb #9b1146f7
@@ -252,12 +251,14 @@ def speed_run(*, encodings: str = None, # comma-separated encodings (default: al
         if v < 1: raise ValueError(f"--{k.replace('_', '-')} {v}: give a whole number >= 1")
     if d_model % n_heads:
         raise ValueError(f"--d-model {d_model} is not divisible by --n-heads {n_heads}; pick one that is")
-    if out: check_not_record(check_output(out, flag='--out'), '--out')
     use_threads(threads)
     check_device(device)
-    speed_run_table(encodings, device, out, command_line(), d_model=d_model, n_heads=n_heads, n_layers=n_layers,
-                    d_ff=d_ff, batch=batch,
-                    length=length, dec_steps=dec_steps, reps=reps, train_steps=train_steps, memory=not no_memory)
+    settings = dict(encodings=encodings, device=device, **sizes, memory=not no_memory)
+    with output_record(out, settings) if out else contextlib.nullcontext() as done:   # locked; not in a run record
+        if done is not None:
+            print(f'{out}: kept, a record of these settings (delete it to measure again)', flush=True)
+            return 0
+        speed_run_table(encodings, device, out, command_line(), **sizes, memory=not no_memory)
     return 0
 
 # %% ../nbs/24_speed.ipynb #9cebd4e8

@@ -223,6 +223,18 @@ def test_mlm_pretrain_same_settings_skipped(tmp_path):
     assert snapshot(tmp_path) == before
 
 
+def test_speed_out_through_the_store(tmp_path):
+    "speed --out: a rerun of the same settings keeps the record, other settings are refused; the file is unchanged."
+    args = ['--encodings', 'sinusoidal,rope', '--d-model', 16, '--n-heads', 2, '--n-layers', 1, '--d-ff', 32,
+            '--batch', 2, '--length', 8, '--dec-steps', 2, '--reps', 1, '--train-steps', 1, '--no-memory',
+            '--out', tmp_path / 's.json']
+    ok(mod('speed', *args))
+    before = snapshot(tmp_path)
+    assert 'kept' in ok(mod('speed', *args)).stdout
+    bad(mod('speed', *args, '--reps', 2), 'reps: 1 vs 2')
+    assert snapshot(tmp_path) == before
+
+
 def test_mlm_finetune_scratch_vs_pretrained_refused(tmp_path):
     "A scratch record in --out and a --pretrained run asked for: another run's settings (init_run), refused."
     from posenc_nb.store import write_output
