@@ -22,7 +22,7 @@ from .long_text import peak_rss_mb
 from .utils import (atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled,
                              read_records)
 from .args import command_line, run_commands
-from .store import check_fields
+from .store import check_fields, output_record, write_output
 from .args import command, use_threads
 
 # %% auto #0
@@ -288,10 +288,12 @@ def lm_train(*, variant: Param('', str, choices=list(VARIANTS)) = 'linear-rope',
       python -m posenc_nb.linear_lm train --variant linear-rope --seed 0
       python -m posenc_nb.linear_lm train --variant softmax-rope --seed 1 --config cpu-tiny"""
     use_threads(threads)
+    cfg = replace(LM_CONFIGS[config], variant=variant, seed=seed)
     out = RESULTS / 'roformer-linear' / f'{config}_{variant}_seed{seed}.json'
-    if not out.exists():
-        train_lm(replace(LM_CONFIGS[config], variant=variant, seed=seed),
-                 runs_dir() / f'lm-{config}-{variant}-seed{seed}', out, command=command_line())
+    with output_record(out, asdict(cfg)) as done:    # locked; a record of other settings refused, naming them
+        if done is None:
+            rec = train_lm(cfg, runs_dir() / f'lm-{config}-{variant}-seed{seed}', command=command_line())
+            write_output(out, rec, asdict(cfg))
     print(f'{out}: done', flush=True)
     return 0
 
@@ -305,12 +307,11 @@ def lm_bench(*, threads: int = 1, # CPU threads for torch
     Examples:
       python -m posenc_nb.linear_lm bench"""
     use_threads(threads)
-    out = RESULTS / 'roformer-linear' / 'bench.json'
-    if not out.exists():
-        atomic_write(out, json.dumps({'experiment': 'linear-attention-cost', **bench_attention(),
-                                      'peak_mem_mb': attention_memory(), **provenance(None, 'fp32', 'cpu',
-                                                                                      command=command_line())},
-                                                                                      indent=1) + '\n')
+    out, settings = RESULTS / 'roformer-linear' / 'bench.json', {'experiment': 'linear-attention-cost'}
+    with output_record(out, settings) as done:       # locked; kept when it exists
+        if done is None:
+            write_output(out, {**settings, **bench_attention(), 'peak_mem_mb': attention_memory(),
+                               **provenance(None, 'fp32', 'cpu', command=command_line())}, settings)
     print(f'{out}: done', flush=True)
     return 0
 

@@ -235,6 +235,18 @@ def test_speed_out_through_the_store(tmp_path):
     assert snapshot(tmp_path) == before
 
 
+def test_linear_lm_record_of_other_settings_refused(tmp_path):
+    "linear_lm train over a record of its name made with other settings: refused naming them, the file unchanged."
+    from dataclasses import asdict
+    from posenc_nb.linear_lm import LM_CONFIGS
+    rec = tmp_path / 'results' / 'roformer-linear' / 'cpu-tiny_linear-rope_seed0.json'
+    rec.parent.mkdir(parents=True)
+    rec.write_text(json.dumps({'experiment': 'linear-lm', 'config': {**asdict(LM_CONFIGS['cpu-tiny']), 'steps': 7}}))
+    before = snapshot(tmp_path)
+    bad(mod('linear_lm', 'train', cwd=tmp_path), 'steps: 7 vs 150')
+    assert snapshot(tmp_path) == before
+
+
 def test_mlm_finetune_scratch_vs_pretrained_refused(tmp_path):
     "A scratch record in --out and a --pretrained run asked for: another run's settings (init_run), refused."
     from posenc_nb.store import write_output
