@@ -15,8 +15,8 @@ from .causal_lm import CausalLM, CausalLMConfig, shared_state_hash, pe_state_has
 from .data import load_text
 from .rope import rotary_from_hf
 from .rotary import RotaryCache
-from .store import fingerprint, config_diff, RecordConflict, lock_folder, read_json
-from .utils import atomic_write, provenance, state_hash, order_hash
+from .store import finished_output, write_output, output_record, lock_folder, read_json
+from .utils import provenance, state_hash, order_hash
 from .engine import pick_device
 from .args import command, command_line, run_commands, use_threads, CLIError
 from .exercises import Verdict, check_close
@@ -221,20 +221,6 @@ def peak_memory_mb(ckpt: Path, L: int, device: torch.device) -> Optional[float]:
 RESULTS = Path('results') / 'length'
 RUNS = Path('runs') / 'length'
 
-def _finished(path: Path, settings: dict) -> Optional[dict]:
-    """The finished record at `path` made with `settings`, or None when there is none; a record made with other
-    settings is a `RecordConflict` (one line naming the settings that differ)."""
-    if not path.is_file(): return None
-    rec = read_json(path, f'delete {path} to rerun it')
-    if rec.get('fingerprint') != fingerprint(settings):
-        raise RecordConflict(path, config_diff(rec.get('settings', {}), settings))
-    return rec
-
-def _publish(path: Path, settings: dict, rec: dict) -> dict:
-    "Write `rec` with its settings and their fingerprint to `path` in one atomic step."
-    rec = {**rec, 'settings': settings, 'fingerprint': fingerprint(settings)}
-    atomic_write(path, json.dumps(rec, indent=1) + '\n')
-    return rec
 
 # %% ../nbs/30_length.ipynb #1d725567
 def _load_data(text: Optional[tuple]) -> tuple:
@@ -258,7 +244,7 @@ def train_arm(cfg: LengthConfig, out: Path = RESULTS, runs: Path = RUNS, text: O
     out, device, settings = Path(out), pick_device(device), asdict(cfg)
     path, t0 = out / f'{cfg.encoding}_seed{cfg.seed}.json', time.time()
     with lock_folder(Path(runs) / f'{cfg.encoding}_seed{cfg.seed}', '--runs') as lock:
-        if (rec := _finished(path, settings)) is not None: return rec
+        if (rec := finished_output(path, settings)) is not None: return rec
         tr, va, vocab = _load_data(text)
         va = va[:cfg.eval_chars] if cfg.eval_chars else va
         model = build_model(cfg, len(vocab))
@@ -284,7 +270,7 @@ def train_arm(cfg: LengthConfig, out: Path = RESULTS, runs: Path = RUNS, text: O
                             command=command)}
         rec.update(wall_time_s=round(time.time() - t0, 2),   # started_utc: when the run began, not its publication
                    started_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(t0)))
-        return _publish(path, settings, rec)
+        return finished_output(write_output(path, rec, settings), settings)     # as published: its fingerprint
 
 MEMORY_PROBE = {'cpu': 'rise of resident memory (MiB) during one no-grad forward of one window (batch 1) at the '
                        'longest length, in a fresh single-thread process (posenc_nb.long_text.peak_rss_mb)',
@@ -351,11 +337,11 @@ def extend_seed(seed: int, out: Path = RESULTS / 'extend', runs: Path = RUNS, te
             settings = {'method': method, 'factor': factor, 'finetune': ft, 'seed': seed, 'init_from_hash': init_from,
                         'config': asdict(cfg)}
             path = out / f'{name}_seed{seed}.json'
-            if (rec := _finished(path, settings)) is not None:
-                recs.append(rec)
-                continue
-            recs.append(_publish(path, settings, _extend_one(model, c, cfg, tr, va, method, factor, ft, seed, {
-                'base_loss_at_train': round(base_loss, 5), 'init_from_hash': init_from, 'command': command})))
+            if (rec := finished_output(path, settings)) is None:
+                rec = _extend_one(model, c, cfg, tr, va, method, factor, ft, seed, {
+                    'base_loss_at_train': round(base_loss, 5), 'init_from_hash': init_from, 'command': command})
+                rec = finished_output(write_output(path, rec, settings), settings)
+            recs.append(rec)
     return recs
 
 # %% ../nbs/30_length.ipynb #410c9fbc
@@ -495,8 +481,9 @@ def length_sample(*, encoding: str = None, # the arm (default: the best record a
     if (encoding is None) != (seed is None) or not temperature > 0:
         raise CLIError('give both --encoding and --seed or neither (the best), and a --temperature above 0')
     arm, s = (encoding, seed) if encoding is not None else best_arm(Path(out).parent)
-    rec = sample_record(arm, s, Path(runs), temperature=temperature)
-    atomic_write(Path(out), json.dumps(rec, indent=1, ensure_ascii=False) + '\n')
+    with output_record(out, dict(encoding=arm, seed=s, temperature=temperature)) as done:    # kept, or refused
+        rec = done or sample_record(arm, s, Path(runs), temperature=temperature)
+        if done is None: write_output(out, rec, dict(encoding=arm, seed=s, temperature=temperature))
     print(f"{out}: {arm} seed {s}, {len(rec['continuation'])} characters")
     return 0
 
