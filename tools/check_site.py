@@ -237,6 +237,28 @@ MATH_JS = r"""
 })()
 """
 
+# The rule's own check, on a page of the site at 390 px: a formula in an over-wide box is clipped, one in a box that
+# scrolls is not. It runs before the pages are judged, so a rule that can no longer fail is itself a failure.
+MATH_RULE_PROBE_JS = r"""
+(() => {
+  const at = document.querySelector('article section') || document.querySelector('article');
+  const wide = document.createElement('div');
+  wide.style.width = '700px';
+  wide.innerHTML = '<span style="margin-left:500px">a</span><mjx-container>x</mjx-container>';
+  const scroll = document.createElement('div');
+  scroll.style.overflowX = 'auto';
+  scroll.innerHTML = '<div style="width:700px"><span style="margin-left:500px">a</span>' +
+                     '<mjx-container>y</mjx-container></div>';
+  at.append(wide, scroll);
+  return 1;
+})()
+"""
+
+def math_rule_failures(clipped: list) -> list:
+    "Failures of the 390 px rule on its probe page: exactly the over-wide box's formula must be reported."
+    if len(clipped) == 1: return []
+    return [f'the 390 px math rule reported {len(clipped)} clipped formulas on its probe (one expected): {clipped}']
+
 def output_failures(name, outputs, figures):
     "Failures of a page's rendered outputs: a numbered page shows an output, an experiment page (21-28, 30) a figure."
     fails = []
@@ -347,6 +369,11 @@ def check(chromium=None, query='rotary', meta_file=out_root/'src'/'_pages.json')
         # a phone: math must not be clipped
         ch.send('Emulation.setDeviceMetricsOverride', width=390, height=844, deviceScaleFactor=1, mobile=True)
         n_phone = 0
+        ch.send('Page.navigate', url=base + 'index.html')
+        ch.wait_event('Page.loadEventFired')
+        if not ch.eval(MATH_JS):                      # the index fits: probe the rule there
+            ch.eval(MATH_RULE_PROBE_JS)
+            fails += math_rule_failures(ch.eval(MATH_JS))
         for name, r in res.items():
             if not r['math']: continue
             ch.send('Page.navigate', url=base + name)
