@@ -3,7 +3,9 @@
     nice python benchmarks/compile_step.py --threads 1 --out results/speed/compile.json
 
 The model is `CausalLM` (width 128, 4 heads, 4 layers, FFN 512, the length lab's shape) on (8, 256) token ids; a step
-is the forward, the cross-entropy and the backward (the optimizer is outside both, so both sides do the same work). The
+is the forward, the cross-entropy, the backward and an AdamW update (eager, the same on both sides; the update matters:
+without it the weights never change and an encoding that caches what it computes from them, FLOATER's trajectory,
+would skip that work in eager mode only). The
 compiled side is `torch.compile(model, fullgraph=True)` (any graph break is an error). Per encoding:
 * compile_s: wall seconds of the first compiled step (tracing, AOTAutograd, inductor's code generation);
 * the steady state: process CPU time per step (one torch thread with --threads 1), eager and compiled interleaved with
@@ -31,12 +33,13 @@ def build(enc: str, length: int):
     return CausalLM(CausalLMConfig(pe=enc, max_len=length)).train()
 
 
-def step(model, ids) -> float:
-    "Forward, next-token cross-entropy, backward (gradients set to None first); the loss."
-    model.zero_grad(set_to_none=True)
+def step(model, opt, ids) -> float:
+    "Forward, next-token cross-entropy, backward, an optimizer update (gradients set to None first); the loss."
+    opt.zero_grad(set_to_none=True)
     logits = model(ids[:, :-1])
     loss = F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
     loss.backward()
+    opt.step()
     return loss.item()
 
 
@@ -46,28 +49,22 @@ def measure(enc: str, ids, reps: int) -> dict:
     compiled.load_state_dict(eager.state_dict())
     torch._dynamo.reset()                     # a fresh cache per encoding: no recompile limit carried over
     fast = torch.compile(compiled, fullgraph=True)
+    opts = {m: torch.optim.AdamW(m.parameters(), lr=1e-4) for m in (eager, compiled)}
     t0 = time.perf_counter()
-    loss_c = step(_Call(fast, compiled), ids)
+    loss_c = step(fast, opts[compiled], ids)
     compile_s = time.perf_counter() - t0
-    loss_e = step(eager, ids)
+    loss_e = step(eager, opts[eager], ids)
     times = {'eager': [], 'compiled': []}
     for r in range(reps):
         for side in (('eager', 'compiled') if r % 2 == 0 else ('compiled', 'eager')):
-            m = eager if side == 'eager' else _Call(fast, compiled)
+            m, opt = (eager, opts[eager]) if side == 'eager' else (fast, opts[compiled])
             t = time.process_time()
-            step(m, ids)
+            step(m, opt, ids)
             times[side].append(time.process_time() - t)
     med = {k: statistics.median(v) for k, v in times.items()}
     return dict(encoding=enc, compile_s=round(compile_s, 2), eager_s=round(med['eager'], 5),
                 compiled_s=round(med['compiled'], 5), ratio=round(med['compiled'] / med['eager'], 4),
                 loss_difference=abs(loss_c - loss_e), times=times)
-
-
-class _Call:
-    "The compiled callable with the module's `zero_grad` (the step clears gradients on the module itself)."
-    def __init__(self, fn, module): self.fn, self.module = fn, module
-    def __call__(self, *a): return self.fn(*a)
-    def zero_grad(self, set_to_none=True): self.module.zero_grad(set_to_none=set_to_none)
 
 
 def main(argv=None) -> int:
@@ -88,7 +85,7 @@ def main(argv=None) -> int:
     encs = a.encodings or causal_encodings()
     ids = torch.randint(0, 65, (a.batch, a.length + 1), generator=torch.Generator().manual_seed(0))
     rec = dict(experiment='compile-step', batch=a.batch, length=a.length, reps=a.reps, threads=a.threads,
-               setup='CausalLM d_model=128 n_heads=4 n_layers=4 d_ff=512; step = forward + cross-entropy + backward',
+               setup='CausalLM d_model=128 n_heads=4 n_layers=4 d_ff=512; step = forward, cross-entropy, backward, AdamW',
                compiled="torch.compile(model, fullgraph=True), inductor", clock='process CPU time per step, medians',
                provenance=provenance(precision='fp32', device=torch.device('cpu')), rows=[], complete=False)
     for enc in encs:
