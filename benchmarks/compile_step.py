@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     encs = a.encodings or causal_encodings()
     ids = torch.randint(0, 65, (a.batch, a.length + 1), generator=torch.Generator().manual_seed(0))
     rec = dict(experiment='compile-step', batch=a.batch, length=a.length, reps=a.reps, threads=a.threads,
-               setup='CausalLM d_model=128 n_heads=4 n_layers=4 d_ff=512; step = forward, cross-entropy, backward, AdamW',
+               setup='CausalLM d_model=128 n_heads=4 n_layers=4 d_ff=512; step: forward, loss, backward, AdamW',
                compiled="torch.compile(model, fullgraph=True), inductor", clock='process CPU time per step, medians',
                provenance=provenance(precision='fp32', device=torch.device('cpu')), rows=[], complete=False)
     for enc in encs:
