@@ -7,13 +7,14 @@ is the forward, the cross-entropy, the backward and an AdamW update (eager, the 
 without it the weights never change and an encoding that caches what it computes from them, FLOATER's trajectory,
 would skip that work in eager mode only). The
 compiled side is `torch.compile(model, fullgraph=True)` (any graph break is an error). Per encoding:
-* compile_s: wall seconds of the first compiled step (tracing, AOTAutograd, inductor's code generation);
+* compile_s: wall seconds of the first compiled step (tracing, AOTAutograd, inductor's code generation), cold: the
+  run compiles into a fresh inductor cache folder of its own (a warm cache would turn most of this into reads);
 * the steady state: process CPU time per step (one torch thread with --threads 1), eager and compiled interleaved with
   the order alternating every repetition, medians of --reps repetitions; ratio = compiled median / eager median, and
   the largest absolute difference of the loss between the two (they compute the same function).
 Every encoding runs in the same process, one after another; the record keeps the raw figures and the provenance.
 """
-import argparse, json, statistics, sys, time
+import argparse, json, os, statistics, sys, tempfile, time
 from pathlib import Path
 import torch
 import torch.nn.functional as F
@@ -81,6 +82,7 @@ def main(argv=None) -> int:
     if min(a.batch, a.length - 1, a.reps, a.threads) < 1:
         ap.error('--batch, --reps and --threads must be at least 1 and --length at least 2')
     torch.set_num_threads(a.threads)
+    os.environ['TORCHINDUCTOR_CACHE_DIR'] = tempfile.mkdtemp(prefix='compile-step-')     # cold compiles, every run
     from posenc_nb.utils import provenance, atomic_write
     encs = a.encodings or causal_encodings()
     ids = torch.randint(0, 65, (a.batch, a.length + 1), generator=torch.Generator().manual_seed(0))
