@@ -277,8 +277,7 @@ class PosEnc(nn.Module):
             causal,
         )
         hooks = ('head_positions', 'transform_qk', 'logit_bias', 'logit_bias_rows', 'decoding_step')
-        own = lambda h: getattr(type(self), h) is not getattr(PosEnc, h) and _rows_follow_bias(type(self), h)
-        self.own_hooks = frozenset(filter(own, hooks))  # callers skip the base no-ops (read from the class when built)
+        self.own_hooks = frozenset(filter(self.has_hook, hooks))   # callers skip the base no-ops
 
     def embed(self, x: Tensor, p: Positions) -> Tensor:
         "Hook 1: `x` (B,L,D) with position information added; called once per stack, after the token embedding."

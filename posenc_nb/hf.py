@@ -119,8 +119,8 @@ def _build(name: str, config, n_heads: int, head_dim: int, options: dict) -> Pos
     "The encoding for `config`'s model: width hidden_size where it adds to the residual stream, else H*head_dim."
     if name not in list_posencs():
         raise ValueError(f"unknown position encoding {name!r}; choose one of: {', '.join(list_posencs())}")
-    cls = type(make_posenc(name, 8, 2, max_len=8))
-    adds = cls.embed is not PosEnc.embed or cls.qkv_bias is not PosEnc.qkv_bias
+    probe = make_posenc(name, 8, 2, max_len=8)
+    cls, adds = type(probe), probe.has_hook('embed') or probe.has_hook('qkv_bias')
     d = config.hidden_size if adds else n_heads * head_dim
     if name == 'rope': options = _rope_options(config, options)
     takes_kinds = any('kinds' in inspect.signature(c.__init__).parameters for c in cls.__mro__ if c is not object)
@@ -174,9 +174,9 @@ def use_encoding(model: nn.Module, # a Hugging Face decoder-only model (Llama, Q
         if type(m).__name__.endswith('RotaryEmbedding'): m.register_forward_hook(_identity_rotation)
     attns = _attention_modules(model)
     for att in attns: att.__dict__['_posenc_state'] = state
-    if type(pe).embed is not PosEnc.embed:
+    if pe.has_hook('embed'):
         hf.get_input_embeddings().register_forward_hook(
             lambda m, args, out: pe.embed(out, Positions(state.last(out.shape[1]))))
-    if type(pe).qkv_bias is not PosEnc.qkv_bias: _add_qkv_biases(attns, state)
+    if pe.has_hook('qkv_bias'): _add_qkv_biases(attns, state)
     hf.set_attn_implementation(ATTN_NAME)
     return model

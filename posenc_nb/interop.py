@@ -179,7 +179,7 @@ def fused_qkv_bias(pe: PosEnc, # an encoding with per-block q/k/v input biases (
     of the projection's input tokens. weight: the fused projection's (3D, D) weight. layer: the block. kind: the
     block's attention kind, one of `pe.sites`. Returns (B or 1, L, 3D) in the weight's dtype."""
     name = getattr(pe, 'registry_name', type(pe).__name__)
-    if type(pe).qkv_bias is PosEnc.qkv_bias or not pe.sites:
+    if not pe.has_hook('qkv_bias') or not pe.sites:
         raise ValueError(f"{name!r} adds no per-block q/k/v input bias (it acts through its other hooks); "
                          f"use 'floater' or 'block-bias' here")
     D = pe.d_model

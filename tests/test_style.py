@@ -78,3 +78,13 @@ def test_report_counts_what_it_should(tmp_path):
     assert rep['functions_over_60'] == [(63, 'm.long')]
     assert rep['semicolon_lines'] == 1 and rep['code_lines_over_120'] == 1
     assert len(style_report.missed(rep)) == 3
+
+
+def test_no_machine_paths_in_committed_files():
+    "No tracked file names this checkout's absolute path or its Python's (an executed output or a record made here)."
+    import subprocess, sysconfig
+    here = {str(ROOT), sys.prefix, sysconfig.get_paths()['purelib']}
+    files = subprocess.run(['git', 'ls-files', '-z'], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    bad = [f for f in files.split('\0') if f and (ROOT / f).is_file() and (ROOT / f).stat().st_size < 50_000_000
+           and any(p in (ROOT / f).read_text(errors='ignore') for p in here)]
+    assert not bad, f"absolute paths of this machine in {bad}: use paths relative to the project, POSENC_DATA or tmp_path"

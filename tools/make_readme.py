@@ -58,7 +58,7 @@ def render(figures: dict = None):
             code = '\n'.join(l for l in src.splitlines() if not l.startswith('#|'))
             if not any(l.replace(' ', '') == '#|echo:false' for l in src.splitlines()): parts.append(f'```python\n{code}\n```')
             parts += [''.join(o['data']['text/markdown']).strip() for o in c.get('outputs', []) if 'text/markdown' in o.get('data', {})]
-            outs = [''.join(o.get('text', '')) for o in c.get('outputs', []) if o.get('output_type') == 'stream']
+            outs = [''.join(o.get('text', '')) for o in c.get('outputs', []) if o.get('output_type') == 'stream' and o.get('name') == 'stdout']   # warnings stay out
             if any(outs): parts.append('```\n' + ''.join(outs).rstrip() + '\n```')
             for o in c.get('outputs', []):
                 png = o.get('data', {}).get('image/png')
