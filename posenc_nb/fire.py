@@ -16,7 +16,7 @@ __all__ = ['FIRE_WIDTH', 'FIRE_PAIR_CHUNK', 'fire_inputs', 'fire_mlp', 'fire_bia
 
 # %% ../nbs/18_fire.ipynb #1f2ce9a0
 FIRE_WIDTH = 32                  # hidden units of the MLP (the paper's)
-FIRE_PAIR_CHUNK = 1 << 22        # at most this many (pair x hidden unit) activations are computed at once by rows
+FIRE_PAIR_CHUNK = 1 << 20        # at most this many (pair x hidden unit) activations are computed at once by rows
 
 def fire_inputs(q_pos: Tensor, # query head positions (B|1,1,Lq)
                 k_pos: Tensor, # key head positions (B|1,1,Lk)
@@ -35,8 +35,10 @@ def fire_mlp(x: Tensor, # MLP inputs (..., n_in)
              w1: Tensor, b1: Tensor, # first layer (n_in, width), (width,)
              w2: Tensor, b2: Tensor # second layer (width, H), (H,)
             ) -> Tensor: # (..., H)
-    "The MLP f_theta: one hidden ReLU layer."
-    return torch.relu(x @ w1 + b1) @ w2 + b2
+    "The MLP f_theta: one hidden ReLU layer (its first layer as broadcast products: it has one or two inputs)."
+    h = torch.addcmul(b1, x[..., :1], w1[0])
+    if x.shape[-1] > 1: h = torch.addcmul(h, x[..., 1:2], w1[1])
+    return torch.matmul(h.relu_(), w2).add_(b2)
 
 def fire_bias(q_pos: Tensor, k_pos: Tensor, # head positions (B|1,1,Lq), (B|1,1,Lk)
               c: Tensor, threshold: Tensor, # as in `fire_inputs`
