@@ -4,18 +4,19 @@
 
 # %% ../nbs/16_causal_lm.ipynb #4bd6f364
 from __future__ import annotations
-import math
+import ast, math, re
 from dataclasses import dataclass, field, asdict
 from typing import Optional
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
-from .core import Positions, make_posenc
+from .core import Positions, make_posenc, list_posencs, encoding_streams
 from .attention import Attention
 from .model import _init_linear
 from .utils import state_hash
 
 # %% auto #0
-__all__ = ['CausalLMConfig', 'CausalBlock', 'CausalLM', 'shared_state_hash', 'pe_state_hash', 'generate']
+__all__ = ['CausalLMConfig', 'parse_encoding', 'causal_encodings', 'check_causal_encoding', 'spec_file', 'CausalBlock',
+           'CausalLM', 'shared_state_hash', 'pe_state_hash', 'generate']
 
 # %% ../nbs/16_causal_lm.ipynb #8e99a34b
 @dataclass
@@ -30,6 +31,38 @@ class CausalLMConfig:
     max_len: int = 256             # a limit for bounded encodings (learned), a size hint for the others
     pe_options: dict = field(default_factory=dict)
     tie: bool = True               # the output layer is the token embedding
+
+# %% ../nbs/16_causal_lm.ipynb #9a0589c8
+def parse_encoding(spec: str # 'name' or 'name:key=value:key=value'
+                  ) -> tuple: # (name, options)
+    "An encoding and its options written as one string, e.g. 'rope:scaling=xpos:factor=2', as (name, options)."
+    name, *parts = [s.strip() for s in str(spec).split(':')]
+    options = {}
+    for part in parts:
+        key, eq, value = (s.strip() for s in part.partition('='))
+        if not (name and key and eq and value):
+            raise ValueError(f"{spec!r}: write an encoding with options as name:key=value:key=value")
+        try: options[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError): options[key] = value            # a bare word: a string
+    if not name: raise ValueError(f"{spec!r}: no encoding name; write an encoding as name or name:key=value")
+    return name, options
+
+def causal_encodings() -> list:
+    "The registered encodings a `CausalLM` can use: those that read no extra position streams."
+    return [n for n in list_posencs() if not encoding_streams(n)]
+
+def check_causal_encoding(name: str, # a registered encoding
+                          options: dict # its options
+                         ) -> None:
+    "Raise a one-line error unless `name` with `options` builds as a causal LM's encoding (a tiny one is built)."
+    if name not in causal_encodings():
+        why = 'reads position streams a language model does not have' if name in list_posencs() else 'unknown encoding'
+        raise ValueError(f"{why} {name!r}; choose from {','.join(causal_encodings())}")
+    make_posenc(name, 16, 2, max_len=16, causal=True, **options)
+
+def spec_file(spec: str) -> str:
+    "An encoding spec as a file-name stem: 'rope:scaling=xpos' -> 'rope+scaling=xpos' (a plain name is kept)."
+    return re.sub(r'[^\w.=,()-]', '+', spec)
 
 # %% ../nbs/16_causal_lm.ipynb #4c16b3e4
 class CausalBlock(nn.Module):

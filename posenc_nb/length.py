@@ -11,7 +11,8 @@ from typing import Optional
 import numpy as np
 import torch, torch.nn.functional as F
 from fastcore.script import Param
-from .causal_lm import CausalLM, CausalLMConfig, shared_state_hash, pe_state_hash, generate
+from .causal_lm import (CausalLM, CausalLMConfig, shared_state_hash, pe_state_hash, generate, parse_encoding,
+                                 causal_encodings, check_causal_encoding, spec_file)
 from .data import load_text
 from .rope import rotary_from_hf
 from .rotary import RotaryCache
@@ -22,19 +23,31 @@ from .args import command, command_line, run_commands, use_threads, CLIError
 from .exercises import Verdict, check_close
 
 # %% auto #0
-__all__ = ['ARMS', 'LENGTH_CONFIGS', 'RESULTS', 'RUNS', 'MEMORY_PROBE', 'EXTEND_METHODS', 'EXTEND_FACTORS', 'FINETUNED',
-           'LENGTH_COMMANDS', 'LengthConfig', 'eval_lengths', 'model_config', 'build_model', 'encode_text',
-           'batch_offsets', 'lr_at', 'train_precision', 'train_steps', 'window_losses', 'summarize_positions',
-           'evaluate_lengths', 'peak_memory_mb', 'train_arm', 'extension_cache', 'load_checkpoint', 'extend_seed',
-           'best_arm', 'sample_record', 'parse_arms', 'length_run', 'length_extend', 'main', 'length_sample',
-           'read_length', 'length_table', 'format_length_table', 'plot_lengths', 'plot_positions', 'check_window_count',
-           'check_loss_beyond', 'check_pi_angle']
+__all__ = ['ARMS', 'ARM_SETS', 'LENGTH_CONFIGS', 'RESULTS', 'RUNS', 'MEMORY_PROBE', 'EXTEND_METHODS', 'EXTEND_FACTORS',
+           'FINETUNED', 'LENGTH_COMMANDS', 'arm_encoding', 'LengthConfig', 'eval_lengths', 'model_config',
+           'build_model', 'encode_text', 'batch_offsets', 'lr_at', 'train_precision', 'train_steps', 'window_losses',
+           'summarize_positions', 'evaluate_lengths', 'peak_memory_mb', 'train_arm', 'extension_cache',
+           'load_checkpoint', 'extend_seed', 'best_arm', 'sample_record', 'parse_arms', 'length_run', 'length_extend',
+           'main', 'length_sample', 'read_length', 'length_table', 'format_length_table', 'plot_lengths',
+           'plot_positions', 'check_window_count', 'check_loss_beyond', 'check_pi_angle']
 
 # %% ../nbs/30_length.ipynb #1cb4526c
 # arm -> (registered encoding, its options); 'learned' gets a table of L_train rows (see `model_config`)
 ARMS = {'none': ('none', {}), 'sinusoidal': ('sinusoidal', {}), 'learned': ('learned', {}),
         'rope': ('rope', {'style': 'half'}), 'xpos': ('rope', {'style': 'half', 'scaling': 'xpos'}),
         'alibi': ('alibi', {}), 't5': ('t5', {}), 'shaw': ('shaw', {}), 'floater': ('floater', {'kinds': ('dec',)})}
+# sets of arms named at once on the command line
+ARM_SETS = {'lab': tuple(ARMS), 'board': (*ARMS, 'kerple_log', 'kerple_power', 'fire', 'dpb', 'scaled_sinusoidal',
+                                          'p_rope')}
+
+def arm_encoding(arm: str # a preset of `ARMS`, or 'name:key=value:...' (a preset's name: its options, then these)
+                ) -> tuple: # (registered encoding, options)
+    "The encoding and options of an arm."
+    if arm in ARMS: return ARMS[arm]
+    name, options = parse_encoding(arm)
+    base, preset = ARMS.get(name, (name, {}))
+    return base, {**preset, **options}
+
 
 # %% ../nbs/30_length.ipynb #9646da8b
 @dataclass
@@ -78,8 +91,7 @@ def eval_lengths(cfg: LengthConfig) -> list: return [cfg.L_train * f for f in cf
 def model_config(cfg: LengthConfig, vocab: int, arm: Optional[str] = None) -> CausalLMConfig:
     "The `CausalLMConfig` of arm `arm` (default `cfg.encoding`); learned positions get a table of `L_train` rows."
     arm = arm or cfg.encoding
-    if arm not in ARMS: raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
-    name, opts = ARMS[arm]
+    name, opts = arm_encoding(arm)
     return CausalLMConfig(vocab=vocab, d_model=cfg.d_model, n_heads=cfg.n_heads, n_layers=cfg.n_layers, d_ff=cfg.d_ff,
                           pe=name, max_len=cfg.L_train, pe_options=dict(opts), tie=cfg.tie)
 
@@ -239,11 +251,11 @@ def _save_checkpoint(path: Path, model: CausalLM, cfg: LengthConfig, step: int):
 # %% ../nbs/30_length.ipynb #37590a8f
 def train_arm(cfg: LengthConfig, out: Path = RESULTS, runs: Path = RUNS, text: Optional[tuple] = None,
               device=None, command: Optional[str] = None) -> dict:
-    """Train one arm and seed, evaluate it at every length and publish `out/{encoding}_seed{seed}.json`; a finished
-    record of the same settings is returned as it is, one of other settings refused. The run folder is locked."""
+    """Train one arm and seed, evaluate it at every length and publish `out/{arm}_seed{seed}.json`
+    (`spec_file`): a finished record of these settings is returned as it is, one of others refused. Folder locked."""
     out, device, settings = Path(out), pick_device(device), asdict(cfg)
-    path, t0 = out / f'{cfg.encoding}_seed{cfg.seed}.json', time.time()
-    with lock_folder(Path(runs) / f'{cfg.encoding}_seed{cfg.seed}', '--runs') as lock:
+    path, t0 = out / f'{spec_file(cfg.encoding)}_seed{cfg.seed}.json', time.time()
+    with lock_folder(Path(runs) / path.stem, '--runs') as lock:
         if (rec := finished_output(path, settings)) is not None: return rec
         tr, va, vocab = _load_data(text)
         va = va[:cfg.eval_chars] if cfg.eval_chars else va
@@ -380,7 +392,7 @@ def best_arm(folder=RESULTS, L: int = 1024) -> tuple:
 def sample_record(arm: str, seed: int, runs: Path = RUNS, prompt: int = 256, total: int = 1024, temperature=0.8,
                   text: Optional[tuple] = None, device=None) -> dict:
     "The validation text's first `prompt` characters continued by a trained arm, sampled with its KV cache to `total`."
-    ckpt = Path(runs) / f'{arm}_seed{seed}' / 'model.pt'
+    ckpt = Path(runs) / f'{spec_file(arm)}_seed{seed}' / 'model.pt'
     if not (ckpt.is_file() and 0 < prompt < total): raise ValueError(f"need {ckpt} (length run) and 0 < prompt < total")
     model, cfg, _ = load_checkpoint(ckpt, device)
     _, va, vocab = _load_data(text)
@@ -400,13 +412,15 @@ def _ints(text: str, what: str) -> list:
     return xs
 
 def parse_arms(text: str) -> list:
-    "Comma-separated arm names, each one of `ARMS`, or a one-line error."
-    arms = [s.strip() for s in str(text).split(',') if s.strip()]
-    bad = [a for a in arms if a not in ARMS]
-    if bad or not arms:
-        raise CLIError(f"--encodings {text!r}: unknown arm {', '.join(bad) or '(none given)'}; choose from "
-                       f"{','.join(ARMS)}")
-    return arms
+    """Comma-separated arms (presets of `ARMS`, sets of `ARM_SETS`, any causal encoding as 'name:key=value:...'), each
+    built once to check it, or a one-line error."""
+    arms = [a for s in str(text).split(',') if s.strip() for a in ARM_SETS.get(s.strip(), [s.strip()])]
+    if not arms: raise CLIError(f"--encodings {text!r}: unknown arm (none given); give e.g. rope,alibi,fire")
+    for arm in arms:
+        try: check_causal_encoding(*arm_encoding(arm))
+        except (ValueError, TypeError) as e:
+            raise CLIError(f"--encodings {arm!r}: {e}; or a preset ({','.join(ARMS)}) or set ({','.join(ARM_SETS)})")
+    return list(dict.fromkeys(arms))
 
 def _lab_config(config: str, steps: Optional[int]) -> LengthConfig:
     if config not in LENGTH_CONFIGS: raise CLIError(f"--config {config!r}: choose one of {', '.join(LENGTH_CONFIGS)}")

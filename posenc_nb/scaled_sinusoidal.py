@@ -25,7 +25,7 @@ class ScaledSinusoidalPosEnc(SinusoidalPosEnc):
         s = d_model ** -0.5 if init_scale is None else init_scale
         if not (isinstance(s, (int, float)) and s > 0):
             raise ValueError(f"init_scale={init_scale!r}: the starting scale must be a number > 0; set pe_options")
-        self.scale = nn.Parameter(torch.tensor(float(s)))
+        self.scale = nn.Parameter(torch.tensor([float(s)]))     # shape (1,): state hashes view every tensor as bytes
 
     def embed(self, x: Tensor, p: Positions) -> Tensor:
         return x + (self.scale * self.codes(p.pos)).to(x.dtype)
