@@ -12,21 +12,21 @@ import numpy as np
 import torch, torch.nn.functional as F
 from fastcore.script import Param
 from .causal_lm import (CausalLM, CausalLMConfig, shared_state_hash, pe_state_hash, generate, parse_encoding,
-                                 causal_encodings, check_causal_encoding, spec_file)
+                                 causal_encodings, check_causal_encoding, spec_file, WindowTask, StepSchedule)
 from .data import load_text
 from .rope import rotary_from_hf
 from .rotary import RotaryCache
 from .store import finished_output, write_output, output_record, lock_folder, read_json
 from .utils import provenance, state_hash, order_hash
-from .engine import pick_device
+from .engine import pick_device, Learner, Budget, Checkpointer, ProgressBar, fit, restore
 from .args import command, command_line, run_commands, use_threads, CLIError
 from .exercises import Verdict, check_close
 
 # %% auto #0
-__all__ = ['ARMS', 'ARM_SETS', 'LENGTH_CONFIGS', 'RESULTS', 'RUNS', 'MEMORY_PROBE', 'EXTEND_METHODS', 'EXTEND_FACTORS',
-           'FINETUNED', 'LENGTH_COMMANDS', 'arm_encoding', 'LengthConfig', 'eval_lengths', 'model_config',
-           'build_model', 'encode_text', 'batch_offsets', 'lr_at', 'train_precision', 'train_steps', 'window_losses',
-           'summarize_positions', 'evaluate_lengths', 'peak_memory_mb', 'train_arm', 'extension_cache',
+__all__ = ['ARMS', 'ARM_SETS', 'LENGTH_CONFIGS', 'CKPT_EVERY', 'RESULTS', 'RUNS', 'MEMORY_PROBE', 'EXTEND_METHODS',
+           'EXTEND_FACTORS', 'FINETUNED', 'LENGTH_COMMANDS', 'arm_encoding', 'LengthConfig', 'eval_lengths',
+           'model_config', 'build_model', 'encode_text', 'batch_offsets', 'lr_at', 'train_precision', 'train_steps',
+           'window_losses', 'summarize_positions', 'evaluate_lengths', 'peak_memory_mb', 'train_arm', 'extension_cache',
            'load_checkpoint', 'extend_seed', 'best_arm', 'sample_record', 'parse_arms', 'length_run', 'length_extend',
            'main', 'length_sample', 'read_length', 'length_table', 'format_length_table', 'plot_lengths',
            'plot_positions', 'check_window_count', 'check_loss_beyond', 'check_pi_angle']
@@ -131,31 +131,24 @@ def train_precision(cfg: LengthConfig, device: torch.device) -> Optional[torch.d
     native = getattr(torch.ops.mkldnn, '_is_mkldnn_bf16_supported', lambda: False)()
     return torch.bfloat16 if native else None
 
+CKPT_EVERY = 100     # updates between a run's checkpoints (runs/length/{arm}_seed{s}/ckpt/, the newest kept)
+
 def train_steps(model: CausalLM, data: torch.Tensor, offsets: torch.Tensor, cfg: LengthConfig, L: int,
-                device: torch.device, peak: float, log_every: int) -> tuple:
-    "AdamW updates over the windows starting at `offsets` (steps, batch); returns (curve, train seconds)."
+                device: torch.device, peak: float, log_every: int, folder: Optional[Path] = None) -> tuple:
+    """AdamW updates on the engine (`fit`) over the windows at `offsets` (steps, batch), resumed from the newest
+    checkpoint in `folder` and checkpointed there every `CKPT_EVERY` updates (None: none); (curve, train seconds)."""
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.startswith('pe.')]
     rest = [p for n, p in model.named_parameters() if p.dim() < 2 or n.startswith('pe.')]
     opt = torch.optim.AdamW([{'params': decay, 'weight_decay': cfg.weight_decay}, {'params': rest, 'weight_decay': 0.}],
                             lr=peak, betas=(0.9, 0.99))
-    amp, span = train_precision(cfg, device), torch.arange(L + 1)
-    curve, t0, run = [], time.time(), []
-    model.train()
-    for s, off in enumerate(offsets, 1):
-        b = data[off[:, None] + span].to(device)
-        for g in opt.param_groups: g['lr'] = lr_at(s, cfg, peak, len(offsets))
-        with torch.autocast(device.type, amp, enabled=amp is not None):
-            logits = model(b[:, :-1])
-        loss = F.cross_entropy(logits.float().flatten(0, 1), b[:, 1:].flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        run.append(loss.item())
-        if s % log_every == 0 or s == len(offsets):
-            curve.append({'step': s, 'loss': round(sum(run) / len(run), 5)})
-            run = []
-    return curve, time.time() - t0
+    task = WindowTask(data, offsets, L, device, train_precision(cfg, device))
+    cbs = [StepSchedule(lambda s: lr_at(s, cfg, peak, len(offsets)), log_every), ProgressBar(sys.stderr.isatty())]
+    ckpt = None if folder is None else Checkpointer(folder, CKPT_EVERY, keep=1, device=device)
+    learn = Learner(model, opt, task, Budget(max_steps=len(offsets)), cbs + ([ckpt] if ckpt else []),
+                    grad_clip=cfg.grad_clip)
+    if ckpt is not None and (last := ckpt.latest()) is not None: restore(learn, last)
+    return task.curve, fit(learn).train_time
+
 
 # %% ../nbs/30_length.ipynb #72eb5c55
 @torch.no_grad()
@@ -263,7 +256,8 @@ def train_arm(cfg: LengthConfig, out: Path = RESULTS, runs: Path = RUNS, text: O
         init_hash, pe_hash = shared_state_hash(model), pe_state_hash(model)
         model.to(device)
         offsets = batch_offsets(len(tr), cfg.L_train, cfg.steps, cfg.batch, cfg.seed)
-        curve, train_s = train_steps(model, tr, offsets, cfg, cfg.L_train, device, cfg.lr, cfg.log_every)
+        curve, train_s = train_steps(model, tr, offsets, cfg, cfg.L_train, device, cfg.lr, cfg.log_every,
+                                     lock.folder / 'ckpt')
         ckpt = lock.folder / 'model.pt'
         _save_checkpoint(ckpt, model, cfg, cfg.steps)
         ev = evaluate_lengths(model, va, cfg, cfg.L_train if model.pe.bounded else None)

@@ -7,9 +7,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 import pytest, torch
 import posenc_nb.length as length
-from posenc_nb.causal_lm import causal_encodings
+from posenc_nb.causal_lm import WindowTask, causal_encodings
 from posenc_nb.length import ARMS, LENGTH_CONFIGS, LengthConfig, main, train_arm
 from posenc_nb.store import RecordConflict, fingerprint
+from posenc_nb.utils import state_hash
 
 PY = [sys.executable, '-m', 'posenc_nb.length']
 
@@ -108,3 +109,32 @@ def test_committed_records_still_read_as_finished(folder):
         cfg = LengthConfig(**{**rec['config'], 'eval_factors': tuple(rec['config']['eval_factors'])})
         assert fingerprint(asdict(cfg)) == rec['fingerprint'], p.name
         assert length.finished_output(p, asdict(cfg)) is not None
+
+
+def test_kill_during_a_run_resumes_to_the_same_record(tmp_path, monkeypatch):
+    "Killed after its checkpoint at update 4 of 6, a run started again resumes there and publishes the same record."
+    torch.set_num_threads(1)
+    monkeypatch.setattr(length, 'peak_memory_mb', lambda ckpt, L, device: 0.0)
+    monkeypatch.setattr(length, 'CKPT_EVERY', 2)
+    cfg, text = replace(LENGTH_CONFIGS['smoke'], encoding='fire', steps=6, eval_chars=300), _text()
+    whole = train_arm(cfg, tmp_path / 'a', tmp_path / 'runs_a', text=text)
+    real_next = WindowTask.__next__
+    def killed_at_update_6(task):
+        if task.pos == 5: raise KeyboardInterrupt
+        return real_next(task)
+    monkeypatch.setattr(WindowTask, '__next__', killed_at_update_6)
+    with pytest.raises(KeyboardInterrupt): train_arm(cfg, tmp_path / 'b', tmp_path / 'runs_b', text=text)
+    assert not (tmp_path / 'b' / 'fire_seed0.json').exists()
+    assert [p.name for p in (tmp_path / 'runs_b' / 'fire_seed0' / 'ckpt').iterdir()] == ['ckpt_0000004.pt']
+    drawn = []
+    def counted(task):
+        drawn.append(task.pos)
+        return real_next(task)
+    monkeypatch.setattr(WindowTask, '__next__', counted)
+    resumed = train_arm(cfg, tmp_path / 'b', tmp_path / 'runs_b', text=text)
+    assert drawn == [4, 5]                                           # only updates 5 and 6 ran again
+    for key in ('train_curve', 'eval', 'loss_by_position_64', 'init_hash', 'pe_init_hash', 'data_order_hash'):
+        assert resumed[key] == whole[key], key
+    weights = [torch.load(tmp_path / r / 'fire_seed0' / 'model.pt', weights_only=False)['state']
+               for r in ('runs_a', 'runs_b')]
+    assert state_hash(weights[0]) == state_hash(weights[1])
