@@ -20,7 +20,8 @@ def p_rope_inv_freq(head_dim: int, # the rotated width (even)
                    ) -> torch.Tensor: # (head_dim/2,) float64
     "RoPE's frequencies with the slowest `1 - p` of them set to zero (Barbero et al. 2025)."
     if not 0 <= p <= 1: raise ValueError(f"p={p!r}: the kept fraction of frequencies must be in [0, 1]; set pe_options")
-    inv = rope_inv_freq(head_dim, base, torch.float64).clone()
+    with torch.device('cpu'):              # never on a caller's default device (a meta-device build has no values)
+        inv = rope_inv_freq(head_dim, base, torch.float64).clone()
     inv[round(p * inv.numel()):] = 0
     return inv
 
