@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from posenc_nb.baselines import t5_bucket
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -122,6 +124,7 @@ def _welch_by_hand():
 
 
 W1 = 10000 ** (-2 / 16) / 0.01
+def _t5(k: int) -> int: return int(t5_bucket(torch.tensor(k)))
 SOLUTIONS = {   # exercise -> a function returning the check's arguments
     '10.1': lambda: (2 * math.pi * 10000 ** (126 / 128),),
     '10.2': lambda: (_rotate,),
@@ -146,6 +149,9 @@ SOLUTIONS = {   # exercise -> a function returning the check's arguments
     '14.2': lambda: (_xl,),
     '14.3': lambda: (_mean_shift(),),
     '14.4': lambda: ([0, 1, 0, 2],),
+    '9.1': lambda: ([2.0 ** -h for h in range(1, 9)] + [2.0 ** (-(2 * h - 1) / 2) for h in range(1, 5)],),
+    '9.2': lambda: (next(k for k in range(1, 128) if _t5(k) == _t5(k + 1)),),
+    '9.3': lambda: (sum(math.cos(10 * 10000 ** (-2 * i / 64)) for i in range(32)),),
     '21.1': lambda: _welch_by_hand(),
     # notebook 30 (the length lab, on its own branch until merged): checked once its module is here
     '30.1': lambda: ((111540 - 1) // 4096,),
@@ -196,6 +202,7 @@ def _legal_links():
 
 # exercise -> (every answer the check's limits allow, how many of them are accepted: exactly n, or None for >= 1)
 BRUTE = {
+    '9.2': (lambda: [(k,) for k in range(0, 130)], 1),
     '10.3': (lambda: [(r,) for r in range(1, 1024)], 1),
     '10.4': (lambda: [(m,) for m in range(4096)], 1),
     '11.4': (lambda: [(k / 100,) for k in range(0, 1001)], None),

@@ -160,7 +160,9 @@ def test_layout_failures():
     "Figures below 0.6 of their width, clipped verdicts, a late bottom line and sideways code fail; a fitting page passes."
     import check_site as cs
     ok = {'figs': [{'src': 'a.png', 'natural': 1000, 'shown': 672}], 'verdicts': [{'visible': True, 'right': 600, 'boxRight': 900}],
-          'bottomLine': True, 'beforeBottomLine': [], 'codeBlocks': 3, 'codeOverflowing': 0, 'codeChars': 88}
+          'bottomLine': True, 'beforeBottomLine': [], 'codeBlocks': 3, 'codeOverflowing': 0, 'codeChars': 88,
+          'blFirst': 'bl-result', 'blVerdicts': True, 'blSentences': ['`rope` minus `sinusoidal`: ... because ...'],
+          'blHiddenTables': 0, 'blEmptyRows': 0}
     assert cs.layout_failures('index.html', ok) == [] and cs.layout_failures('24_speed.html', ok) == []
     bad = {**ok, 'figs': [{'src': 'b.png', 'natural': 4379, 'shown': 672}], 'verdicts': [{'visible': False, 'right': 1000, 'boxRight': 900}],
            'beforeBottomLine': ['H2 Results'], 'codeOverflowing': 2, 'codeChars': 70}
@@ -199,3 +201,44 @@ def test_notebook_tests_leave_the_site_its_executed_notebooks(tmp_path, capsys):
     nb.cells.append(nbf.v4.new_code_cell('1 / 0'))                           # a failing notebook fails the tests
     nbf.write(nb, str(src))
     assert tn.run_for_site([src], cache, 1, reuse=False) == 1
+
+
+def test_bottom_line_failures():
+    "The box must open with its result, explain each verdict, show its tables and no arm without records."
+    import check_site as cs
+    ok = {'bottomLine': True, 'blFirst': 'bl-result', 'blVerdicts': True, 'blHiddenTables': 0, 'blEmptyRows': 0,
+          'blSentences': ['`b` minus `a` on BLEU: +1.0 [-0.1, +2.1]: **inconclusive**, because p = 0.07 after Holm']}
+    assert cs.bottom_line_failures('21_multi30k.html', ok) == []
+    assert cs.bottom_line_failures('24_speed.html', {**ok, 'blVerdicts': False, 'blSentences': []}) == []
+    assert 'does not open with its result' in cs.bottom_line_failures('21_multi30k.html', {**ok, 'blFirst': ''})[0]
+    assert 'without a result sentence' in cs.bottom_line_failures('21_multi30k.html', {**ok, 'blSentences': []})[0]
+    assert 'without its reason' in cs.bottom_line_failures('21_multi30k.html', {**ok, 'blSentences': ['x: no verdict']})[0]
+    assert 'collapsed' in cs.bottom_line_failures('21_multi30k.html', {**ok, 'blHiddenTables': 1})[0]
+    assert 'n=0' in cs.bottom_line_failures('21_multi30k.html', {**ok, 'blEmptyRows': 2})[0]
+    assert cs.bottom_line_failures('21_multi30k.html', {'bottomLine': False}) == []
+
+
+def test_course_and_phone_failures():
+    "The course page needs every part of each lecture's plan and a short path; at 390 px nothing may be cut."
+    import check_site as cs
+    full = ' '.join(cs.COURSE_PARTS)
+    good = [{'title': 'Lecture 1: Positions in attention', 'text': full}, {'title': 'A three-lecture short path', 'text': ''}]
+    assert cs.course_failures(good) == []
+    f = cs.course_failures([{'title': 'Lecture 2: RoPE', 'text': full.replace('Takeaway.', '')}])
+    assert "lacks Takeaway." in f[0] and 'no three-lecture short path' in f[1]
+    assert cs.course_failures([]) [0].startswith('course.html: no lecture sections')
+    assert cs.phone_failures('course.html', []) == []
+    assert cs.phone_failures('course.html', ['a table (lecture | notebooks) ends at 512 px']) == [
+        'course.html: at 390 px a table (lecture | notebooks) ends at 512 px']
+
+
+def test_course_lecture_titles_from_headings(tmp_path):
+    "Lecture titles come from the course's `## Lecture N: title` headings (or the older table rows)."
+    nb = nbf.v4.new_notebook()
+    nb.cells = [nbf.v4.new_markdown_cell('## Lecture 1: Positions\n\ntext'),
+                nbf.v4.new_markdown_cell('| 2. Rotary | x |'),
+                nbf.v4.new_code_cell("LECTURES = {1: ('00_core',), 2: ('10_rope',), 'after': ('17_hf',)}")]
+    p = tmp_path/'course.ipynb'
+    nbf.write(nb, str(p))
+    assert bs.course_lectures(p) == [('Lecture 1: Positions', ['00_core']), ('Lecture 2: Rotary', ['10_rope']),
+                                     ('Afterwards', ['17_hf'])]

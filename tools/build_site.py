@@ -59,7 +59,8 @@ def group_of(stem):
 
 def course_lectures(course=root/'nbs'/'course.ipynb'):
     """The course's lectures in order, [(caption, [stems])]: `LECTURES` of the course notebook (its code) and each
-    lecture's title from its table (`| 1. Positions in attention | ...`); [] when there is no course."""
+    lecture's title from its heading (`## Lecture 1: Positions in attention`) or a table row (`| 1. Positions in
+    attention | ...`); [] when there is no course."""
     if not course.exists(): return []
     cells = json.loads(course.read_text())['cells']
     lectures, titles = None, {}
@@ -67,6 +68,7 @@ def course_lectures(course=root/'nbs'/'course.ipynb'):
         src = ''.join(c['source'])
         if c['cell_type'] == 'markdown':
             titles.update((int(n), t.strip()) for n, t in re.findall(r'^\|\s*(\d+)\.\s*([^|]+?)\s*\|', src, re.M))
+            titles.update((int(n), t.strip()) for n, t in re.findall(r'^##\s+Lecture\s+(\d+):\s*(.+?)\s*$', src, re.M))
             continue
         try: tree = ast.parse(split_directives(src)[1])
         except SyntaxError: continue
