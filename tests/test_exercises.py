@@ -234,11 +234,18 @@ def test_hint_13_1_picks_out_the_answer():
     assert not [p for p in itertools.permutations(range(4)) if all(not is_range(p[:k]) for k in range(1, 4))]
 
 
+def _notebook_markdown(stem: str) -> list:
+    return [''.join(c['source']) for c in json.loads((ROOT / 'nbs' / f'{stem}.ipynb').read_text())['cells']
+            if c['cell_type'] == 'markdown']
+
+
 def test_hint_13_4_within_six_words():
-    "13.4's hint: nothing of five words or fewer works; odd positions then even ones, with six words, does."
+    "13.4's hint: nothing of five words or fewer works, and a six-word answer exists; the hint does not spell it out."
     assert not _accepted('13.4', [(list(p),) for n in range(1, 6) for p in itertools.permutations(range(n))])
     assert check('13.4')([1, 3, 5, 0, 2, 4])
     assert 'n <= 6' in check('13.4')(list(range(7))[::-1]).why
+    hint = next(s for s in _notebook_markdown('13_btg') if s.startswith('**4. Break'))
+    assert not any(w in hint for w in ('odd positions', '1 3 5', '[1, 3, 5')), hint
 
 
 # ---- the common mistakes get messages that name them --------------------------------------------------------------
@@ -272,3 +279,11 @@ def test_common_mistake_is_named(number, args, named):
 def test_tau_mistake_is_named_on_any_seed():
     for seed in range(5):
         assert '(tau+1)/2' in check('13.2')(_wrong_tau, seed=seed).why
+
+
+def test_no_page_gives_an_exercise_answer_away():
+    "The prose may point to an exercise but never call a number its answer (10_rope's derivation once did)."
+    import re
+    leaks = [(nb.stem, m.group(0)) for nb in sorted((ROOT / 'nbs').glob('*.ipynb'))
+             for s in _notebook_markdown(nb.stem) for m in re.finditer(r'.{0,60}answer (of|to) exercise.{0,20}', s)]
+    assert not leaks, leaks
