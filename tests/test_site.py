@@ -242,3 +242,17 @@ def test_course_lecture_titles_from_headings(tmp_path):
     nbf.write(nb, str(p))
     assert bs.course_lectures(p) == [('Lecture 1: Positions', ['00_core']), ('Lecture 2: Rotary', ['10_rope']),
                                      ('Afterwards', ['17_hf'])]
+
+
+def test_glossary_links_first_use_only(tmp_path):
+    "Each glossary term's first use on a page links to its entry; code, math, links and headings are left alone."
+    terms = bs.glossary_terms()
+    assert {'arm', 'gate', 'ledger', 'registered', 'hook', 'Holm', 'post hoc'} <= set(terms)
+    assert terms['post hoc'] == 'post-hoc' and terms['Holm'] == 'holm'
+    link = bs.make_glossary_linker({'gate': 'gate', 'arm': 'arm', 'post hoc': 'post-hoc'})
+    out = link('## The gate\n\n`gate` and $gate$ and [gate](x.md) stay; the Gate fails, the gate again; two arms; '
+               'harmless alarm; post hoc.')
+    assert out.startswith('## The gate\n\n`gate` and $gate$ and [gate](x.md) stay; the [Gate](glossary.ipynb#gate) fails')
+    assert out.count('glossary.ipynb#gate') == 1 and '[arms](glossary.ipynb#arm)' in out and 'alarm;' in out
+    assert '[post hoc](glossary.ipynb#post-hoc)' in out
+    assert 'glossary.ipynb' not in link('the gate once more, on the same page')

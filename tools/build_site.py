@@ -272,6 +272,34 @@ def make_xref(syms, stems, local_labels, prefix=''):
         return '\n'.join(out)
     return xref
 
+# --- glossary links ------------------------------------------------------------------------------------------------
+
+def glossary_terms(glossary=root/'nbs'/'glossary.ipynb'):
+    "{term: anchor} of the glossary page: each `### term` heading, anchored as Sphinx does (lower case, dashes)."
+    if not glossary.exists(): return {}
+    text = '\n'.join(''.join(c['source']) for c in json.loads(glossary.read_text())['cells'] if c['cell_type'] == 'markdown')
+    return {t: re.sub(r'[^a-z0-9]+', '-', t.lower()).strip('-') for t in re.findall(r'^###\s+(.+?)\s*$', text, re.M)}
+
+_re_skip = re.compile(r'(```[\s\S]*?```|`[^`]*`|\$\$[\s\S]+?\$\$|\$[^$\n]+\$|\[[^\]]*\]\([^)]*\)|\{[^}]*\}`[^`]*`|<[^>]+>'
+                      r'|^#.*$)', re.M)
+
+def make_glossary_linker(terms, prefix=''):
+    """Function linking the first use on a page of each glossary term (a whole word, case-insensitive, plurals too) to
+    its entry; code, math, links, HTML and headings are left alone. One linker per page: it remembers what it linked."""
+    done = set()
+    pats = {t: re.compile(rf'(?<![\w-])({re.escape(t)}s?)(?![\w-])', re.I) for t in sorted(terms, key=len, reverse=True)}
+    def link(text):
+        parts = _re_skip.split(text)
+        for i in range(0, len(parts), 2):
+            for t, pat in pats.items():
+                if t in done: continue
+                m = pat.search(parts[i])
+                if m:
+                    done.add(t)
+                    parts[i] = parts[i][:m.start()] + f'[{m.group(1)}]({prefix}glossary.ipynb#{terms[t]})' + parts[i][m.end():]
+        return ''.join(p for p in parts if p is not None)
+    return link
+
 # --- execution ---------------------------------------------------------------------------------------------------
 
 EXECUTOR_VERSION = 1                          # part of the cache key: bump it when execute_here changes what it writes
@@ -436,6 +464,7 @@ def process_notebook(path, syms, stems, pages, executed=None):
         while lab in used: k += 1; lab = f'{base}-{k}'
         labels[n] = lab; used.add(lab)
     xref = make_xref(syms, stems, labels)
+    gloss = make_glossary_linker(glossary_terms() if 'glossary' in stems and path.stem != 'glossary' else {})
     cells, shown = [], set()
     for i, c in enumerate(nb.cells):
         if c.cell_type == 'raw': continue                       # front matter and raw cells are not shown
@@ -443,6 +472,7 @@ def process_notebook(path, syms, stems, pages, executed=None):
             src = c.source
             if i == ti and summary:                             # the summary line becomes the page description
                 src = re.sub(r'^>\s*' + re.escape(summary) + r'\s*$', '{.description}\n' + summary.replace('\\', '\\\\'), src, count=1, flags=re.M)
+            if i != ti: src = gloss(src)
             cells.append(md_cell(xref(local_files(src, path.parent)), **({'attachments': c.attachments} if 'attachments' in c else {})))
             continue
         d, body = split_directives(c.source)
