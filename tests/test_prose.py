@@ -59,7 +59,8 @@ def test_code_llama_is_not_credited_with_the_ntk_rule():
     "Code Llama set its base to 10^6 by hand; the NTK rule (bloc97) is a formula in the factor."
     beyond = section('10_rope', 'Beyond the trained length: PI, NTK, YaRN, xPos')
     ntk = next(line for line in beyond.splitlines() if '**NTK-aware scaling**' in line)
-    assert re.search(r'\(bloc97 2023[^)]*\)', ntk) and 'Code Llama' not in re.search(r'\(bloc97 2023[^)]*\)', ntk).group(0)
+    credit = re.search(r'\(bloc97 2023[^)]*\)', ntk)
+    assert credit and 'Code Llama' not in credit.group(0)
     assert re.search(r'Code Llama.*?sets \$b = 10\^6\$ by hand', ntk), 'say what Code Llama did: b = 10^6, set by hand'
     from posenc_nb.rotary import scaled_inv_freq
     rule = scaled_inv_freq(128, scaling='ntk', factor=4.0)[1].item() ** (-64)
@@ -92,7 +93,8 @@ def test_sinusoidal_wavelengths_as_computed():
     assert 'longest wavelength is 2*pi*base' not in src
     for d in (4, 64):
         w = 2 * math.pi / _inv_freq(d, 10000.)
-        assert math.isclose(w.max().item(), 2 * math.pi * 10000. ** ((d - 2) / d), rel_tol=1e-9) and w.max() < 2e4 * math.pi
+        assert math.isclose(w.max().item(), 2 * math.pi * 10000. ** ((d - 2) / d), rel_tol=1e-9)
+        assert w.max() < 2e4 * math.pi
 
 
 def test_decay_sum_keeps_index_and_imaginary_unit_apart():

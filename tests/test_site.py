@@ -212,7 +212,8 @@ def test_bottom_line_failures():
     assert cs.bottom_line_failures('24_speed.html', {**ok, 'blVerdicts': False, 'blSentences': []}) == []
     assert 'does not open with its result' in cs.bottom_line_failures('21_multi30k.html', {**ok, 'blFirst': ''})[0]
     assert 'without a result sentence' in cs.bottom_line_failures('21_multi30k.html', {**ok, 'blSentences': []})[0]
-    assert 'without its reason' in cs.bottom_line_failures('21_multi30k.html', {**ok, 'blSentences': ['x: no verdict']})[0]
+    bare = {**ok, 'blSentences': ['x: no verdict']}
+    assert 'without its reason' in cs.bottom_line_failures('21_multi30k.html', bare)[0]
     assert 'collapsed' in cs.bottom_line_failures('21_multi30k.html', {**ok, 'blHiddenTables': 1})[0]
     assert 'n=0' in cs.bottom_line_failures('21_multi30k.html', {**ok, 'blEmptyRows': 2})[0]
     assert cs.bottom_line_failures('21_multi30k.html', {'bottomLine': False}) == []
@@ -222,7 +223,8 @@ def test_course_and_phone_failures():
     "The course page needs every part of each lecture's plan and a short path; at 390 px nothing may be cut."
     import check_site as cs
     full = ' '.join(cs.COURSE_PARTS)
-    good = [{'title': 'Lecture 1: Positions in attention', 'text': full}, {'title': 'A three-lecture short path', 'text': ''}]
+    good = [{'title': 'Lecture 1: Positions in attention', 'text': full},
+            {'title': 'A three-lecture short path', 'text': ''}]
     assert cs.course_failures(good) == []
     f = cs.course_failures([{'title': 'Lecture 2: RoPE', 'text': full.replace('Takeaway.', '')}])
     assert "lacks Takeaway." in f[0] and 'no three-lecture short path' in f[1]
@@ -252,7 +254,8 @@ def test_glossary_links_first_use_only(tmp_path):
     link = bs.make_glossary_linker({'gate': 'gate', 'arm': 'arm', 'post hoc': 'post-hoc'})
     out = link('## The gate\n\n`gate` and $gate$ and [gate](x.md) stay; the Gate fails, the gate again; two arms; '
                'harmless alarm; post hoc.')
-    assert out.startswith('## The gate\n\n`gate` and $gate$ and [gate](x.md) stay; the [Gate](glossary.ipynb#gate) fails')
+    assert out.startswith('## The gate\n\n`gate` and $gate$ and [gate](x.md) stay; '
+                          'the [Gate](glossary.ipynb#gate) fails')
     assert out.count('glossary.ipynb#gate') == 1 and '[arms](glossary.ipynb#arm)' in out and 'alarm;' in out
     assert '[post hoc](glossary.ipynb#post-hoc)' in out
     assert 'glossary.ipynb' not in link('the gate once more, on the same page')

@@ -277,17 +277,19 @@ def make_xref(syms, stems, local_labels, prefix=''):
 def glossary_terms(glossary=root/'nbs'/'glossary.ipynb'):
     "{term: anchor} of the glossary page: each `### term` heading, anchored as Sphinx does (lower case, dashes)."
     if not glossary.exists(): return {}
-    text = '\n'.join(''.join(c['source']) for c in json.loads(glossary.read_text())['cells'] if c['cell_type'] == 'markdown')
+    cells = json.loads(glossary.read_text())['cells']
+    text = '\n'.join(''.join(c['source']) for c in cells if c['cell_type'] == 'markdown')
     return {t: re.sub(r'[^a-z0-9]+', '-', t.lower()).strip('-') for t in re.findall(r'^###\s+(.+?)\s*$', text, re.M)}
 
-_re_skip = re.compile(r'(```[\s\S]*?```|`[^`]*`|\$\$[\s\S]+?\$\$|\$[^$\n]+\$|\[[^\]]*\]\([^)]*\)|\{[^}]*\}`[^`]*`|<[^>]+>'
-                      r'|^#.*$)', re.M)
+_re_skip = re.compile(r'(```[\s\S]*?```|`[^`]*`|\$\$[\s\S]+?\$\$|\$[^$\n]+\$|\[[^\]]*\]\([^)]*\)'
+                      r'|\{[^}]*\}`[^`]*`|<[^>]+>|^#.*$)', re.M)
 
 def make_glossary_linker(terms, prefix=''):
     """Function linking the first use on a page of each glossary term (a whole word, case-insensitive, plurals too) to
     its entry; code, math, links, HTML and headings are left alone. One linker per page: it remembers what it linked."""
     done = set()
-    pats = {t: re.compile(rf'(?<![\w-])({re.escape(t)}s?)(?![\w-])', re.I) for t in sorted(terms, key=len, reverse=True)}
+    pats = {t: re.compile(rf'(?<![\w-])({re.escape(t)}s?)(?![\w-])', re.I)
+            for t in sorted(terms, key=len, reverse=True)}
     def link(text):
         parts = _re_skip.split(text)
         for i in range(0, len(parts), 2):
@@ -296,7 +298,8 @@ def make_glossary_linker(terms, prefix=''):
                 m = pat.search(parts[i])
                 if m:
                     done.add(t)
-                    parts[i] = parts[i][:m.start()] + f'[{m.group(1)}]({prefix}glossary.ipynb#{terms[t]})' + parts[i][m.end():]
+                    linked = f'[{m.group(1)}]({prefix}glossary.ipynb#{terms[t]})'
+                    parts[i] = parts[i][:m.start()] + linked + parts[i][m.end():]
         return ''.join(p for p in parts if p is not None)
     return link
 

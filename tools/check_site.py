@@ -310,7 +310,8 @@ def bottom_line_failures(name, lay):
     if not lay.get('bottomLine'): return []
     fails = []
     if 'bl-result' not in lay.get('blFirst', '').split():
-        fails.append(f"{name}: the bottom line does not open with its result (first: {lay.get('blFirst') or 'nothing'!r})")
+        first = lay.get('blFirst') or 'nothing'
+        fails.append(f"{name}: the bottom line does not open with its result (first: {first!r})")
     if lay.get('blVerdicts'):
         if not lay.get('blSentences'): fails.append(f'{name}: ledger verdicts without a result sentence')
         unexplained = [t for t in lay.get('blSentences', []) if ' because ' not in t]
@@ -348,7 +349,8 @@ COURSE_PARTS = ('Objectives.', 'Takeaway.', 'Prerequisites.', 'In class (80 minu
                 'Time.', 'Exercises.', 'Compute and data.')
 COURSE_JS = r"""
 (() => [...document.querySelectorAll('article section')].filter(s => {
-    const h = s.querySelector(':scope > h2'); return h && /^(Lecture \d+:|A three-lecture short path)/.test(h.textContent);
+    const h = s.querySelector(':scope > h2');
+    return h && /^(Lecture \d+:|A three-lecture short path)/.test(h.textContent);
   }).map(s => ({title: s.querySelector(':scope > h2').textContent.replace('#', '').trim(), text: s.textContent})))()
 """
 

@@ -58,7 +58,8 @@ def build(out: Path, nbs=None) -> list:
     cmd = [str(exe) if exe.exists() else 'nbgrader', 'generate_assignment', 'course', '--no-db', '--force',
            f'--CourseDirectory.root={out.resolve()}']
     r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode: raise SystemExit(f'nbgrader generate_assignment failed (exit {r.returncode}):\n{r.stdout}{r.stderr}')
+    if r.returncode:
+        raise SystemExit(f'nbgrader generate_assignment failed (exit {r.returncode}):\n{r.stdout}{r.stderr}')
     released = sorted((out / 'release' / 'course').glob('*.ipynb'))
     leaks = [p.name for p in released if 'BEGIN SOLUTION' in p.read_text() or SOLUTION.search(p.read_text())]
     if leaks: raise SystemExit(f'solutions left in the student edition: {leaks}')
@@ -71,7 +72,7 @@ def main(argv=None) -> int:
     ap.add_argument('notebooks', nargs='*', help='notebooks (default: every notebook with a solution cell)')
     a = ap.parse_args(argv)
     released = build(Path(a.out), a.notebooks or None)
-    n = sum(sum(is_solution(c) for c in json.loads(p.read_text())['cells']) for p in with_solutions(a.notebooks or None))
+    n = sum(sum(map(is_solution, json.loads(p.read_text())['cells'])) for p in with_solutions(a.notebooks or None))
     print(f'student edition: {len(released)} notebooks, {n} solutions replaced by nbgrader stubs -> '
           f'{Path(a.out) / "release" / "course"}')
     return 0
