@@ -54,9 +54,11 @@ def deck(stems: list, title: str) -> dict:
             if c['cell_type'] == 'code':
                 d, body = build_site.split_directives(src)
                 if SKIP & d.keys() or not body.strip(): continue
-                c = {**c, 'source': body, 'outputs': [o for o in c.get('outputs', []) if o.get('output_type') != 'error']}
+                outs = [o for o in c.get('outputs', []) if o.get('output_type') != 'error']
+                c = {**c, 'source': body, 'outputs': outs}
             heading = c['cell_type'] == 'markdown' and re.match(r'#{1,2}\s', src)
-            c = {**c, 'id': f'{stem}-{i}', 'metadata': {'slideshow': {'slide_type': 'slide' if heading else 'subslide'}}}
+            kind = 'slide' if heading else 'subslide'
+            c = {**c, 'id': f'{stem}-{i}', 'metadata': {'slideshow': {'slide_type': kind}}}
             cells.append(c)
     return {'cells': cells, 'metadata': {'kernelspec': {'name': 'python3', 'display_name': 'Python 3',
                                                         'language': 'python'}}, 'nbformat': 4, 'nbformat_minor': 5}
