@@ -57,8 +57,8 @@ def check_alibi_slopes(slopes, # your answer: 12 slopes, head 1 first
     got = _as_array(slopes)
     naive = [2.0 ** (-8.0 * h / n_heads) for h in range(1, n_heads + 1)]
     if got.shape == want.shape and np.allclose(got, naive, rtol=1e-6):
-        return Verdict(False, f'that is the power-of-two rule with H = {n_heads}; ALiBi keeps the slopes of the largest '
-                              'power of two below H and adds slopes taken from the rule for twice that many heads')
+        return Verdict(False, f'that is the power-of-two rule with H = {n_heads}; ALiBi keeps the slopes of the '
+                              'largest power of two below H and adds slopes from the rule for twice that many heads')
     return check_close(got, want, f'the {n_heads} ALiBi slopes', rtol=1e-6)
 
 # %% ../nbs/09_exercises.ipynb #ex1c0007

@@ -324,7 +324,8 @@ def result_sentence(e: dict, # one ledger entry
     if d:
         parts = ([f"{d['budget']:,} updates" if isinstance(d['budget'], (int, float)) else str(d['budget'])]
                  if 'budget' in d else [])
-        if 'planned' in d: parts.append(f"seeds planned {d['planned']}" + (f", used {d['used']}" if 'used' in d else ''))
+        if 'planned' in d:
+            parts.append(f"seeds planned {d['planned']}" + (f", used {d['used']}" if 'used' in d else ''))
         plan = f" ({'; '.join(parts)})" if parts else ''
     p = _p_text(e.get('p_adjusted', e.get('p')))
     return (f"`{b}` minus `{a}` on {e.get('metric', 'the metric')}: {eff}"
@@ -383,8 +384,8 @@ class BottomLine:
         self.sentences = [(x, result_sentence(e, root)) for x in self.experiments for e in lead(x)]
 
     def _scales(self) -> list:
-        """(experiment, its scale) for each experiment: the distinct scale texts of its entries, each said once (one that
-        another extends is left out), then the hardware its records name (none named: left out)."""
+        """(experiment, its scale) for each experiment: the distinct scale texts of its entries, each said once (one
+        that another extends is left out), then the hardware its records name (none named: left out)."""
         out = []
         for x in self.experiments:
             texts, hw = [], []
