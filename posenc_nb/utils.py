@@ -381,7 +381,10 @@ class BottomLine:
         self.not_run = [e['id'] for e in self.entries if e['id'] not in ran]
         lead = lambda x: sorted((e for e in self.entries if e['experiment'] == x and e['id'] in ran),
                                 key=lambda e: e.get('role') != 'test')[:1]
-        self.sentences = [(x, result_sentence(e, root)) for x in self.experiments for e in lead(x)]
+        mine = lambda x: [e for e in self.entries if e['experiment'] == x]
+        self.sentences = [(x, result_sentence(lead(x)[0], root) if lead(x) else
+                           f"`{x}`: {verdict_counts(mine(x))}, because no entry has records yet.")
+                          for x in self.experiments]
 
     def _scales(self) -> list:
         """(experiment, its scale) for each experiment: the distinct scale texts of its entries, each said once (one
