@@ -18,8 +18,8 @@ reachable from the index it fails when:
   verdict column lies outside the visible part of the table (index, 29_claims: the ledger must be readable without
   scrolling); shown code overflows sideways or its column holds fewer than 80 characters (code wraps at about 88);
 - at 390 px (a phone): display or inline math is clipped (it must fit, or scroll inside a box that fits); on the
-  course and the experiment pages, the page scrolls sideways, or a table or the bottom line is wider than the screen
-  or hides part of itself in a sideways scroll;
+  course and the experiment pages, the page scrolls sideways, or a course table or an experiment page's bottom line
+  is wider than the screen or hides part of itself in a sideways scroll;
 - an experiment page's bottom line does not open with its result, gives a verdict without a sentence that says why
   ('because'), collapses its table or shows a row for an arm without records (n=0);
 - the course page lacks a lecture section, a part of a lecture's plan (objectives, takeaway, prerequisites, the
@@ -320,15 +320,16 @@ def bottom_line_failures(name, lay):
     if lay.get('blEmptyRows'): fails.append(f"{name}: {lay['blEmptyRows']} bottom-line cells of an arm with n=0")
     return fails
 
-# At 390 px, on the course and the experiment pages: the page never scrolls sideways, every table and the bottom
-# line fit the screen with nothing hidden in a sideways scroll (a phone reader cannot see what is cut).
+# At 390 px, on the course and the experiment pages: the page never scrolls sideways; the course's tables and the
+# experiment pages' bottom line fit the screen with nothing hidden in a sideways scroll (a phone reader cannot see what
+# is cut; other tables of numbers may scroll inside their own box). PHONE_FIT_JS % selector.
 PHONE_FIT_JS = r"""
 (async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
   const cut = [];
   const page = document.documentElement.scrollWidth;
   if (page > innerWidth + 1) cut.push(`the page is ${page} px wide`);
-  document.querySelectorAll('article table, .bottom-line').forEach(e => {
+  document.querySelectorAll('%s').forEach(e => {
     const b = e.getBoundingClientRect();
     if (!b.width) return;
     const what = e.classList.contains('bottom-line') ? 'the bottom line' :
@@ -463,7 +464,7 @@ def check(chromium=None, query='rotary', meta_file=out_root/'src'/'_pages.json')
         for name in [n for n in res if n == 'course.html' or EXPERIMENT_PAGE.fullmatch(n)]:
             ch.send('Page.navigate', url=base + name)
             ch.wait_event('Page.loadEventFired')
-            cut = ch.eval(PHONE_FIT_JS)
+            cut = ch.eval(PHONE_FIT_JS % ('article table' if name == 'course.html' else '.bottom-line'))
             res[name]['cut_at_390'] = cut
             fails += phone_failures(name, cut)
         # screenshots
