@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, math, sys, time
 from dataclasses import dataclass, asdict, replace, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 import numpy as np
 import torch, torch.nn.functional as F
 from fastcore.script import Param
@@ -25,10 +25,11 @@ from .exercises import Verdict, check_close
 __all__ = ['ARMS', 'LENGTH_CONFIGS', 'RESULTS', 'RUNS', 'MEMORY_PROBE', 'EXTEND_METHODS', 'EXTEND_FACTORS', 'FINETUNED',
            'LENGTH_COMMANDS', 'LengthConfig', 'eval_lengths', 'model_config', 'build_model', 'encode_text',
            'batch_offsets', 'lr_at', 'train_precision', 'train_steps', 'window_losses', 'summarize_positions',
-           'evaluate_lengths', 'peak_memory_mb', 'train_arm', 'extension_cache', 'load_checkpoint', 'extend_seed',
-           'best_arm', 'sample_record', 'parse_arms', 'length_run', 'length_extend', 'main', 'length_sample',
-           'read_length', 'length_table', 'format_length_table', 'plot_lengths', 'plot_positions', 'check_window_count',
-           'check_loss_beyond', 'check_pi_angle']
+           'sliding_loss', 'evaluate_lengths', 'peak_memory_mb', 'train_arm', 'extension_cache', 'load_checkpoint',
+           'extend_seed', 'finetune_settings', 'finetune_name', 'extension_finetunes', 'best_arm', 'sample_record',
+           'parse_arms', 'length_run', 'length_extend', 'main', 'length_sample', 'read_length', 'length_table',
+           'format_length_table', 'plot_lengths', 'plot_positions', 'check_window_count', 'check_loss_beyond',
+           'check_pi_angle']
 
 # %% ../nbs/30_length.ipynb #1cb4526c
 # arm -> (registered encoding, its options); 'learned' gets a table of L_train rows (see `model_config`)
@@ -172,6 +173,34 @@ def summarize_positions(sums: torch.Tensor, n: int, L_train: int, bins: int = 0)
            'loss_beyond': (sums[L_train:].sum() / (n * (L - L_train))).item() if L > L_train else None}
     if bins: out['by_position'] = (sums.view(bins, L // bins).sum(1) / (n * (L // bins))).tolist()
     return out
+
+# %% ../nbs/30_length.ipynb #d5270a79
+@torch.no_grad()
+def sliding_loss(model: CausalLM, ids: torch.Tensor, # the evaluation text's ids
+                 L: int, # window length (tokens each prediction may read)
+                 stride: int, # how far each window moves: every window after the first scores its last `stride` tokens
+                 eval_tokens: int = 16384, # predicted tokens per batch
+                 device=None) -> float:
+    """Mean loss over the text scored with sliding windows: windows of L predicted tokens starting every `stride`
+    characters; the first window scores all its tokens, each later one only its last `stride`, so every token is
+    scored once and, past the first window, with at least L - stride characters before it. The incomplete tail is
+    dropped. With `stride == L` this is the window mean of `window_losses`."""
+    if not 0 < stride <= L: raise ValueError(f"stride {stride} must be in 1..L={L}")
+    n = (len(ids) - 1 - L) // stride + 1
+    if n < 1: raise ValueError(f"the evaluation text ({len(ids)} characters) is shorter than one window of {L + 1}")
+    device = device or next(model.parameters()).device
+    model.eval()
+    total, count, span, per = 0.0, 0, torch.arange(L + 1), max(1, eval_tokens // L)
+    for i in range(0, n, per):
+        starts = torch.arange(i, min(n, i + per)) * stride
+        b = ids[starts[:, None] + span].to(device)
+        loss = F.cross_entropy(model(b[:, :-1]).float().transpose(1, 2), b[:, 1:], reduction='none').double().cpu()
+        keep = torch.zeros(loss.shape, dtype=torch.bool)
+        keep[:, L - stride:] = True
+        if i == 0: keep[0] = True
+        total, count = total + loss[keep].sum().item(), count + int(keep.sum())
+    return total / count
+
 
 # %% ../nbs/30_length.ipynb #e69f5ca8
 def evaluate_lengths(model: CausalLM, valid: torch.Tensor, cfg: LengthConfig, bounded_at: Optional[int] = None) -> dict:
@@ -369,6 +398,77 @@ def _extend_one(model, c, cfg, tr, va, method, factor, ft, seed, extra) -> dict:
                              command=extra.get('command'))})
     rec['wall_time_s'] = round(time.time() - t0, 2)
     return rec
+
+# %% ../nbs/30_length.ipynb #2649ff2b
+def finetune_settings(cfg: LengthConfig, # the trained RoPE model's config
+                      method: str, # 'default' (RoPE unscaled, no fine-tune) or an extension method
+                      ft_steps: int, # fine-tuning updates at factor x L_train (0: none)
+                      factor: int = 4, # the extension factor, and the fine-tuning length in units of L_train
+                      log_every: int = 10, # the fine-tune curve's resolution (updates)
+                     ) -> dict:
+    "What decides an extension record of `extension_finetunes`: the method, its fine-tune, its evaluation, the base."
+    L = cfg.L_train * factor
+    return {'method': method, 'factor': factor, 'ft_steps': ft_steps, 'ft_L': L,
+            'ft_batch': max(1, cfg.batch * cfg.L_train // L), 'ft_lr': cfg.lr * cfg.ft_lr_frac, 'ft_log_every': log_every,
+            'sliding_stride': cfg.L_train, 'config': asdict(cfg)}
+
+def finetune_name(method: str, ft_steps: int, factor: int = 4) -> str:
+    "'default-x4' (unscaled) or e.g. 'linear-x4-ft40'."
+    return f'default-x{factor}' if method == 'default' else f'{method}-x{factor}-ft{ft_steps}'
+
+def extension_finetunes(seed: int, # the trained rope checkpoint's seed (under `runs`)
+                        methods=FINETUNED, # extension methods fine-tuned
+                        ft_steps=(40, 160, 640), # fine-tune budgets, each its own record and schedule
+                        factor: int = 4, out: Path = RESULTS / 'extend', runs: Path = RUNS,
+                        text: Optional[tuple] = None, device=None, command: Optional[str] = None,
+                        log: Callable = print) -> list:
+    """RoPE unscaled, then each method at `factor` fine-tuned for each budget at factor x L_train, each record with
+    its fine-tune curve (every 10 updates), the window-mean loss, the loss beyond L_train and the sliding-window loss
+    (stride L_train) at 2 and 4 x L_train. Finished records of the same settings are kept."""
+    ckpt, out, recs = _rope_checkpoint(runs, seed), Path(out), []
+    with lock_folder(Path(runs) / f'rope_seed{seed}', '--runs'):
+        model, cfg, c = load_checkpoint(ckpt, device)
+        init_from = state_hash(c['state'])
+        tr, va, _ = _load_data(text)
+        va = va[:cfg.eval_chars] if cfg.eval_chars else va
+        model.pe.cache = extension_cache('default', 1, cfg.d_model // cfg.n_heads, cfg.L_train)
+        base_loss = summarize_positions(*window_losses(model, va, cfg.L_train, cfg.eval_tokens), cfg.L_train)['loss']
+        for method, n in [('default', 0)] + [(m, n) for m in methods for n in ft_steps]:
+            settings = {**finetune_settings(cfg, method, n, factor), 'seed': seed, 'init_from_hash': init_from}
+            path = out / f'{finetune_name(method, n, factor)}_seed{seed}.json'
+            if (rec := finished_output(path, settings)) is None:
+                log(f'[ext ] {path.name}')
+                rec = _finetune_one(model, c, cfg, tr, va, settings, round(base_loss, 5), command)
+                rec = finished_output(write_output(path, rec, settings), settings)
+            recs.append(rec)
+    return recs
+
+def _finetune_one(model, c, cfg, tr, va, settings: dict, base_loss: float, command) -> dict:
+    "One record of `extension_finetunes`: fresh weights, the method's tables, the fine-tune, every evaluation."
+    t0, s, rec = time.time(), settings, {}
+    model.load_state_dict(c['state'])
+    model.pe.cache = extension_cache(s['method'], s['factor'], cfg.d_model // cfg.n_heads, cfg.L_train)
+    device = next(model.parameters()).device
+    if s['ft_steps']:
+        offsets = batch_offsets(len(tr), s['ft_L'], s['ft_steps'], s['ft_batch'], s['seed'] + 1)
+        curve, train_s = train_steps(model, tr, offsets, cfg, s['ft_L'], device, s['ft_lr'], s['ft_log_every'])
+        rec.update(train_curve=curve, train_time_s=round(train_s, 2), data_order_hash=order_hash(offsets))
+    ev = evaluate_lengths(model, va, cfg)
+    for f in (2, s['factor']):
+        L = cfg.L_train * f
+        ev['eval'][str(L)]['sliding'] = round(sliding_loss(model, va, L, s['sliding_stride'], cfg.eval_tokens), 5)
+    Lmax, amp = eval_lengths(cfg)[-1], train_precision(cfg, device) if s['ft_steps'] else None
+    rec.update({'experiment': 'length-extend', 'name': finetune_name(s['method'], s['ft_steps'], s['factor']),
+                'encoding': 'rope', 'method': s['method'], 'factor': s['factor'], 'ft_steps': s['ft_steps'],
+                'ft_L': s['ft_L'], 'ft_batch': s['ft_batch'], 'ft_lr': s['ft_lr'], 'seed': s['seed'],
+                'L_train': cfg.L_train, 'settings': settings, 'eval': ev['eval'],
+                f'loss_by_position_{Lmax}': ev['by_position'], 'eval_time_s': ev['eval_time_s'],
+                'base_loss_at_train': base_loss, 'init_from_hash': s['init_from_hash'],
+                **provenance(s['seed'], 'bf16 autocast (fine-tune), fp32 (evaluation)' if amp else 'fp32', device,
+                             command=command)})
+    rec.update(wall_time_s=round(time.time() - t0, 2), started_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(t0)))
+    return rec
+
 
 # %% ../nbs/30_length.ipynb #c465d914
 def best_arm(folder=RESULTS, L: int = 1024) -> tuple:

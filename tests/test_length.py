@@ -55,3 +55,21 @@ def test_store_skips_finished_and_refuses_other_settings(tmp_path):
     assert 'steps: 2 vs 3' in str(e.value) and '\n' not in str(e.value)
     assert path.read_bytes() == before
     assert [p.name for p in (tmp_path / 'out').iterdir()] == ['alibi_seed0.json']     # no temporary file left
+
+
+def test_extension_records_state_the_settings_the_suite_registers(tmp_path):
+    "An `extension_finetunes` record reads back (referee.record_settings) as `finetune_settings` says: the ledger's check."
+    from dataclasses import replace
+    from posenc_nb.length import LENGTH_CONFIGS, train_arm, extension_finetunes, finetune_settings
+    from posenc_nb.referee import record_settings, _differing, _strip
+    sm = replace(LENGTH_CONFIGS['smoke'], encoding='rope', seed=5)
+    g = __import__('torch').Generator().manual_seed(0)
+    voc = 'abcdefgh ,.'
+    t = ''.join(voc[i] for i in __import__('torch').randint(0, len(voc), (6000,), generator=g))
+    text = (t[:5000], t[5000:], voc)
+    train_arm(sm, tmp_path / 'out', tmp_path / 'runs', text=text)
+    extension_finetunes(5, ft_steps=(2,), out=tmp_path / 'ext', runs=tmp_path / 'runs', text=text, log=lambda m: None)
+    for name, method, n in (('default-x4', 'default', 0), ('linear-x4-ft2', 'linear', 2), ('yarn-x4-ft2', 'yarn', 2)):
+        got = record_settings(tmp_path / 'ext' / f'{name}_seed5.json')
+        assert _differing(_strip(finetune_settings(sm, method, n)), got) == []
+        assert _differing(_strip(finetune_settings(sm, method, n + 1)), got) == ['ft_steps']
