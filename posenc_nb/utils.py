@@ -14,8 +14,9 @@ import torch
 # %% auto #0
 __all__ = ['BOTTOM_LINE_LEGEND', 'EXTRAS', 'WriteFailed', 'atomic_write', 'atomic_save', 'git', 'hardware', 'provenance',
            'state_hash', 'order_hash', 'slow_cells_enabled', 'read_records', 'mean_sd', 'fmt_mean_sd', 'format_table',
-           'results_dir', 'dotted', 'ledger_entries', 'arm_scores', 'verdict_reason', 'result_sentence', 'verdict_rows',
-           'verdict_counts', 'BottomLine', 'extra_for', 'missing_modules', 'MissingExtra', 'install_hint', 'require']
+           'results_dir', 'dotted', 'ledger_entries', 'arm_scores', 'design_text', 'verdict_reason', 'result_sentence',
+           'verdict_rows', 'verdict_counts', 'BottomLine', 'extra_for', 'missing_modules', 'MissingExtra',
+           'install_hint', 'require']
 
 # %% ../nbs/00_utils.ipynb #930c3c5d
 def _fsync_dir(folder: Path):
@@ -280,12 +281,31 @@ def _entry_scores(e: dict, root=None) -> dict:
 def _decimals(scores: dict) -> int:
     return 2 if max((abs(x) for xs in scores.values() for x in xs), default=0) >= 10 else 3
 
-def _design(e: dict) -> dict:
-    "The entry's planned design where the ledger records one: budget in updates, seeds planned and used."
-    d = e.get('design') or {}
-    pick = lambda *names: next((d[k] for k in d for n in names if n in k and d[k] is not None), None)
-    return {k: v for k, v in (('budget', pick('budget', 'updates')), ('planned', pick('planned')),
-                              ('used', pick('used'))) if v is not None}
+def _span(xs) -> str:
+    "Seeds as written: a run of three or more consecutive ones as 'first–last'."
+    xs = list(xs)
+    if len(xs) > 2 and xs == list(range(xs[0], xs[0] + len(xs))): return f'{xs[0]}–{xs[-1]}'
+    return ', '.join(map(str, xs))
+
+def _budget(v) -> Optional[str]:
+    "One arm's budget as the ledger's design gives it: a bare count is updates; unrecorded is None."
+    if v is None or str(v).strip() in ('', 'None', 'unrecorded'): return None
+    return f'{int(v):,} updates' if str(v).strip().isdigit() else str(v)
+
+def design_text(e: dict # one ledger entry
+               ) -> str:
+    """The entry's design as the ledger records it (its `design`, fixed at registration): the budget of its arms and
+    its seeds, planned and used; '' when the entry has no design."""
+    d, parts = e.get('design') or {}, []
+    b = d.get('budget')
+    vals = {arm: _budget(v) for arm, v in b.items()} if isinstance(b, dict) else {'': _budget(b)}
+    if vals and all(vals.values()):
+        parts.append(f'budget {next(iter(vals.values()))} per arm' if len(set(vals.values())) == 1 else
+                     'budget ' + ', '.join(f'{arm} {v}' for arm, v in vals.items()))
+    planned, used = d.get('seeds_planned'), d.get('seeds_used')
+    if planned: parts.append(f'seeds {_span(planned)} planned, ' + (f'{_span(used)} used' if used else 'none run yet'))
+    elif used: parts.append(f'seeds {_span(used)}')
+    return '; '.join(parts)
 
 def verdict_reason(e: dict, # one ledger entry
                    scores: Optional[dict] = None # its arms' scores (default: the ledger's copies)
@@ -315,18 +335,12 @@ def result_sentence(e: dict, # one ledger entry
     scores = _entry_scores(e, root)
     (b, sb), (a, sa) = scores.items()
     nd = _decimals(scores)
+    plan = design_text(e)
+    plan = f' ({plan})' if plan else ''
     if not (sa and sb):
-        return f"`{b}` against `{a}` ({e.get('metric', '')}): no records yet, so **{e.get('verdict', '-')}**."
+        return f"`{b}` against `{a}` ({e.get('metric', '')}): no records yet{plan}, so **{e.get('verdict', '-')}**."
     ci = e.get('ci')
     eff = _num(e.get('effect'), nd, True) + (f" [{_num(ci[0], nd, True)}, {_num(ci[1], nd, True)}]" if ci else '')
-    d = _design(e)
-    plan = ''
-    if d:
-        parts = ([f"{d['budget']:,} updates" if isinstance(d['budget'], (int, float)) else str(d['budget'])]
-                 if 'budget' in d else [])
-        if 'planned' in d:
-            parts.append(f"seeds planned {d['planned']}" + (f", used {d['used']}" if 'used' in d else ''))
-        plan = f" ({'; '.join(parts)})" if parts else ''
     p = _p_text(e.get('p_adjusted', e.get('p')))
     return (f"`{b}` minus `{a}` on {e.get('metric', 'the metric')}: {eff}"
             + (' (95% interval)' if ci else '') + f" over {len(sb)} + {len(sa)} seeds{plan}"
