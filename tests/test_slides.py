@@ -25,3 +25,13 @@ def test_network_loads_are_found_and_links_are_not():
             '<style>@import url("https://fonts.example/b.css");</style>')
     assert slides.external_urls(page) == ['https://cdn.example/reveal.js', 'https://fonts.example/a.css',
                                           'https://fonts.example/b.css']
+
+
+def test_the_deck_gets_mathjax_3_configured():
+    "nbconvert writes MathJax 2's configuration; the deck loads the site's MathJax 3, configured for $...$."
+    import pytest
+    page = '<script src="mathjax/tex-chtml.js"> </script>x if(MathJax.Hub.getAllJax(Reveal.getCurrentSlide())){'
+    out = slides.mathjax3(page)
+    assert out.startswith("<script>window.MathJax = {tex: {inlineMath: [['$', '$']") and 'Hub' not in out
+    assert out.count('src="mathjax/tex-chtml.js"') == 1
+    with pytest.raises(SystemExit, match='template changed'): slides.mathjax3('<script src="cdn/MathJax.js"></script>')

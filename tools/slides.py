@@ -4,10 +4,10 @@
 For each lecture of the course (`LECTURES` of nbs/course.ipynb, read as tools/build_site.py reads it), the lecture's
 notebooks become one deck, `_slides/lecture-N.slides.html`: a new slide at every H1 and H2, a slide below it for
 every other shown cell (the site's rules: hidden, exported, solution, slow and GPU cells are left out; outputs come
-from the site's executed copies in `_site/cache/` where they exist). reveal.js comes from its npm package (`npm pack
-reveal.js@REVEAL_VERSION`, unpacked once into `_slides/reveal.js/`) and MathJax from the pinned PyPI package the
-site uses, so a deck requests nothing from the network. `--pdf` also prints each lecture page of the built site
-(`_site/html`, `make site` first) to `_slides/lecture-N/PAGE.pdf` with headless Chromium.
+from the site's executed copies in `_site/cache/` where they exist). reveal.js and RequireJS (which the template
+loads it with) come from their npm packages (`npm pack`, unpacked once into `_slides/`) and MathJax 3 from the
+pinned PyPI package the site uses, so a deck requests nothing from the network. `--pdf` also prints each lecture
+page of the built site (`_site/html`, `make site` first) to `_slides/lecture-N/PAGE.pdf` with headless Chromium.
 
 Usage: python tools/slides.py [--lectures 1 2] [--pdf] [--out _slides]
 """
@@ -19,19 +19,20 @@ sys.path.insert(0, str(root / 'tools'))
 import build_site  # noqa: E402
 
 REVEAL_VERSION = '4.6.1'            # the reveal.js major version nbconvert 7's slides template is written for
+REQUIREJS_VERSION = '2.3.8'         # the template loads reveal.js through RequireJS
 SKIP = {'hide', 'export', 'exports', 'exporti', 'default_exp', 'exercise-solution', 'slow', 'gpu'}
 
 
-def vendor_reveal(out: Path) -> Path:
-    "reveal.js from its npm package, unpacked once into OUT/reveal.js (npm pack: the registry's tarball, no install)."
-    dst = out / 'reveal.js'
-    if (dst / 'dist' / 'reveal.js').exists(): return dst
+def vendor_npm(out: Path, name: str, version: str, check: str) -> Path:
+    "An npm package's files, unpacked once into OUT/name (npm pack: the registry's tarball, no install, no scripts)."
+    dst = out / name
+    if (dst / check).exists(): return dst
     if shutil.which('npm') is None: raise SystemExit('npm not found: install Node.js (Debian: apt-get install npm)')
     with tempfile.TemporaryDirectory() as tmp:
-        r = subprocess.run(['npm', 'pack', f'reveal.js@{REVEAL_VERSION}', '--pack-destination', tmp],
+        r = subprocess.run(['npm', 'pack', f'{name}@{version}', '--pack-destination', tmp],
                            capture_output=True, text=True)
-        if r.returncode: raise SystemExit(f'npm pack reveal.js@{REVEAL_VERSION} failed: {r.stderr.strip()}')
-        with tarfile.open(next(Path(tmp).glob('reveal.js-*.tgz'))) as t: t.extractall(tmp, filter='data')
+        if r.returncode: raise SystemExit(f'npm pack {name}@{version} failed: {r.stderr.strip()}')
+        with tarfile.open(next(Path(tmp).glob('*.tgz'))) as t: t.extractall(tmp, filter='data')
         shutil.rmtree(dst, ignore_errors=True)
         shutil.copytree(Path(tmp) / 'package', dst)
     return dst
@@ -64,6 +65,19 @@ def deck(stems: list, title: str) -> dict:
                                                         'language': 'python'}}, 'nbformat': 4, 'nbformat_minor': 5}
 
 
+MATHJAX3 = ("<script>window.MathJax = {tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], "
+            "displayMath: [['$$', '$$'], ['\\\\[', '\\\\]']]}};</script>\n"
+            '<script src="mathjax/tex-chtml.js"></script>')
+
+
+def mathjax3(html: str) -> str:
+    """The deck with MathJax 3 (the site's copy) configured for $...$ and $$...$$: nbconvert's template is written for
+    MathJax 2 (its `MathJax.Hub` configuration is ignored by 3, and its slide-change re-render is dropped)."""
+    tag = '<script src="mathjax/tex-chtml.js"> </script>'
+    if tag not in html: raise SystemExit("nbconvert's slides template changed: no MathJax script tag to configure")
+    return html.replace(tag, MATHJAX3).replace('MathJax.Hub.getAllJax(Reveal.getCurrentSlide())', 'false')
+
+
 def external_urls(html: str) -> list:
     "Every http(s) URL the page would load (scripts, images, frames, linked styles; not links a reader follows)."
     return (re.findall(r'<(?:script|img|iframe|source)\b[^>]*\bsrc=["\'](https?://[^"\']+)', html)
@@ -74,7 +88,8 @@ def external_urls(html: str) -> list:
 def slides(out: Path, lectures=None) -> list:
     "Write OUT/lecture-N.slides.html for each lecture (all by default); their paths."
     out.mkdir(parents=True, exist_ok=True)
-    vendor_reveal(out)
+    vendor_npm(out, 'reveal.js', REVEAL_VERSION, 'dist/reveal.js')
+    vendor_npm(out, 'requirejs', REQUIREJS_VERSION, 'require.js')
     build_site.vendor_mathjax(out)                      # OUT/mathjax/tex-chtml.js, fonts and TeX extensions
     written = []
     for k, (caption, stems) in enumerate(build_site.course_lectures(), 1):
@@ -83,12 +98,14 @@ def slides(out: Path, lectures=None) -> list:
         nb.write_text(json.dumps(deck(stems, caption)))
         cmd = [sys.executable, '-m', 'nbconvert', '--to', 'slides', str(nb), '--output-dir', str(out),
                '--SlidesExporter.reveal_url_prefix=reveal.js', '--SlidesExporter.reveal_scroll=True',
-               '--SlidesExporter.mathjax_url=mathjax/tex-chtml.js', '--SlidesExporter.require_js_url=',
+               '--SlidesExporter.mathjax_url=mathjax/tex-chtml.js',
+               '--SlidesExporter.require_js_url=requirejs/require.js',
                '--SlidesExporter.jquery_url=']
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode: raise SystemExit(f'nbconvert failed on lecture {k}:\n{r.stderr[-2000:]}')
         nb.unlink()
         html = out / f'lecture-{k}.slides.html'
+        html.write_text(mathjax3(html.read_text()))
         ext = external_urls(html.read_text())
         if ext: raise SystemExit(f'{html.name} would load {ext[:3]} from the network')
         written.append(html)
