@@ -7,29 +7,25 @@ from __future__ import annotations
 import json, math, sys, time
 from dataclasses import dataclass, asdict, replace, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 import numpy as np
 import torch, torch.nn.functional as F
 from fastcore.script import Param
 from .causal_lm import CausalLM, CausalLMConfig, shared_state_hash, pe_state_hash, generate
 from .data import load_text
-from .rope import rotary_from_hf
-from .rotary import RotaryCache
 from .store import finished_output, write_output, output_record, lock_folder, read_json
-from .utils import provenance, state_hash, order_hash
+from .utils import provenance, order_hash
 from .engine import pick_device
 from .args import command, command_line, run_commands, use_threads, CLIError
 from .exercises import Verdict, check_close
 
 # %% auto #0
-__all__ = ['ARMS', 'LENGTH_CONFIGS', 'RESULTS', 'RUNS', 'MEMORY_PROBE', 'EXTEND_METHODS', 'EXTEND_FACTORS', 'FINETUNED',
-           'LENGTH_COMMANDS', 'LengthConfig', 'eval_lengths', 'model_config', 'build_model', 'encode_text',
-           'batch_offsets', 'lr_at', 'train_precision', 'train_steps', 'window_losses', 'summarize_positions',
-           'sliding_loss', 'evaluate_lengths', 'peak_memory_mb', 'train_arm', 'extension_cache', 'load_checkpoint',
-           'extend_seed', 'finetune_settings', 'finetune_name', 'extension_finetunes', 'best_arm', 'sample_record',
-           'parse_arms', 'length_run', 'length_extend', 'main', 'length_sample', 'read_length', 'length_table',
-           'format_length_table', 'plot_lengths', 'plot_positions', 'check_window_count', 'check_loss_beyond',
-           'check_pi_angle']
+__all__ = ['ARMS', 'LENGTH_CONFIGS', 'RESULTS', 'RUNS', 'MEMORY_PROBE', 'LENGTH_COMMANDS', 'LengthConfig', 'eval_lengths',
+           'model_config', 'build_model', 'encode_text', 'batch_offsets', 'lr_at', 'train_precision', 'train_steps',
+           'window_losses', 'summarize_positions', 'sliding_loss', 'evaluate_lengths', 'peak_memory_mb', 'train_arm',
+           'load_checkpoint', 'best_arm', 'sample_record', 'parse_arms', 'length_run', 'length_extend', 'main',
+           'length_sample', 'read_length', 'length_table', 'format_length_table', 'plot_lengths', 'plot_positions',
+           'check_window_count', 'check_loss_beyond', 'check_pi_angle']
 
 # %% ../nbs/30_length.ipynb #1cb4526c
 # arm -> (registered encoding, its options); 'learned' gets a table of L_train rows (see `model_config`)
@@ -306,27 +302,6 @@ MEMORY_PROBE = {'cpu': 'rise of resident memory (MiB) during one no-grad forward
                 'cuda': 'rise of torch.cuda.max_memory_allocated (MiB) during one no-grad forward of one window '
                         '(batch 1) at the longest length'}
 
-# %% ../nbs/30_length.ipynb #1faa087f
-EXTEND_METHODS = ('linear', 'ntk', 'dynamic', 'yarn', 'llama3')
-EXTEND_FACTORS = (2, 4, 8, 16)
-FINETUNED = ('linear', 'yarn')     # fine-tuned at 4 x L_train
-
-def extension_cache(method: str, # one of EXTEND_METHODS, or 'default' (unscaled)
-                    factor: float, # new length / orig_len
-                    head_dim: int, orig_len: int, base: float = 10000.) -> RotaryCache:
-    """The rotary tables of one extension method, through one code path: a HF-style rope config handed to
-    `rotary_from_hf` (linear = PI, dynamic = dynamic NTK, yarn, llama3); HF has no static NTK type, so 'ntk' is the
-    package's `RotaryCache(scaling='ntk')`. Use with style='half' (the lab's rope arm)."""
-    if method not in EXTEND_METHODS + ('default',):
-        raise ValueError(f"unknown extension method {method!r}; choose from {', '.join(EXTEND_METHODS)}")
-    if method == 'ntk': return RotaryCache(head_dim, base, scaling='ntk', factor=factor, angle_dtype='float32')
-    rs = {'rope_type': method, 'factor': float(factor)}
-    if method in ('yarn', 'llama3'): rs['original_max_position_embeddings'] = orig_len
-    if method == 'llama3': rs.update(low_freq_factor=1.0, high_freq_factor=4.0)
-    hf = {'head_dim': head_dim, 'rope_theta': base, 'rope_scaling': None if method == 'default' else rs,
-          'max_position_embeddings': orig_len if method in ('dynamic', 'default') else int(orig_len * factor)}
-    return rotary_from_hf(hf)
-
 # %% ../nbs/30_length.ipynb #32cc4a3a
 def load_checkpoint(path: Path, device=None) -> tuple:
     "(model, LengthConfig, checkpoint dict) of a trained arm's `model.pt`."
@@ -335,139 +310,6 @@ def load_checkpoint(path: Path, device=None) -> tuple:
     model.load_state_dict(c['state'])
     cfg = LengthConfig(**{**c['config'], 'eval_factors': tuple(c['config']['eval_factors'])})
     return model.to(pick_device(device)), cfg, c
-
-def _rope_checkpoint(runs: Path, seed: int) -> Path:
-    p = Path(runs) / f'rope_seed{seed}' / 'model.pt'
-    if not p.is_file():
-        raise ValueError(f"no trained rope checkpoint {p}; run `python -m posenc_nb.length run --encodings rope "
-                         f"--seeds {seed}` first")
-    return p
-
-# %% ../nbs/30_length.ipynb #98bd1671
-def extend_seed(seed: int, out: Path = RESULTS / 'extend', runs: Path = RUNS, text: Optional[tuple] = None,
-                methods=EXTEND_METHODS, factors=EXTEND_FACTORS, finetune: bool = True, device=None,
-                command: Optional[str] = None) -> list:
-    """Every extension method at every factor on the trained rope model of `seed`, without fine-tuning; then PI and
-    YaRN at 4 x fine-tuned at 4 x L_train. One record per method, factor (and fine-tune) under `out`."""
-    ckpt, out = _rope_checkpoint(runs, seed), Path(out)
-    recs = []
-    with lock_folder(Path(runs) / f'rope_seed{seed}', '--runs'):
-        model, cfg, c = load_checkpoint(ckpt, device)
-        init_from = state_hash(c['state'])
-        tr, va, vocab = _load_data(text)
-        va = va[:cfg.eval_chars] if cfg.eval_chars else va
-        head_dim, base = cfg.d_model // cfg.n_heads, 10000.
-        model.pe.cache = extension_cache('default', 1, head_dim, cfg.L_train, base)
-        base_loss = summarize_positions(*window_losses(model, va, cfg.L_train, cfg.eval_tokens), cfg.L_train)['loss']
-        jobs = [(m, f, False) for m in methods for f in factors]
-        jobs += [(m, 4, True) for m in FINETUNED] if finetune else []
-        for method, factor, ft in jobs:
-            name = f'{method}-x{factor}' + ('-ft' if ft else '')
-            settings = {'method': method, 'factor': factor, 'finetune': ft, 'seed': seed, 'init_from_hash': init_from,
-                        'config': asdict(cfg)}
-            path = out / f'{name}_seed{seed}.json'
-            if (rec := finished_output(path, settings)) is None:
-                rec = _extend_one(model, c, cfg, tr, va, method, factor, ft, seed, {
-                    'base_loss_at_train': round(base_loss, 5), 'init_from_hash': init_from, 'command': command})
-                rec = finished_output(write_output(path, rec, settings), settings)
-            recs.append(rec)
-    return recs
-
-# %% ../nbs/30_length.ipynb #410c9fbc
-def _extend_one(model, c, cfg, tr, va, method, factor, ft, seed, extra) -> dict:
-    "One extension record: the method's tables on a fresh copy of the trained model, fine-tuned when `ft`."
-    t0, head_dim = time.time(), cfg.d_model // cfg.n_heads
-    model.load_state_dict(c['state'])
-    model.pe.cache = extension_cache(method, factor, head_dim, cfg.L_train)
-    device, rec = next(model.parameters()).device, {}
-    if ft:
-        L, steps = cfg.L_train * 4, max(1, round(cfg.ft_frac * cfg.steps))
-        batch = max(1, cfg.batch * cfg.L_train // L)
-        offsets = batch_offsets(len(tr), L, steps, batch, seed + 1)
-        curve, train_s = train_steps(model, tr, offsets, cfg, L, device, cfg.lr * cfg.ft_lr_frac, cfg.log_every)
-        rec.update(ft_steps=steps, ft_L=L, ft_batch=batch, ft_lr=cfg.lr * cfg.ft_lr_frac, train_curve=curve,
-                   train_time_s=round(train_s, 2), data_order_hash=order_hash(offsets))
-    ev = evaluate_lengths(model, va, cfg)
-    Lmax = eval_lengths(cfg)[-1]
-    amp = train_precision(cfg, device) if ft else None
-    rec.update({'experiment': 'length-extend', 'name': f"{method}-x{factor}" + ('-ft' if ft else ''),
-                'encoding': 'rope',                'method': method, 'factor': factor, 'finetuned': ft,
-                'seed': seed, 'L_train': cfg.L_train, 'eval': ev['eval'], f'loss_by_position_{Lmax}': ev['by_position'],
-                'eval_time_s': ev['eval_time_s'], **extra,
-                **provenance(seed, 'bf16 autocast (fine-tune), fp32 (evaluation)' if amp else 'fp32', device,
-                             command=extra.get('command'))})
-    rec['wall_time_s'] = round(time.time() - t0, 2)
-    return rec
-
-# %% ../nbs/30_length.ipynb #2649ff2b
-def finetune_settings(cfg: LengthConfig, # the trained RoPE model's config
-                      method: str, # 'default' (RoPE unscaled, no fine-tune) or an extension method
-                      ft_steps: int, # fine-tuning updates at factor x L_train (0: none)
-                      factor: int = 4, # the extension factor, and the fine-tuning length in units of L_train
-                      log_every: int = 10, # the fine-tune curve's resolution (updates)
-                     ) -> dict:
-    "What decides an extension record of `extension_finetunes`: the method, its fine-tune, its evaluation, the base."
-    L = cfg.L_train * factor
-    return {'method': method, 'factor': factor, 'ft_steps': ft_steps, 'ft_L': L,
-            'ft_batch': max(1, cfg.batch * cfg.L_train // L), 'ft_lr': cfg.lr * cfg.ft_lr_frac, 'ft_log_every': log_every,
-            'sliding_stride': cfg.L_train, 'config': asdict(cfg)}
-
-def finetune_name(method: str, ft_steps: int, factor: int = 4) -> str:
-    "'default-x4' (unscaled) or e.g. 'linear-x4-ft40'."
-    return f'default-x{factor}' if method == 'default' else f'{method}-x{factor}-ft{ft_steps}'
-
-def extension_finetunes(seed: int, # the trained rope checkpoint's seed (under `runs`)
-                        methods=FINETUNED, # extension methods fine-tuned
-                        ft_steps=(40, 160, 640), # fine-tune budgets, each its own record and schedule
-                        factor: int = 4, out: Path = RESULTS / 'extend', runs: Path = RUNS,
-                        text: Optional[tuple] = None, device=None, command: Optional[str] = None,
-                        log: Callable = print) -> list:
-    """RoPE unscaled, then each method at `factor` fine-tuned for each budget at factor x L_train, each record with
-    its fine-tune curve (every 10 updates), the window-mean loss, the loss beyond L_train and the sliding-window loss
-    (stride L_train) at 2 and 4 x L_train. Finished records of the same settings are kept."""
-    ckpt, out, recs = _rope_checkpoint(runs, seed), Path(out), []
-    with lock_folder(Path(runs) / f'rope_seed{seed}', '--runs'):
-        model, cfg, c = load_checkpoint(ckpt, device)
-        init_from = state_hash(c['state'])
-        tr, va, _ = _load_data(text)
-        va = va[:cfg.eval_chars] if cfg.eval_chars else va
-        model.pe.cache = extension_cache('default', 1, cfg.d_model // cfg.n_heads, cfg.L_train)
-        base_loss = summarize_positions(*window_losses(model, va, cfg.L_train, cfg.eval_tokens), cfg.L_train)['loss']
-        for method, n in [('default', 0)] + [(m, n) for m in methods for n in ft_steps]:
-            settings = {**finetune_settings(cfg, method, n, factor), 'seed': seed, 'init_from_hash': init_from}
-            path = out / f'{finetune_name(method, n, factor)}_seed{seed}.json'
-            if (rec := finished_output(path, settings)) is None:
-                log(f'[ext ] {path.name}')
-                rec = _finetune_one(model, c, cfg, tr, va, settings, round(base_loss, 5), command)
-                rec = finished_output(write_output(path, rec, settings), settings)
-            recs.append(rec)
-    return recs
-
-def _finetune_one(model, c, cfg, tr, va, settings: dict, base_loss: float, command) -> dict:
-    "One record of `extension_finetunes`: fresh weights, the method's tables, the fine-tune, every evaluation."
-    t0, s, rec = time.time(), settings, {}
-    model.load_state_dict(c['state'])
-    model.pe.cache = extension_cache(s['method'], s['factor'], cfg.d_model // cfg.n_heads, cfg.L_train)
-    device = next(model.parameters()).device
-    if s['ft_steps']:
-        offsets = batch_offsets(len(tr), s['ft_L'], s['ft_steps'], s['ft_batch'], s['seed'] + 1)
-        curve, train_s = train_steps(model, tr, offsets, cfg, s['ft_L'], device, s['ft_lr'], s['ft_log_every'])
-        rec.update(train_curve=curve, train_time_s=round(train_s, 2), data_order_hash=order_hash(offsets))
-    ev = evaluate_lengths(model, va, cfg)
-    for f in (2, s['factor']):
-        L = cfg.L_train * f
-        ev['eval'][str(L)]['sliding'] = round(sliding_loss(model, va, L, s['sliding_stride'], cfg.eval_tokens), 5)
-    Lmax, amp = eval_lengths(cfg)[-1], train_precision(cfg, device) if s['ft_steps'] else None
-    rec.update({'experiment': 'length-extend', 'name': finetune_name(s['method'], s['ft_steps'], s['factor']),
-                'encoding': 'rope', 'method': s['method'], 'factor': s['factor'], 'ft_steps': s['ft_steps'],
-                'ft_L': s['ft_L'], 'ft_batch': s['ft_batch'], 'ft_lr': s['ft_lr'], 'seed': s['seed'],
-                'L_train': cfg.L_train, 'settings': settings, 'eval': ev['eval'],
-                f'loss_by_position_{Lmax}': ev['by_position'], 'eval_time_s': ev['eval_time_s'],
-                'base_loss_at_train': base_loss, 'init_from_hash': s['init_from_hash'],
-                **provenance(s['seed'], 'bf16 autocast (fine-tune), fp32 (evaluation)' if amp else 'fp32', device,
-                             command=command)})
-    rec.update(wall_time_s=round(time.time() - t0, 2), started_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(t0)))
-    return rec
 
 
 # %% ../nbs/30_length.ipynb #c465d914
@@ -554,6 +396,7 @@ def length_extend(*, seeds: str = '0,1,2', # comma-separated seeds of trained ro
 
     Examples:
       python -m posenc_nb.length extend --seeds 0,1,2"""
+    from posenc_nb.length_extend import extend_seed, _rope_checkpoint    # notebook 30_extend builds on this one
     seed_list = _ints(seeds, 'seeds')
     for s in seed_list: _rope_checkpoint(Path(runs), s)
     use_threads(threads)

@@ -60,7 +60,8 @@ def test_store_skips_finished_and_refuses_other_settings(tmp_path):
 def test_extension_records_state_the_settings_the_suite_registers(tmp_path):
     "An `extension_finetunes` record reads back (referee.record_settings) as `finetune_settings` says: the ledger's check."
     from dataclasses import replace
-    from posenc_nb.length import LENGTH_CONFIGS, train_arm, extension_finetunes, finetune_settings
+    from posenc_nb.length import LENGTH_CONFIGS, train_arm
+    from posenc_nb.length_extend import extension_finetunes, finetune_settings
     from posenc_nb.referee import record_settings, _differing, _strip
     sm = replace(LENGTH_CONFIGS['smoke'], encoding='rope', seed=5)
     g = __import__('torch').Generator().manual_seed(0)
