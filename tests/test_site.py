@@ -259,3 +259,18 @@ def test_glossary_links_first_use_only(tmp_path):
     assert out.count('glossary.ipynb#gate') == 1 and '[arms](glossary.ipynb#arm)' in out and 'alarm;' in out
     assert '[post hoc](glossary.ipynb#post-hoc)' in out
     assert 'glossary.ipynb' not in link('the gate once more, on the same page')
+
+
+def test_figures_get_captions_and_alt_text_from_their_code():
+    "A figure's caption is what its code titles it, its alt text adds the axes; the check fails file names as alt."
+    import check_site as cs
+    cap, alt = bs.figure_text("ax.plot(x)\nax.set(xlabel='length', ylabel='loss', title=f'Loss at {n} seeds')")
+    assert cap == 'Loss at … seeds' and alt == 'Loss at … seeds (x: length; y: loss)'
+    assert bs.figure_text('axes = plot_xl(runs)') == ('Drawn by `plot_xl`', 'Drawn by plot_xl')
+    fig = {'src': 'a.png', 'natural': 600, 'shown': 600}
+    good = {**fig, 'alt': 'Loss (x: length)', 'caption': 'Figure 2: Loss'}
+    assert cs.layout_failures('10_rope.html', {'figs': [good], 'verdicts': [], 'codeOverflowing': 0, 'codeBlocks': 0,
+                                               'codeChars': None}) == []
+    bad = cs.layout_failures('10_rope.html', {'figs': [{**fig, 'alt': '_images/0411.png', 'caption': ''}],
+                                              'verdicts': [], 'codeOverflowing': 0, 'codeBlocks': 0, 'codeChars': None})
+    assert len(bad) == 2 and 'alt text' in bad[0] and 'numbered caption' in bad[1]

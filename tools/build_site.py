@@ -432,6 +432,28 @@ def export_target(d, modname):
     own = (d.get('export') or d.get('exports') or d.get('exporti') or '').split()
     return f'{lib}.{own[0]}' if own else modname
 
+def _quoted(call, body):
+    """The string literals `body` passes to `call(` (or to the keyword `call=`), f-string fields and TeX commands
+    elided."""
+    open_ = r'\s*' if call.endswith('=') else r'\s*\(\s*'
+    found = [m.group(2) for m in re.finditer(rf"\b{call}{open_}[rfRF]*(['\"])(.+?)\1", body)]
+    return [re.sub(r'\s+', ' ', re.sub(r'\\[A-Za-z]+|[{}$\\]', ' ', re.sub(r'\{[^{}]*\}', '…', f))).strip()
+            for f in found]
+
+def figure_text(body):
+    """(caption, alt text) for a cell that draws a figure, from what its code writes on the plot: its titles, and its
+    axis labels for the alt text; where it writes none, the plotting helper it calls."""
+    titles = list(dict.fromkeys(_quoted('set_title', body) + _quoted('suptitle', body) + _quoted('title', body)
+                                + _quoted('title=', body)))
+    xs = list(dict.fromkeys(_quoted('set_xlabel', body) + _quoted('xlabel=', body)))
+    ys = list(dict.fromkeys(_quoted('set_ylabel', body) + _quoted('ylabel=', body)))
+    helper = re.search(r'\b(\w*plot\w*)\(', body)
+    caption = '; '.join(titles) or (f'drawn by `{helper.group(1)}`' if helper else 'drawn by the code above')
+    caption = caption[:1].upper() + caption[1:]
+    axes = [f"x: {', '.join(xs)}" if xs else '', f"y: {', '.join(ys)}" if ys else '']
+    alt = caption.replace('`', '') + (f" ({'; '.join(a for a in axes if a)})" if any(axes) else '')
+    return caption, alt
+
 def md_cell(source, **meta):
     import nbformat
     c = nbformat.v4.new_markdown_cell(source)
@@ -468,7 +490,7 @@ def process_notebook(path, syms, stems, pages, executed=None):
         labels[n] = lab; used.add(lab)
     xref = make_xref(syms, stems, labels)
     gloss = make_glossary_linker(glossary_terms() if 'glossary' in stems and path.stem != 'glossary' else {})
-    cells, shown = [], set()
+    cells, shown, n_fig = [], set(), 0
     for i, c in enumerate(nb.cells):
         if c.cell_type == 'raw': continue                       # front matter and raw cells are not shown
         if c.cell_type == 'markdown':
@@ -527,6 +549,11 @@ def process_notebook(path, syms, stems, pages, executed=None):
             outs.append(o)
         c.outputs = outs
         c.metadata = {'tags': tags} if tags else {}
+        if any(k.startswith('image/') for o in outs for k in o.get('data', {})):
+            n_fig += 1
+            caption, alt = figure_text(body)
+            c.metadata['mystnb'] = {'image': {'alt': alt},
+                                    'figure': {'caption': caption, 'name': f'fig-{path.stem}-{n_fig}'}}
         if not body.strip() and not outs: continue
         cells.append(c)
     nb.cells = cells

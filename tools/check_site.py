@@ -17,6 +17,7 @@ reachable from the index it fails when:
 - at 1,280 px: a figure renders below 0.6 of its natural width (drawn too wide for the 672 px column); a table's
   verdict column lies outside the visible part of the table (index, 29_claims: the ledger must be readable without
   scrolling); shown code overflows sideways or its column holds fewer than 80 characters (code wraps at about 88);
+- a figure's alt text is a file name (or under two words), or the figure has no numbered caption ("Figure N");
 - at 390 px (a phone): display or inline math is clipped (it must fit, or scroll inside a box that fits); on the
   course and the experiment pages, the page scrolls sideways, or a course table or an experiment page's bottom line
   is wider than the screen or hides part of itself in a sideways scroll;
@@ -185,8 +186,10 @@ LAYOUT_JS = r"""
   // the img's style), else its pixel width
   const drawn = i => { const s = i.style.width || i.getAttribute('width') || '';
                        return /^[\d.]+(px)?$/.test(s) ? parseFloat(s) : i.naturalWidth; };
-  const figs = imgs.map(i => ({src: (i.getAttribute('src') || '').split('/').pop().slice(-40), natural: drawn(i),
-                               shown: Math.round(i.getBoundingClientRect().width)}));
+  const figs = imgs.map(i => { const f = i.closest('figure'), cap = f && f.querySelector('figcaption');
+    return {src: (i.getAttribute('src') || '').split('/').pop().slice(-40), natural: drawn(i),
+            shown: Math.round(i.getBoundingClientRect().width), alt: i.getAttribute('alt') || '',
+            caption: cap ? cap.textContent.trim().slice(0, 80) : ''}; });
   const verdicts = [];
   document.querySelectorAll('article table').forEach(t => {
     const th = [...t.querySelectorAll('th')].find(h => h.textContent.trim().toLowerCase() === 'verdict');
@@ -287,6 +290,12 @@ def layout_failures(name, lay):
         if f['natural'] and f['shown'] < MIN_FIGURE_SCALE * f['natural']:
             fails.append(f"{name}: a figure ({f['src']}) renders at {f['shown']} of its {f['natural']} px "
                          f"({f['shown'] / f['natural']:.2f} < {MIN_FIGURE_SCALE}): draw it for the 672 px column")
+    for f in lay['figs']:
+        alt = f.get('alt', '')
+        if 'alt' in f and (len(alt.split()) < 2 or re.search(r'\.(png|jpe?g|svg|gif)$|_images/', alt)):
+            fails.append(f"{name}: a figure ({f['src']}) whose alt text does not say what it shows: {alt[:50]!r}")
+        if 'caption' in f and not re.match(r'Figure \d+', f.get('caption', '')):
+            fails.append(f"{name}: a figure ({f['src']}) without a numbered caption")
     if name in VERDICT_PAGES:
         if not lay['verdicts']: fails.append(f'{name}: no table with a verdict column')
         hid = [v for v in lay['verdicts'] if not v['visible']]
