@@ -36,11 +36,9 @@ def summary(stem):
 PROCESS_WORDS = re.compile(r"\b(this|the|that|each|one) session\b|session's deadline|could not be read|waits for a GPU"
                            r"|\blent\b|while this (section|page|notebook) was written", re.I)
 PAGES = sorted(p.stem for p in NBS.glob('*.ipynb'))
-LEDGER_PROSE_ELSEWHERE = {'29_claims'}       # its prose is rewritten with the ledger; the mark fails once it is clean
 
 
-@pytest.mark.parametrize('stem', [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason='ledger prose'))
-                                  if s in LEDGER_PROSE_ELSEWHERE else s for s in PAGES])
+@pytest.mark.parametrize('stem', PAGES)
 def test_pages_speak_of_the_package_not_of_their_writing(stem):
     hits = [m.group(0) for s in cells(stem) + cells(stem, 'code') for m in PROCESS_WORDS.finditer(s)]
     assert not hits, f'{stem}: {hits}'
