@@ -2,9 +2,11 @@
 (no download): left padding exact, cached generation equal to recomputation, a few training steps; the support matrix
 over every causal-LM architecture of the installed transformers (exact or refused in one line, the model unchanged);
 calls it refuses; state that belongs to its model (deepcopy, a shared config); save and reload."""
-import copy
+import copy, json
+from pathlib import Path
 import pytest, torch
 from posenc_nb.core import encoding_streams, list_posencs
+from posenc_nb.utils import results_dir
 
 transformers = pytest.importorskip('transformers')
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, PhiConfig,  # noqa: E402
@@ -84,15 +86,25 @@ def test_options_and_refusals():
 
 
 # The support matrix: every model type with a causal-LM class in the installed transformers.
+RECORD = json.loads((results_dir(Path(__file__).parent) / 'hf' / 'support_matrix.json').read_text())
+RECORDED = {r['type']: r for r in RECORD['rows']} if RECORD['transformers_version'] == transformers.__version__ else {}
+
+
 @pytest.mark.parametrize('model_type', sorted(causal_lm_types()))
 def test_support_matrix(model_type):
-    "Every encoding on a tiny model of this type is exact (left padding, cache, own rotary) or refused in one line."
+    """Every encoding on a tiny model of this type is exact (left padding, cache, own rotary) or refused in one line;
+    the row is the committed record's (tools/hf_matrix.py) where the installed transformers is the record's version."""
     try: tiny_causal_lm(model_type)
-    except ValueError as e: pytest.skip(f'{model_type}: {e}')
+    except ValueError as e:
+        assert 'skipped' in RECORDED.get(model_type, {'skipped': ''}), f'{model_type} was in the matrix: {e}'
+        pytest.skip(f'{model_type}: {e}')
+    row = {}
     for name in list_posencs():
-        verdict, why = support_cell(model_type, name)
+        verdict, why = row[name] = support_cell(model_type, name)
         assert verdict in ('exact', 'refused'), (model_type, name, why)
         assert (verdict == 'exact') == (why == '') and '\n' not in why, (model_type, name, why)
+    if model_type in RECORDED:
+        assert {n: list(v) for n, v in row.items() if n in RECORDED[model_type]['cells']} == RECORDED[model_type]['cells']
 
 
 # (model type, encoding) -> the verdict, and a word of the reason where refused: the silent cases found before
