@@ -6,7 +6,7 @@
 from __future__ import annotations
 import copy, functools, inspect, json
 from pathlib import Path
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional, TypeVar, overload
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from .core import Positions, PosEnc, Site, encoding_streams, list_posencs, make_posenc
@@ -21,10 +21,9 @@ IGNORED_KWARGS = frozenset({'position_ids', 'cache_position', 'use_cache', 'outp
 Model = TypeVar('Model', bound=nn.Module)      # `use_encoding` returns the model it was given, typed as given
 
 # %% auto #0
-__all__ = ['ATTN_NAME', 'QKV_NAMES', 'POSITION_TABLES', 'IGNORED_KWARGS', 'Model', 'PROBE_LEN', 'TINY_SIZES', 'MAX_TINY',
-           'Refusal', 'HFPositions', 'posenc_attention', 'RotaryIdentity', 'LayerTypeRoPE', 'use_encoding',
-           'encoding_of', 'load_encoded', 'causal_lm_types', 'tiny_causal_lm', 'support_cell', 'support_matrix',
-           'matrix_markdown', 'matrix_summary']
+__all__ = ['ATTN_NAME', 'QKV_NAMES', 'POSITION_TABLES', 'IGNORED_KWARGS', 'Model', 'PROBE_LEN', 'Encoding', 'Refusal',
+           'HFPositions', 'posenc_attention', 'RotaryIdentity', 'LayerTypeRoPE', 'use_encoding', 'encoding_of',
+           'load_encoded']
 
 # %% ../nbs/17_hf.ipynb #58b72722
 class Refusal(ValueError):
@@ -44,18 +43,20 @@ def _drop_hooks(hooks: dict, fn) -> None:
     for k, h in list(hooks.items()):
         if h == fn or (isinstance(h, functools.partial) and h.func == fn): del hooks[k]
 
-# %% ../nbs/17_hf.ipynb #3d3c731d
+# %% ../nbs/17_hf.ipynb #a90670a8
 class HFPositions:
     """One retrofitted model's per-forward state: the positions of every token the attention sees (counted over real
     tokens of the 2-D `attention_mask`, else 0.. past + L - 1, or the caller's `position_ids`), FLOATER's q/k/v input
     biases, and the checks every forward makes; every hook of the retrofit is one of its methods, so `copy.deepcopy`
     of the model copies it with the model."""
     def __init__(self, owner: nn.Module, n_heads: int, head_dim: int, layers: tuple):
-        self.owner, self.n_heads, self.head_dim, self.layers = owner, n_heads, head_dim, layers
+        self.owner: Any = owner                     # a Hugging Face model: its methods are not typed here
+        self.n_heads, self.head_dim, self.layers = n_heads, head_dim, layers
         self.arch, self.config = type(owner).__name__, getattr(owner, 'config')
         self.bare: frozenset = frozenset()          # attention layers where the model itself had no positions
         self.embedded, self.qkv_sites = None, []    # the module hook 1 is on; [attention, 0|1|2, projection hooked]
-        self.pos, self.qkv, self.plain, self.native, self.calls, self.inside = None, {}, False, False, None, False
+        self.pos, self.qkv, self.plain, self.native, self.inside = None, {}, False, False, False
+        self.calls: Optional[list] = None           # (layer, q, k, extra arguments) while a probe records
 
     def start(self, module, args, kwargs):
         "The model's forward pre-hook: checks the call, sets the positions (B|1, T) of the past and the new tokens."
@@ -102,7 +103,7 @@ class HFPositions:
                          "attention_mask cannot continue a cache; pass them without past_key_values, or leave them out")
 
     @property
-    def pe(self) -> PosEnc: return _live_encoding(self.owner._modules['posenc'])
+    def pe(self) -> PosEnc: return _live_encoding(self.owner.posenc)
 
     def place_hooks(self):
         """Hooks 1 and 2 on the modules the model holds now: where PEFT has wrapped the token embeddings or a q/k/v
@@ -151,7 +152,7 @@ class HFPositions:
     def record(self, layer: int, query: Tensor, key: Tensor, kwargs: dict):
         "The retrofit's probe forward: which layers called `posenc_attention`, with what q, k and extra arguments."
         extra = sorted(k for k, v in kwargs.items() if v is not None and k not in IGNORED_KWARGS)
-        self.calls.append((layer, query.detach(), key.detach(), extra))
+        if self.calls is not None: self.calls.append((layer, query.detach(), key.detach(), extra))
 
 # %% ../nbs/17_hf.ipynb #d4a5050a
 def _repeat_kv(t: Tensor, n: int) -> Tensor:
@@ -220,7 +221,7 @@ def _register():
     AttentionInterface.register(ATTN_NAME, posenc_attention)
     AttentionMaskInterface.register(ATTN_NAME, eager_mask)
 
-# %% ../nbs/17_hf.ipynb #d9577ffa
+# %% ../nbs/17_hf.ipynb #1681ae6d
 class RotaryIdentity:
     """Forward hook of a rotary-embedding module: its output made the identity rotation (cos 1, sin 0), whichever
     order it returns them in (GPT-J returns sin first): the parts that vanish at position 0 are the sines; a complex
@@ -237,12 +238,12 @@ class RotaryIdentity:
     @staticmethod
     def _sines(module, args: tuple, kwargs: dict) -> tuple:
         "Which outputs are sines: all zero when every position is 0 (the module's own forward, hooks not run)."
-        args, kwargs = list(args), dict(kwargs)
-        if kwargs.get('position_ids') is not None: kwargs['position_ids'] = torch.zeros_like(kwargs['position_ids'])
-        elif len(args) > 1: args[1] = torch.zeros_like(args[1])
+        a, kw = list(args), dict(kwargs)
+        if kw.get('position_ids') is not None: kw['position_ids'] = torch.zeros_like(kw['position_ids'])
+        elif len(a) > 1: a[1] = torch.zeros_like(a[1])
         else: raise Refusal(f"its {type(module).__name__} was called without position_ids, so its rotation cannot be "
                             "switched off")
-        return tuple(bool((t == 0).all()) for t in module.forward(*args, **kwargs))
+        return tuple(bool((t == 0).all()) for t in module.forward(*a, **kw))
 
 # %% ../nbs/17_hf.ipynb #d844ea22
 def _no_table(module, args, out):
@@ -268,7 +269,7 @@ def _rope_options(config, options: dict) -> dict:
         out.setdefault('rotary_frac', p['rot_dim'] / p['head_dim'])
     return out
 
-# %% ../nbs/17_hf.ipynb #7c8ee23e
+# %% ../nbs/17_hf.ipynb #9cb1591b
 class LayerTypeRoPE(PosEnc):
     """RoPE with one rotary per layer type, as Hugging Face configs with a rope setting per layer type have it (Gemma 3:
     sliding-window layers and global layers, each with its own base and scaling)."""
@@ -279,14 +280,15 @@ class LayerTypeRoPE(PosEnc):
         self.ropes, self.layer_types = nn.ModuleDict(ropes), list(layer_types)
 
     @property
-    def style(self) -> str: return next(iter(self.ropes.values())).style
+    def style(self) -> str: return getattr(next(iter(self.ropes.values())), 'style')
 
     @style.setter
     def style(self, value: str):
-        for r in self.ropes.values(): r.style = value
+        for r in self.ropes.values(): setattr(r, 'style', value)
 
     def transform_qk(self, q, k, q_pos, k_pos, site):
-        return self.ropes[self.layer_types[site.layer]].transform_qk(q, k, q_pos, k_pos, site)
+        rope: Any = self.ropes[self.layer_types[site.layer]]
+        return rope.transform_qk(q, k, q_pos, k_pos, site)
 
 def _layer_type_rope(config, d: int, n_heads: int) -> Optional[LayerTypeRoPE]:
     "For a config with one rope setting per layer type: each layer type's own rotary; else None."
@@ -488,12 +490,23 @@ def use_encoding(model: Model, # a Hugging Face decoder-only model (Llama, Qwen2
     _record(model, name, options)
     return model
 
-# %% ../nbs/17_hf.ipynb #708f2c50
-def encoding_of(model: nn.Module) -> PosEnc:
-    "The encoding `use_encoding` gave `model` (its submodule `posenc`), typed."
+# %% ../nbs/17_hf.ipynb #3ffc5c36
+Encoding = TypeVar('Encoding', bound=PosEnc)
+
+@overload
+def encoding_of(model: nn.Module) -> PosEnc: ...
+@overload
+def encoding_of(model: nn.Module, kind: type[Encoding]) -> Encoding: ...
+def encoding_of(model: nn.Module, # a model given an encoding by `use_encoding`
+                kind: type = PosEnc, # the encoding's class, to have it typed as that (e.g. `RoPE`); checked
+               ) -> PosEnc:
+    "The encoding `use_encoding` gave `model` (its submodule `posenc`), typed as `kind`."
     pe = getattr(model, 'posenc', None)
+    if pe is not None: pe = _live_encoding(pe)
     if not isinstance(pe, PosEnc):
         raise ValueError(f"{type(model).__name__} has no posenc_nb encoding; give it one: use_encoding(model, name)")
+    if not isinstance(pe, kind): raise TypeError(f"{type(model).__name__}'s encoding is a {type(pe).__name__}, not a "
+                                                 f"{kind.__name__}; ask for {type(pe).__name__}")
     return pe
 
 # %% ../nbs/17_hf.ipynb #18e00327
@@ -533,112 +546,3 @@ def load_encoded(path: Any, # a folder written by `save_pretrained` of a model g
         raise ValueError(f"{path}'s posenc.* weights do not fit encoding {spec['name']!r}: missing {missing}, "
                          f"unexpected {unexpected}; was it saved with another version of posenc_nb?")
     return model
-
-# %% ../nbs/17_hf.ipynb #9b065494
-TINY_SIZES = dict(vocab_size=61, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=8, max_position_embeddings=128, n_embd=32, n_layer=2, n_head=4,
-                  n_positions=128, d_model=32, ffn_dim=64, num_layers=2, rotary_dim=4, n_inner=64, num_experts=4,
-                  num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_routed_experts=4,
-                  shared_expert_intermediate_size=32, sliding_window=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-MAX_TINY = 200_000      # parameters: a model type that cannot be built smaller is left out of the matrix
-
-def causal_lm_types() -> dict:
-    "Every model type with a `*ForCausalLM` (or LM-head) class in the installed transformers: {model_type: class name}."
-    require('transformers', "posenc_nb.hf's support matrix")
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    return {k: v for k, v in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items() if isinstance(v, str)}
-
-def tiny_causal_lm(model_type: str, seed: int = 0) -> nn.Module:
-    """A random decoder-only model of `model_type`, tiny (`TINY_SIZES` where its config has the field), in eval mode;
-    ValueError naming why for a type that is not decoder-only or cannot be built tiny."""
-    import transformers
-    ccls = transformers.CONFIG_MAPPING[model_type]
-    if getattr(ccls, 'sub_configs', None): raise ValueError("a composite (multimodal or nested) config")
-    default, params = ccls(), set(inspect.signature(ccls.__init__).parameters)
-    if getattr(default, 'is_encoder_decoder', False): raise ValueError("an encoder-decoder")
-    if 'is_decoder' in params or 'is_decoder' in vars(default):
-        raise ValueError("an encoder that can be run as a decoder (is_decoder)")
-    settable = lambda k: hasattr(default, k) and not isinstance(getattr(ccls, k, None), property)
-    fields = {k for k in TINY_SIZES if k in params or k in vars(default) or settable(k)}
-    try:
-        torch.manual_seed(seed)
-        model = getattr(transformers, causal_lm_types()[model_type])(ccls(**{k: v for k, v in TINY_SIZES.items()
-                                                                            if k in fields}))
-        mask = torch.ones(2, PROBE_LEN, dtype=torch.long)
-        mask[1, :2] = 0                                                          # left padding, as the checks use
-        with torch.no_grad(): model.eval()(_probe_ids(model).repeat(2, 1), attention_mask=mask)
-    except Exception as e: raise ValueError(f"not buildable tiny: {type(e).__name__}: {_first_line(e)[:90]}") from None
-    n = sum(p.numel() for p in model.parameters())
-    if n > MAX_TINY: raise ValueError(f"not tiny: {n} parameters at the smallest sizes (over {MAX_TINY})")
-    return model
-
-# %% ../nbs/17_hf.ipynb #f864f8a0
-def _gaps(model: nn.Module, ids: Tensor, mask: Tensor) -> dict:
-    """|left-padded - unpadded| on row 1's real tokens; |one cached step - the same token recomputed with the whole
-    sequence|; and the padded logits."""
-    with torch.no_grad():
-        out = model(ids, attention_mask=mask, use_cache=True)
-        nxt, mask2 = out.logits[:, -1:].argmax(-1), torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
-        step = model(nxt, attention_mask=mask2, cache=out.past_key_values).logits[:, -1]
-        full = model(torch.cat([ids, nxt], 1), attention_mask=mask2).logits[:, -1]
-        alone = model(ids[1:, 3:]).logits[0]
-    pad = (out.logits[1, 3:] - alone).abs().max().item()
-    return dict(padding=pad, cache=(step - full).abs().max().item(), logits=out.logits)
-
-def support_cell(model_type: str, name: str) -> tuple:
-    """('exact', '') when `use_encoding(tiny model, name)` passes the checks: a left-padded row equal to the row
-    unpadded, a cached decoding step equal to recomputing the sequence, and for 'rope' without options on a rotary model
-    its own logits; ('refused', the one-line reason) when `use_encoding` refuses; ('wrong', what differs) otherwise."""
-    ids = torch.randint(3, 61, (2, 8), generator=torch.Generator().manual_seed(0))
-    mask = torch.ones_like(ids)
-    mask[1, :3] = 0
-    model = tiny_causal_lm(model_type)
-    with torch.no_grad(): native = model(ids, attention_mask=mask).logits if _rotaries(model) else None
-    try: use_encoding(model, name)
-    except Refusal as e: return 'refused', str(e).split(' exactly: ', 1)[-1]
-    gaps = _gaps(model, ids, mask)
-    if name == 'rope' and native is not None: gaps['native'] = (gaps['logits'] - native)[mask.bool()].abs().max().item()
-    bad = {k: f'{v:.1e}' for k, v in gaps.items() if k != 'logits' and not v <= 1e-4}
-    return ('wrong', f'differences {bad}') if bad else ('exact', '')
-
-# %% ../nbs/17_hf.ipynb #bf182399
-def support_matrix(model_types: Optional[list] = None, # model types (`causal_lm_types()`); None: all of them
-                   names: Optional[list] = None, # encodings; None: every one a Hugging Face forward can feed
-                  ) -> list: # per model type: dict(type, cells={name: (verdict, reason)}) or dict(type, skipped=reason)
-    "`support_cell` for every model type and encoding: the support matrix of the installed transformers."
-    names = names or [n for n in list_posencs() if not encoding_streams(n)]
-    rows: list = []
-    for t in model_types or sorted(causal_lm_types()):
-        try: tiny_causal_lm(t)
-        except ValueError as e: rows.append(dict(type=t, skipped=str(e)))
-        else: rows.append(dict(type=t, cells={n: support_cell(t, n) for n in names}))
-    return rows
-
-def _why(cells: dict) -> str:
-    "A row's refusals, one reason each with the encodings it refuses."
-    by: dict = {}
-    for n, (verdict, reason) in cells.items():
-        if verdict != 'exact': by.setdefault(reason, []).append(n)
-    return '; '.join(f"{', '.join(ns)}: {r}" for r, ns in by.items())
-
-def matrix_markdown(rows: list) -> str:
-    "The matrix as a markdown table: one row per model type built, ✓ exact, ✗ refused (the reason in the last column)."
-    built = [r for r in rows if 'cells' in r]
-    names = list(built[0]['cells']) if built else []
-    mark = dict(exact='✓', refused='✗')
-    lines = ['| model type | ' + ' | '.join(names) + ' | refused because |', '|---' * (len(names) + 2) + '|']
-    for r in built:
-        marks = ' | '.join(mark.get(r['cells'][n][0], r['cells'][n][0]) for n in names)
-        lines.append(f"| `{r['type']}` | {marks} | {_why(r['cells']).replace('|', '/')} |")
-    return '\n'.join(lines)
-
-def matrix_summary(rows: list) -> str:
-    "The matrix in a few lines: the model types exact for every encoding, then those with the same refusals, grouped."
-    groups: dict = {}
-    for r in rows:
-        if 'cells' in r: groups.setdefault(_why(r['cells']), []).append(r['type'])
-    skipped = [r for r in rows if 'skipped' in r]
-    out = [f"- **exact for every encoding** ({len(groups.get('', []))}): {', '.join(groups.pop('', []))}"]
-    out += [f"- {', '.join(ts)}: refused {why}" for why, ts in groups.items()]
-    out.append(f"- not in the matrix ({len(skipped)}): not decoder-only, or not buildable tiny")
-    return '\n'.join(out)

@@ -11,8 +11,8 @@ from posenc_nb.utils import results_dir
 transformers = pytest.importorskip('transformers')
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, PhiConfig,  # noqa: E402
                           PhiForCausalLM, Qwen2Config, Qwen2ForCausalLM)
-from posenc_nb.hf import (ATTN_NAME, Refusal, causal_lm_types, encoding_of, load_encoded, support_cell,  # noqa: E402
-                          tiny_causal_lm, use_encoding)
+from posenc_nb.hf import ATTN_NAME, Refusal, encoding_of, load_encoded, use_encoding  # noqa: E402
+from posenc_nb.hf_matrix import causal_lm_types, support_cell, tiny_causal_lm  # noqa: E402
 
 torch.set_num_threads(1)
 transformers.logging.set_verbosity_error()
@@ -104,7 +104,8 @@ def test_support_matrix(model_type):
         assert verdict in ('exact', 'refused'), (model_type, name, why)
         assert (verdict == 'exact') == (why == '') and '\n' not in why, (model_type, name, why)
     if model_type in RECORDED:
-        assert {n: list(v) for n, v in row.items() if n in RECORDED[model_type]['cells']} == RECORDED[model_type]['cells']
+        recorded = RECORDED[model_type]['cells']
+        assert {n: list(v) for n, v in row.items() if n in recorded} == recorded
 
 
 # (model type, encoding) -> the verdict, and a word of the reason where refused: the silent cases found before

@@ -6,7 +6,7 @@ Run from a clean checkout: `nice -n 5 env OMP_NUM_THREADS=1 python tools/hf_matr
 import json
 import torch
 import transformers
-from posenc_nb.hf import support_matrix
+from posenc_nb.hf_matrix import support_matrix
 from posenc_nb.utils import atomic_write, provenance, results_dir
 
 if __name__ == '__main__':
