@@ -253,3 +253,20 @@ def test_peft_lora(name):
     trained = encoding_of(merged).state_dict()
     assert any(not torch.equal(trained[k], start[k]) for k in start), 'the encoding did not train'
     with torch.no_grad(): torch.testing.assert_close(merged(x).logits, tuned, rtol=1e-5, atol=1e-5)
+
+
+def test_softcapping_kept():
+    "Gemma 2's attention logit soft-capping is kept: with a cap small enough to matter, 'rope' gives the same logits."
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+    def make(cap):
+        torch.manual_seed(0)
+        model = Gemma2ForCausalLM(Gemma2Config(**TINY, num_key_value_heads=2, head_dim=8, attn_logit_softcapping=cap,
+                                               final_logit_softcapping=None)).eval()
+        with torch.no_grad():                       # logits large enough for the cap and for attention to matter
+            for name, p in model.named_parameters():
+                if name.endswith(('q_proj.weight', 'k_proj.weight', 'v_proj.weight', 'o_proj.weight')): p.mul_(20)
+        return model
+    capped, uncapped = logits(make(0.05)), logits(make(None))
+    assert (capped - uncapped)[MASK.bool()].abs().max() > 1e-3                 # the cap changes this model
+    retro = logits(use_encoding(make(0.05), 'rope'))
+    torch.testing.assert_close(retro[MASK.bool()], capped[MASK.bool()], rtol=1e-5, atol=1e-5)
