@@ -16,7 +16,7 @@ from .utils import require
 __all__ = ['TINY_SIZES', 'MAX_TINY', 'causal_lm_types', 'tiny_causal_lm', 'support_cell', 'support_matrix', 'matrix_markdown',
            'matrix_summary']
 
-# %% ../nbs/17_hf_matrix.ipynb #1a4f1bd0
+# %% ../nbs/17_hf_matrix.ipynb #098b7ce4
 TINY_SIZES = dict(vocab_size=61, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=8, max_position_embeddings=128, n_embd=32, n_layer=2, n_head=4,
                   n_positions=128, d_model=32, ffn_dim=64, num_layers=2, rotary_dim=4, n_inner=64, num_experts=4,
@@ -38,8 +38,8 @@ def tiny_causal_lm(model_type: str, seed: int = 0) -> nn.Module:
     if getattr(ccls, 'sub_configs', None): raise ValueError("a composite (multimodal or nested) config")
     default, params = ccls(), set(inspect.signature(ccls.__init__).parameters)
     if getattr(default, 'is_encoder_decoder', False): raise ValueError("an encoder-decoder")
-    if 'is_decoder' in params or 'is_decoder' in vars(default):
-        raise ValueError("an encoder that can be run as a decoder (is_decoder)")
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES: raise ValueError("an encoder (it has a masked-LM class)")
     settable = lambda k: hasattr(default, k) and not isinstance(getattr(ccls, k, None), property)
     fields = {k for k in TINY_SIZES if k in params or k in vars(default) or settable(k)}
     try:
