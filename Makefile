@@ -48,6 +48,7 @@ test-py: install
 
 test-slow: install
 	cd nbs && POSENC_SLOW=1 ../$(BIN)/nbdev_test --n_workers 1 --timing --flags slow
+	POSENC_SLOW=1 $(BIN)/python -m pytest tests/test_hf.py -q -k support_matrix   # every causal-LM type, minutes
 
 export: install
 	$(BIN)/nbdev_export

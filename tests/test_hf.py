@@ -2,7 +2,7 @@
 (no download): left padding exact, cached generation equal to recomputation, a few training steps; the support matrix
 over every causal-LM architecture of the installed transformers (exact or refused in one line, the model unchanged);
 calls it refuses; state that belongs to its model (deepcopy, a shared config); save and reload."""
-import copy, json
+import copy, json, os
 from pathlib import Path
 import pytest, torch
 from posenc_nb.core import encoding_streams, list_posencs
@@ -90,7 +90,20 @@ RECORD = json.loads((results_dir(Path(__file__).parent) / 'hf' / 'support_matrix
 RECORDED = {r['type']: r for r in RECORD['rows']} if RECORD['transformers_version'] == transformers.__version__ else {}
 
 
-@pytest.mark.parametrize('model_type', sorted(causal_lm_types()))
+# the default run: the architectures a practitioner reaches for first, those once silently wrong among them (Bloom,
+# Falcon, GPT-J, Cohere, SmolLM3, Gemma 2, GPT-2, OPT); POSENC_SLOW=1 (make test-slow): every causal-LM type
+FIRST_TYPES = ('llama', 'qwen2', 'mistral', 'phi', 'qwen3', 'gemma', 'olmo2', 'starcoder2', 'stablelm', 'granite',
+               'mixtral', 'cohere', 'gptj', 'smollm3', 'gemma2', 'opt', 'gemma3_text', 'gemma3', 'gpt2', 'phi3', 'bloom',
+               'falcon')
+MATRIX_TYPES = sorted(causal_lm_types()) if os.environ.get('POSENC_SLOW') else \
+    sorted(t for t in causal_lm_types() if t in FIRST_TYPES)
+
+
+def test_the_default_matrix_covers_the_first_types():
+    assert set(FIRST_TYPES) <= set(causal_lm_types()) and set(FIRST_TYPES) <= set(MATRIX_TYPES)
+
+
+@pytest.mark.parametrize('model_type', MATRIX_TYPES)
 def test_support_matrix(model_type):
     """Every encoding on a tiny model of this type is exact (left padding, cache, own rotary) or refused in one line;
     the row is the committed record's (tools/hf_matrix.py) where the installed transformers is the record's version."""
