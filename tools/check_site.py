@@ -171,7 +171,7 @@ def find_chromium(given=None):
         if c and shutil.which(c): return shutil.which(c)
     raise SystemExit('no Chromium found: install it (Debian: apt-get install -y chromium) or pass --chromium PATH')
 
-EXPERIMENT_PAGE = re.compile(r'(2[1-8]|30)_[\w-]+\.html')
+EXPERIMENT_PAGE = re.compile(r'(2[1-8]_[\w-]+|30_length)\.html')   # 30_extend is a method page
 NUMBERED_PAGE = re.compile(r'\d\d_[\w-]+\.html')
 VERDICT_PAGES = ('index.html', '29_claims.html')
 MIN_FIGURE_SCALE = 0.6                        # rendered / natural width of a figure at 1,280 px
