@@ -549,11 +549,13 @@ def process_notebook(path, syms, stems, pages, executed=None):
             outs.append(o)
         c.outputs = outs
         c.metadata = {'tags': tags} if tags else {}
-        if any(k.startswith('image/') for o in outs for k in o.get('data', {})):
+        n_img = sum(any(k.startswith('image/') for k in o.get('data', {})) for o in outs)
+        if n_img:
             n_fig += 1
             caption, alt = figure_text(body)
-            c.metadata['mystnb'] = {'image': {'alt': alt},
-                                    'figure': {'caption': caption, 'name': f'fig-{path.stem}-{n_fig}'}}
+            fig = {'caption': caption}
+            if n_img == 1: fig['name'] = f'fig-{path.stem}-{n_fig}'   # a target names one figure: a cell of several has none
+            c.metadata['mystnb'] = {'image': {'alt': alt}, 'figure': fig}
         if not body.strip() and not outs: continue
         cells.append(c)
     nb.cells = cells
