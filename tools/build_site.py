@@ -554,8 +554,8 @@ def process_notebook(path, syms, stems, pages, executed=None):
             n_fig += 1
             caption, alt = figure_text(body)
             fig = {'caption': caption}
-            shown = sum(o.get('output_type') in ('display_data', 'execute_result') for o in outs)
-            if shown == 1: fig['name'] = f'fig-{path.stem}-{n_fig}'   # MyST-NB names every displayed output: one only
+            n_shown = sum(o.get('output_type') in ('display_data', 'execute_result') for o in outs)
+            if n_shown == 1: fig['name'] = f'fig-{path.stem}-{n_fig}'   # MyST-NB names every displayed output: one only
             c.metadata['mystnb'] = {'image': {'alt': alt}, 'figure': fig}
         if not body.strip() and not outs: continue
         cells.append(c)
