@@ -452,6 +452,8 @@ def figure_text(body):
     caption = caption[:1].upper() + caption[1:]
     axes = [f"x: {', '.join(xs)}" if xs else '', f"y: {', '.join(ys)}" if ys else '']
     alt = caption.replace('`', '') + (f" ({'; '.join(a for a in axes if a)})" if any(axes) else '')
+    if len(alt.split()) < 2:               # a bare label (e.g. a config's name as the title): say what draws it
+        alt += f", drawn by {helper.group(1)}" if helper else ', drawn by the code above'
     return caption, alt
 
 def md_cell(source, **meta):
