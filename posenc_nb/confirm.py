@@ -4,7 +4,7 @@
 
 # %% ../nbs/31_confirm.ipynb #d2bfe3f2
 from __future__ import annotations
-import argparse, json, sys, time
+import argparse, functools, json, sys, time
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Optional, Sequence
@@ -105,8 +105,10 @@ def design_settings() -> dict:
 
 def design_file() -> Path: return exp_multi30k.results_root() / 'confirm' / 'design.json'
 
+@functools.cache
 def frozen_settings() -> dict:
-    "The registered settings: the design file once written (at registration), else this commit's `design_settings()`."
+    """The registered settings: the design file once written (at registration), else this commit's
+    `design_settings()`; read once per process (every claim's design reads it)."""
     f = design_file()
     return read_json(f) if f.is_file() else json.loads(json.dumps(design_settings()))
 

@@ -5,6 +5,7 @@
 # %% ../nbs/30_extend.ipynb #d0290cdf
 from __future__ import annotations
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Optional
 from .rope import rotary_from_hf
@@ -17,7 +18,7 @@ from .length import (RESULTS, RUNS, LengthConfig, batch_offsets, train_steps, tr
                               _load_data)
 
 # %% auto #0
-__all__ = ['EXTEND_METHODS', 'EXTEND_FACTORS', 'FINETUNED', 'extension_cache', 'extend_seed', 'finetune_settings',
+__all__ = ['EXTEND_METHODS', 'EXTEND_FACTORS', 'FINETUNED', 'extension_cache', 'trained_rope', 'extend_seed', 'finetune_settings',
            'finetune_name', 'extension_finetunes']
 
 # %% ../nbs/30_extend.ipynb #1faa087f
@@ -49,22 +50,28 @@ def _rope_checkpoint(runs: Path, seed: int) -> Path:
                          f"--seeds {seed}` first")
     return p
 
+@contextmanager
+def trained_rope(seed: int, runs: Path, text: Optional[tuple], device=None):
+    """The trained rope model of `seed` under its run folder's lock: (model with unscaled tables, its config, the
+    checkpoint, the checkpoint's hash, train ids, validation ids, the loss at L_train by window mean)."""
+    ckpt = _rope_checkpoint(runs, seed)
+    with lock_folder(Path(runs) / f'rope_seed{seed}', '--runs'):
+        model, cfg, c = load_checkpoint(ckpt, device)
+        tr, va, _ = _load_data(text)
+        va = va[:cfg.eval_chars] if cfg.eval_chars else va
+        model.pe.cache = extension_cache('default', 1, cfg.d_model // cfg.n_heads, cfg.L_train)
+        base = summarize_positions(*window_losses(model, va, cfg.L_train, cfg.eval_tokens), cfg.L_train)['loss']
+        yield model, cfg, c, state_hash(c['state']), tr, va, base
+
+
 # %% ../nbs/30_extend.ipynb #98bd1671
 def extend_seed(seed: int, out: Path = RESULTS / 'extend', runs: Path = RUNS, text: Optional[tuple] = None,
                 methods=EXTEND_METHODS, factors=EXTEND_FACTORS, finetune: bool = True, device=None,
                 command: Optional[str] = None) -> list:
     """Every extension method at every factor on the trained rope model of `seed`, without fine-tuning; then PI and
     YaRN at 4 x fine-tuned at 4 x L_train. One record per method, factor (and fine-tune) under `out`."""
-    ckpt, out = _rope_checkpoint(runs, seed), Path(out)
-    recs = []
-    with lock_folder(Path(runs) / f'rope_seed{seed}', '--runs'):
-        model, cfg, c = load_checkpoint(ckpt, device)
-        init_from = state_hash(c['state'])
-        tr, va, vocab = _load_data(text)
-        va = va[:cfg.eval_chars] if cfg.eval_chars else va
-        head_dim, base = cfg.d_model // cfg.n_heads, 10000.
-        model.pe.cache = extension_cache('default', 1, head_dim, cfg.L_train, base)
-        base_loss = summarize_positions(*window_losses(model, va, cfg.L_train, cfg.eval_tokens), cfg.L_train)['loss']
+    out, recs = Path(out), []
+    with trained_rope(seed, runs, text, device) as (model, cfg, c, init_from, tr, va, base_loss):
         jobs = [(m, f, False) for m in methods for f in factors]
         jobs += [(m, 4, True) for m in FINETUNED] if finetune else []
         for method, factor, ft in jobs:
@@ -131,14 +138,8 @@ def extension_finetunes(seed: int, # the trained rope checkpoint's seed (under `
     """RoPE unscaled, then each method at `factor` fine-tuned for each budget at factor x L_train, each record with
     its fine-tune curve (every 10 updates), the window-mean loss, the loss beyond L_train and the sliding-window loss
     (stride L_train) at 2 and 4 x L_train. Finished records of the same settings are kept."""
-    ckpt, out, recs = _rope_checkpoint(runs, seed), Path(out), []
-    with lock_folder(Path(runs) / f'rope_seed{seed}', '--runs'):
-        model, cfg, c = load_checkpoint(ckpt, device)
-        init_from = state_hash(c['state'])
-        tr, va, _ = _load_data(text)
-        va = va[:cfg.eval_chars] if cfg.eval_chars else va
-        model.pe.cache = extension_cache('default', 1, cfg.d_model // cfg.n_heads, cfg.L_train)
-        base_loss = summarize_positions(*window_losses(model, va, cfg.L_train, cfg.eval_tokens), cfg.L_train)['loss']
+    out, recs = Path(out), []
+    with trained_rope(seed, runs, text, device) as (model, cfg, c, init_from, tr, va, base_loss):
         for method, n in [('default', 0)] + [(m, n) for m in methods for n in ft_steps]:
             settings = {**finetune_settings(cfg, method, n, factor), 'seed': seed, 'init_from_hash': init_from}
             path = out / f'{finetune_name(method, n, factor)}_seed{seed}.json'
