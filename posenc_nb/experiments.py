@@ -4,7 +4,7 @@
 
 # %% ../nbs/20_experiments.ipynb #9d55cc84
 from __future__ import annotations
-import contextlib, copy, importlib, json, math, os, shutil, sys, time
+import contextlib, copy, functools, importlib, json, math, os, shutil, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -25,7 +25,7 @@ from .args import CLIError, command, check_device, use_threads, parse_sets
 # %% auto #0
 __all__ = ['ENCODINGS', 'LENGTH_BINS', 'EVAL_FNS', 'EXPERIMENTS', 'EXP_COMMANDS', 'Experiment', 'length_bins', 'eval_length_bins',
            'register_experiment', 'list_experiments', 'run_record', 'run_config', 'run_one', 'run_experiment',
-           'load_results', 'paired_bootstrap', 'seed_test', 'min_detectable_effect', 'seeds_needed',
+           'load_results', 'bleu_from_stats', 'paired_bootstrap', 'seed_test', 'min_detectable_effect', 'seeds_needed',
            'two_level_bootstrap', 'accuracy_stats', 'accuracy_score', 'holm', 'test_references', 'significance',
            'format_significance', 'exp_list', 'exp_run', 'exp_summarize', 'exp_compare', 'main']
 
@@ -281,12 +281,39 @@ def load_results(experiment, # an experiment name under `root`, or a folder of r
     return sorted(load_records(d), key=lambda m: (order.get(m['encoding'], len(order)), m['encoding'], m['seed']))
 
 # %% ../nbs/20_experiments.ipynb #a677a4d4
-def _bleu_stats(hyps, refs):
+@functools.lru_cache(maxsize=512)
+def _corpus_stats(hyps: tuple, refs: tuple) -> np.ndarray:
+    "Per-sentence BLEU sufficient statistics, (sentences, 10), read-only: the same test.hyp is scored against many arms."
     from sacrebleu.metrics import BLEU
-    import numpy as np
     # force: no warning for pre-tokenized references (e.g. small_parallel_enja); scores are unchanged
-    m = BLEU(force=True)
-    return m, np.array(m._extract_corpus_statistics(list(hyps), [list(refs)]), dtype='float64')
+    stats = np.array(BLEU(force=True)._extract_corpus_statistics(list(hyps), [list(refs)]), dtype='float64')
+    stats.flags.writeable = False
+    return stats
+
+def _bleu_stats(hyps, refs):
+    "sacreBLEU's corpus BLEU metric (its defaults: 13a, exp smoothing) and the per-sentence statistics of `hyps`."
+    from sacrebleu.metrics import BLEU
+    return BLEU(force=True), _corpus_stats(tuple(hyps), tuple(refs))
+
+def bleu_from_stats(stats, # summed BLEU statistics (..., 10): hyp length, ref length, matches and totals for n=1..4
+                   ) -> np.ndarray:
+    """Corpus BLEU of summed statistics over any leading axes: sacreBLEU's `compute_bleu` with its default exponential
+    smoothing, vectorised, so a bootstrap scores all its resamples at once."""
+    s = np.asarray(stats, dtype='float64')
+    sys_len, ref_len, correct, total = s[..., 0], s[..., 1], s[..., 2:6], s[..., 6:10]
+    with np.errstate(divide='ignore', invalid='ignore'):
+        bp = np.where(sys_len < ref_len, np.where(sys_len > 0, np.exp(1 - ref_len / sys_len), 0.0), 1.0)
+        smooth, alive = np.ones_like(sys_len), np.ones_like(sys_len, dtype=bool)
+        log_p = np.zeros_like(sys_len)
+        for n in range(4):
+            alive &= total[..., n] != 0                      # an order with no n-grams ends the precisions (0 after)
+            zero = correct[..., n] == 0
+            smooth = np.where(alive & zero, smooth * 2, smooth)
+            p = np.where(zero, 100. / (smooth * total[..., n]), 100. * correct[..., n] / total[..., n])
+            log_p = log_p + np.where(alive, np.log(np.where(alive, p, 1.0)), -9999999999.)
+        score = bp * np.exp(log_p / 4)
+    return np.where(correct.any(-1), score, 0.0)
+
 
 # %% ../nbs/20_experiments.ipynb #f9301291
 def _p_value(delta: float, d, n_samples: int) -> float:
@@ -308,7 +335,7 @@ def paired_bootstrap(hyps_a: Sequence[str], hyps_b: Sequence[str], refs: Sequenc
     (m, sa), (_, sb) = _bleu_stats(hyps_a, refs), _bleu_stats(hyps_b, refs)
     score = lambda stats: m._compute_score_from_stats(list(stats)).score
     idx = np.random.default_rng(seed).integers(0, len(refs), size=(n_samples, len(refs)))
-    d = np.array([score(sb[i].sum(0)) - score(sa[i].sum(0)) for i in idx])
+    d = bleu_from_stats(sb[idx].sum(1)) - bleu_from_stats(sa[idx].sum(1))      # every resample at once
     bleu_a, bleu_b = score(sa.sum(0)), score(sb.sum(0))
     return dict(bleu_a=bleu_a, bleu_b=bleu_b, delta=bleu_b - bleu_a, p_value=_p_value(bleu_b - bleu_a, d, n_samples),
                 win_rate=float((d > 0).mean()),
@@ -363,7 +390,8 @@ def seeds_needed(effect: float, # the difference to detect (e.g. the paper's), i
 # %% ../nbs/20_experiments.ipynb #de87dc82
 def two_level_bootstrap(stats_a: Sequence, # per seed: an (items, k) array of each test item's statistics, arm a
                         stats_b: Sequence, # the same for arm b; seed s paired with seed s of `stats_a`, same items
-                        score: Callable, # summed statistics (k,) -> the metric, e.g. corpus BLEU or accuracy
+                        score: Callable, # summed statistics (..., k) -> the metric over the leading axes, e.g.
+                                         # `bleu_from_stats` or `accuracy_score`
                         n_samples: int = 1000, seed: int = 12345) -> dict:
     "Mean over seeds of score(b) - score(a), resampling seeds, then items within each drawn seed (same draws for both)."
     A, B = [np.asarray(x, dtype=float) for x in stats_a], [np.asarray(x, dtype=float) for x in stats_b]
@@ -372,13 +400,19 @@ def two_level_bootstrap(stats_a: Sequence, # per seed: an (items, k) array of ea
     if any(x.shape != y.shape for x, y in zip(A, B)):
         raise ValueError("two_level_bootstrap needs both arms scored on the same test items in every seed")
     per_seed = np.array([score(y.sum(0)) - score(x.sum(0)) for x, y in zip(A, B)])
-    delta, rng, d = float(per_seed.mean()), np.random.default_rng(seed), np.empty(n_samples)
+    delta, rng = float(per_seed.mean()), np.random.default_rng(seed)
+    drawn = np.empty((n_samples, len(A)), dtype=int)              # resample i, slot j: the seed drawn
+    items = [[] for _ in A]                                       # per seed: the item draws, in drawing order
     for i in range(n_samples):
-        total = 0.0
-        for s in rng.integers(0, len(A), len(A)):
-            idx = rng.integers(0, len(A[s]), len(A[s]))
-            total += score(B[s][idx].sum(0)) - score(A[s][idx].sum(0))
-        d[i] = total / len(A)
+        drawn[i] = rng.integers(0, len(A), len(A))
+        for s in drawn[i]: items[s].append(rng.integers(0, len(A[s]), len(A[s])))
+    diff, used = np.empty((n_samples, len(A))), [0] * len(A)
+    for s in range(len(A)):                                       # every draw of seed s scored at once
+        if not items[s]: continue
+        idx = np.stack(items[s])
+        gain = np.asarray(score(B[s][idx].sum(1))) - np.asarray(score(A[s][idx].sum(1)))
+        for i, j in zip(*np.nonzero(drawn == s)): diff[i, j], used[s] = gain[used[s]], used[s] + 1
+    d = diff.sum(1) / len(A)
     ci = (float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5)))
     return dict(delta=delta, seed_deltas=per_seed.tolist(), ci=ci, p_value=_p_value(delta, d, n_samples),
                 win_rate=float((d > 0).mean()), n_samples=n_samples, seeds=len(A))
@@ -389,9 +423,10 @@ def accuracy_stats(correct: Sequence, # 0/1 correctness of each test item
     c = np.asarray(correct, dtype=float)
     return np.stack([c, np.ones_like(c)], -1)
 
-def accuracy_score(s: np.ndarray) -> float:
-    "Accuracy from summed `accuracy_stats`."
-    return float(s[0] / s[1])
+def accuracy_score(s: np.ndarray):
+    "Accuracy from summed `accuracy_stats` (k = 2), over any leading axes (a float for one sum)."
+    s = np.asarray(s, dtype=float)
+    return float(s[0] / s[1]) if s.ndim == 1 else s[..., 0] / s[..., 1]
 
 # %% ../nbs/20_experiments.ipynb #2121e11c
 def holm(p: Sequence, # the p-values of one family of comparisons (None: no test, not counted)
@@ -430,9 +465,9 @@ def _seed_level(hyps_a: list, hyps_b: list, refs, n_samples) -> dict:
     "Per-seed hypotheses of two arms (seed s with seed s): t-test over seeds on corpus BLEU, two-level bootstrap."
     m, _ = _bleu_stats(refs[:1], refs[:1])
     sa, sb = [_bleu_stats(h, refs)[1] for h in hyps_a], [_bleu_stats(h, refs)[1] for h in hyps_b]
-    score = lambda stats: m._compute_score_from_stats(list(stats)).score
+    score = lambda stats: m._compute_score_from_stats(list(stats)).score      # sacreBLEU's own, for reported scores
     ba, bb = [score(x.sum(0)) for x in sa], [score(x.sum(0)) for x in sb]
-    stats, two_level = seed_test(ba, bb), two_level_bootstrap(sa, sb, score, n_samples=n_samples)
+    stats, two_level = seed_test(ba, bb), two_level_bootstrap(sa, sb, bleu_from_stats, n_samples=n_samples)
     return dict(bleu_a=float(np.mean(ba)), bleu_b=float(np.mean(bb)), delta=stats['effect'], p_value=stats['p'],
                 ci=stats['ci'], test=stats['test'], win_rate=two_level['win_rate'], p_two_level=two_level['p_value'],
                 ci_two_level=two_level['ci'], seed_deltas=two_level['seed_deltas'], n_samples=n_samples,
