@@ -44,7 +44,7 @@ test-nbs: install
 	$(BIN)/python tools/test_notebooks.py --workers $(NB_WORKERS)
 
 test-py: install
-	$(BIN)/python -m pytest tests -q -x --durations=10 || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest tests -q -x -n $(NB_WORKERS) --dist worksteal --durations=10 || [ $$? -eq 5 ]
 
 test-slow: install
 	cd nbs && POSENC_SLOW=1 ../$(BIN)/nbdev_test --n_workers 1 --timing --flags slow
