@@ -283,7 +283,7 @@ def load_results(experiment, # an experiment name under `root`, or a folder of r
 # %% ../nbs/20_experiments.ipynb #a677a4d4
 @functools.lru_cache(maxsize=512)
 def _corpus_stats(hyps: tuple, refs: tuple) -> np.ndarray:
-    "Per-sentence BLEU sufficient statistics, (sentences, 10), read-only: the same test.hyp is scored against many arms."
+    "Per-sentence BLEU sufficient statistics, (sentences, 10), read-only: one test.hyp is scored against many arms."
     from sacrebleu.metrics import BLEU
     # force: no warning for pre-tokenized references (e.g. small_parallel_enja); scores are unchanged
     stats = np.array(BLEU(force=True)._extract_corpus_statistics(list(hyps), [list(refs)]), dtype='float64')
