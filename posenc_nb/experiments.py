@@ -18,16 +18,17 @@ from .decode import translate, bleu, chrf
 from .train import TrainConfig, CONFIGS, config_from_name, train_and_log
 from .utils import provenance, atomic_write
 from .store import check_budget, finished_record, format_table, load_records, lock_folder, read_json
-from .store import output_record, record_run, recover, summarize, write_output
+from .store import output_record, record_run, recover, summarize, write_output, check_design, same_design
+from .store import committed_root, own_records, registered_designs, CommittedResults, RecordConflict
 from .args import command_line, run_commands
 from .args import CLIError, command, check_device, use_threads, parse_sets
 
 # %% auto #0
 __all__ = ['ENCODINGS', 'LENGTH_BINS', 'EVAL_FNS', 'EXPERIMENTS', 'EXP_COMMANDS', 'Experiment', 'length_bins', 'eval_length_bins',
-           'register_experiment', 'list_experiments', 'run_record', 'run_config', 'run_one', 'run_experiment',
-           'load_results', 'paired_bootstrap', 'seed_test', 'min_detectable_effect', 'seeds_needed',
-           'two_level_bootstrap', 'accuracy_stats', 'accuracy_score', 'holm', 'test_references', 'significance',
-           'format_significance', 'exp_list', 'exp_run', 'exp_summarize', 'exp_compare', 'main']
+           'register_experiment', 'list_experiments', 'run_record', 'run_config', 'run_one', 'design_config',
+           'run_experiment', 'load_results', 'design_results', 'paired_bootstrap', 'seed_test', 'min_detectable_effect',
+           'seeds_needed', 'two_level_bootstrap', 'accuracy_stats', 'accuracy_score', 'holm', 'test_references',
+           'significance', 'format_significance', 'exp_list', 'exp_run', 'exp_summarize', 'exp_compare', 'main']
 
 # %% ../nbs/20_experiments.ipynb #06ee6ad2
 ENCODINGS = ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'rope', 'floater', 'floater-input')
@@ -213,6 +214,31 @@ def run_one(exp: Experiment, encoding: str, seed: int, out, work=None, minutes=N
                       command=command, device=device, evaluate=EVAL_FNS.get(exp.eval_fn), keep_checkpoints=keep,
                       progress=progress, experiment=exp.name, description=exp.description)
 
+# %% ../nbs/20_experiments.ipynb #1cec7da6
+def design_config(exp: Experiment, work=None, minutes=None, steps=None, overrides=None, also: Sequence = ()):
+    "(encoding, seed) -> the settings a sweep of `exp` with these arguments gives that run; another label: ValueError."
+    labels = set(exp.encodings) | set(also)
+    def config_of(enc: str, seed: int) -> TrainConfig:
+        if enc not in labels: raise ValueError(f"{exp.name} does not run {enc!r}")
+        return run_config(exp, enc, seed, work, minutes, steps, overrides)
+    return config_of
+
+def _own_plan(exp: Experiment, encodings, minutes, steps, overrides) -> bool:
+    "Whether a sweep is `exp`'s own design: its budget, no overrides, only its encodings (any seeds: replicates)."
+    return minutes is None and steps is None and not overrides and set(encodings or ()) <= set(exp.encodings)
+
+def _writes_into(exp: Experiment, out: Path, own: bool, registered: Optional[str]):
+    "What lets a sweep write `out`: nothing outside committed results; inside, its own plan or a registered id."
+    root = committed_root(out)
+    if root is None: return contextlib.nullcontext()
+    if registered is not None:
+        if registered not in registered_designs(root):
+            raise CommittedResults(f"--registered {registered}: not a design of the committed results' registry "
+                                   f"{root / 'registry.json'}; pass one of its ids, or an --out outside {root}")
+        return own_records(out, registered)
+    if own and out.resolve().name == exp.name: return own_records(out, exp.name)
+    return contextlib.nullcontext()       # the folder's lock refuses it, naming the committed results
+
 # %% ../nbs/20_experiments.ipynb #72c1f951
 def _get_experiment(name) -> Experiment:
     # an Experiment (possibly the canonical module's, under python -m)
@@ -255,17 +281,22 @@ def _run_logged(exp: Experiment, enc: str, seed: int, out: Path, report: dict, l
 
 # %% ../nbs/20_experiments.ipynb #435b6247
 def run_experiment(name, encodings=None, seeds=None, minutes=None, steps=None, out=None, work=None, overrides=None,
-                   keep_checkpoints: bool = False, device=None, command: str = '', log: Callable = print) -> dict:
+                   keep_checkpoints: bool = False, device=None, command: str = '', log: Callable = print,
+                   registered: Optional[str] = None) -> dict:
     """Run every (encoding, seed) of experiment `name`; returns {'done': [...], 'skipped': [...], 'failed': [(run,
-    error)]}."""
+    error)]}. `registered`: a design id of the committed results' `registry.json` whose own sweep this is (the only
+    way, besides the experiment's own plan into its own folder, to write inside committed results)."""
     exp = _get_experiment(name)
     check_budget(steps, minutes, 'steps', 'minutes')
     plan = _checked_plan(exp, encodings, seeds)
     for enc, seed in plan: run_config(exp, enc, seed, work, minutes, steps, overrides)   # every config checked first
     out = Path(out if out is not None else Path('results') / exp.name)
+    own = _own_plan(exp, encodings, minutes, steps, overrides)
+    config_of = design_config(exp, work, minutes, steps, overrides, also=[e for e, _ in plan])
     report = {'done': [], 'skipped': [], 'failed': []}
-    with lock_folder(out):          # one sweep at a time in `out`, for its whole life; a second is refused at once
+    with _writes_into(exp, out, own, registered), lock_folder(out):     # one sweep at a time in `out`: at once
         recover(out)                # a publish a kill interrupted: finished or undone
+        check_design(out, config_of)   # one budget and one design per folder: another is refused, named, first
         for enc, seed in plan:
             _run_logged(exp, enc, seed, out, report, log, work=work, minutes=minutes, steps=steps, overrides=overrides,
                         keep_checkpoints=keep_checkpoints, device=device, command=command)
@@ -279,6 +310,18 @@ def load_results(experiment, # an experiment name under `root`, or a folder of r
     d = Path(experiment) if Path(experiment).is_dir() else Path(root) / str(experiment)
     order = {e: i for i, e in enumerate(ENCODINGS)}
     return sorted(load_records(d), key=lambda m: (order.get(m['encoding'], len(order)), m['encoding'], m['seed']))
+
+# %% ../nbs/20_experiments.ipynb #484a1205
+def design_results(experiment, # an experiment name under `root`, or a folder of run records
+                   root='results', # where experiments write their records
+                  ) -> tuple:
+    "(the runs of the folder's design, {record folder: how it differs} of the others left out)."
+    rows = load_results(experiment, root)
+    d = Path(experiment) if Path(experiment).is_dir() else Path(root) / str(experiment)
+    name = d.resolve().name
+    if name not in EXPERIMENTS: list_experiments()
+    if name not in EXPERIMENTS: return rows, {}
+    return same_design(rows, design_config(EXPERIMENTS[name]))
 
 # %% ../nbs/20_experiments.ipynb #a677a4d4
 def _bleu_stats(hyps, refs):
@@ -515,6 +558,8 @@ def exp_run(experiment: str, # an experiment (see `list`)
             device: str = None, # cpu, cuda, cuda:1 ... (default: cuda when available)
             keep_checkpoints: bool = False, # keep each run's scratch folder with its checkpoints
             full: bool = False, # allow a full-scale experiment (one marked never to run in CI)
+            # a design id of results/registry.json whose own sweep this is: lets it write into committed results
+            registered: str = None,
            ) -> int:
     """Train every (encoding, seed) of an experiment; finished runs are skipped, an interrupted one resumes.
 
@@ -528,7 +573,7 @@ def exp_run(experiment: str, # an experiment (see `list`)
     rep = run_experiment(exp, encodings=encodings, seeds=seeds, minutes=minutes, steps=steps, out=out, work=work,
                          overrides=overrides,
                          keep_checkpoints=keep_checkpoints, device=device, command=command_line(),
-                         log=lambda s: print(s, flush=True))
+                         log=lambda s: print(s, flush=True), registered=registered)
     print(f"done {len(rep['done'])}, skipped {len(rep['skipped'])}, failed {len(rep['failed'])}", flush=True)
     return 1 if rep['failed'] else 0
 
@@ -543,7 +588,9 @@ def exp_summarize(experiment: str, # an experiment name, or a folder of run reco
       python -m posenc_nb.experiments summarize multi30k-20min
       python -m posenc_nb.experiments summarize runs/compare-synthetic-tiny"""
     _check_records_at(experiment, root)
-    print(format_table(summarize(load_results(experiment, root))))
+    rows, other = design_results(experiment, root)
+    for d, diff in other.items(): print(f"left out {d}: not of the design ({'; '.join(diff[:3])})", file=sys.stderr)
+    print(format_table(summarize(rows)))
     return 0
 
 def _check_records_at(experiment, root):

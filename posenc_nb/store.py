@@ -12,13 +12,15 @@ from .utils import WriteFailed, _fsync_dir, _write_failed, atomic_write, fmt_mea
 from .utils import format_table as text_table
 
 # %% auto #0
-__all__ = ['RANGES', 'LOCK_FILE', 'CKPT_PATTERN', 'MANIFEST', 'RECORD_FORMAT', 'RECORD_FIELDS', 'RECORD_KEYS', 'SUMMARY_KEYS',
-           'COLUMNS', 'RecordError', 'read_json', 'one_line', 'check_budget', 'check_range', 'check_fields',
-           'check_output', 'check_writable', 'RunLocked', 'RunLock', 'lock_folder', 'lock_output', 'checkpoint_paths',
-           'checkpoint_step', 'own_temp_files', 'config_dict', 'fingerprint', 'config_diff', 'crash_point', 'publish',
-           'recover', 'RecordConflict', 'verify_record', 'finished_record', 'curve_subset', 'run_metrics',
-           'write_record', 'remove_run_folder', 'record_run', 'check_not_record', 'finished_output', 'write_output',
-           'output_record', 'load_records', 'summarize', 'format_table']
+__all__ = ['RANGES', 'RESULTS_MARK', 'LOCK_FILE', 'CKPT_PATTERN', 'MANIFEST', 'RECORD_FORMAT', 'RECORD_FIELDS', 'DESIGN_FREE',
+           'RUN_SETTINGS', 'RECORD_KEYS', 'SUMMARY_KEYS', 'COLUMNS', 'RecordError', 'read_json', 'one_line',
+           'check_budget', 'check_range', 'check_fields', 'check_output', 'check_writable', 'CommittedResults',
+           'committed_root', 'check_uncommitted', 'registered_designs', 'own_records', 'RunLocked', 'RunLock',
+           'stale_temp_files', 'lock_folder', 'lock_output', 'checkpoint_paths', 'checkpoint_step', 'own_temp_files',
+           'config_dict', 'fingerprint', 'config_diff', 'crash_point', 'publish', 'recover', 'RecordConflict',
+           'verify_record', 'finished_record', 'design_diff', 'check_design', 'same_design', 'key_run_folder',
+           'curve_subset', 'run_metrics', 'write_record', 'remove_run_folder', 'record_run', 'check_not_record',
+           'finished_output', 'write_output', 'output_record', 'load_records', 'summarize', 'format_table']
 
 # %% ../nbs/04_store.ipynb #deea0577
 class RecordError(ValueError):
@@ -123,6 +125,53 @@ def check_writable(folder, # a folder a command will write into (created if miss
                           f"pass another {flag}, or fix its permissions") from None
     return folder
 
+# %% ../nbs/04_store.ipynb #d86597c8
+RESULTS_MARK = 'registry.json'    # a folder named `results` holding it: a checkout's committed results
+_OWN: list = []                   # resolved folders that `own_records` opened in this process
+
+class CommittedResults(ValueError):
+    "A write inside committed results by a command other than the registered design's own."
+
+def committed_root(path, # a file or folder a command would write
+                  ) -> Optional[Path]:
+    "The committed results folder that holds `path` (a folder `results` with a `registry.json`), or None."
+    p = Path(path).resolve()
+    return next((q for q in (p, *p.parents) if q.name == 'results' and (q / RESULTS_MARK).is_file()), None)
+
+def _is_own_place(p: Path) -> bool:
+    "Whether `p` lies in a folder `own_records` opened."
+    return any(q == p.resolve() or q in p.resolve().parents for q in _OWN)
+
+def check_uncommitted(path, # a file or folder a command would write
+                      flag: str = '--out', # how the command line names it
+                     ) -> Path:
+    "`path`, unless it lies in committed results outside a folder `own_records` opened: a one-line error."
+    p, root = Path(path), committed_root(path)
+    if root is None or _is_own_place(p): return p
+    raise CommittedResults(f"{flag} {p} lies in the committed results {root}, which change only through the "
+                           f"registered command that made them; pass an {flag} outside {root} (e.g. under runs/)")
+
+# %% ../nbs/04_store.ipynb #041475e8
+def registered_designs(root, # a committed results folder
+                      ) -> set:
+    "The design ids registered in `root/registry.json` (its keys)."
+    reg = read_json(Path(root) / RESULTS_MARK)
+    return set(reg) if isinstance(reg, dict) else set()
+
+@contextlib.contextmanager
+def own_records(folder, # a folder inside committed results
+                design: str, # the registered design writing there: the folder's name, or a key of registry.json
+               ):
+    "Within, this process may write under `folder` (committed results): the registered design's own command."
+    root, f = committed_root(folder), Path(folder).resolve()
+    if root is None: raise ValueError(f"{folder} is not inside committed results (a results/ with {RESULTS_MARK})")
+    if design != f.name and design not in registered_designs(root):
+        raise CommittedResults(f"{design!r} is not a registered design of {folder} (neither its name nor a key of "
+                               f"{root / RESULTS_MARK}); pass an --out outside {root}")
+    _OWN.append(f)
+    try: yield f
+    finally: _OWN.remove(f)
+
 # %% ../nbs/04_store.ipynb #8560ff95
 LOCK_FILE = '.lock'
 
@@ -178,6 +227,14 @@ def acquire(self: RunLock) -> RunLock:
 
 # %% ../nbs/04_store.ipynb #4d80a881
 _HELD: dict = {}     # resolved folder (or output file) -> the RunLock this process holds on it
+_MKSTEMP = r'\.[a-z0-9_]{8}\.tmp'     # the tail `atomic_write` gives its temp file: NAME.XXXXXXXX.tmp
+
+def stale_temp_files(folder, # a folder whose lock this process has just taken
+                     name: Optional[str] = None, # only the temp files of this file (default: of any)
+                    ) -> list:
+    "The temp files that killed atomic writes left in `folder`; the lock's holder removes them (no writer is left)."
+    pat = re.compile((re.escape(name) if name else '.+') + _MKSTEMP)
+    return sorted(p for p in Path(folder).glob('*.tmp') if pat.fullmatch(p.name))
 
 def lock_folder(folder, # the folder to hold (created if missing)
                 flag: str = '--out', # how the command line names it, for the message about an unwritable folder
@@ -198,6 +255,7 @@ def _hold(key: Path, folder: Path, name: str, what: Path, flag: str):
     if key in _HELD:
         yield _HELD[key]
         return
+    check_uncommitted(what, flag)                   # committed results: refused before the lock file is made
     try:
         folder.mkdir(parents=True, exist_ok=True)
         lock = RunLock(folder, name).acquire()
@@ -205,6 +263,8 @@ def _hold(key: Path, folder: Path, name: str, what: Path, flag: str):
     except OSError as e:
         raise WriteFailed(e.errno or errno.EACCES, f"folder {folder} is not writable ({e.strerror or e}); "
                           f"pass another {flag}, or fix its permissions") from None
+    for t in stale_temp_files(folder, None if what == folder else what.name):    # a killed writer's: cleaned
+        with contextlib.suppress(OSError): t.unlink()
     _HELD[key] = lock
     try: yield lock
     finally:
@@ -388,6 +448,59 @@ def finished_record(rdir, # a run's record folder
         raise RecordConflict(rdir, config_diff(old, config_dict(cfg)))
     return m
 
+# %% ../nbs/04_store.ipynb #14e07ce3
+DESIGN_FREE = ('name', 'init_from')    # a run's own name and warm-start folder: not part of its design
+
+def design_diff(old: dict, # a record's settings
+                new: dict, # the design's settings for that record's encoding and seed
+               ) -> list:
+    "`key: old vs new` for every setting both hold that differs, the run's own name and warm start aside."
+    a, b = _canonical(config_dict(old)), _canonical(config_dict(new))
+    return [f"{k}: {a[k]!r} vs {b[k]!r}" for k in b if k in a and k not in DESIGN_FREE and a[k] != b[k]]
+
+def _design_problem(m: dict, config_of: Callable) -> list:
+    "How the record `m` (with its `dir`) differs from `config_of(encoding, seed)`; [] when it is of that design."
+    rdir = Path(m['dir'])
+    old = read_json(rdir / 'config.json') if (rdir / 'config.json').is_file() else {}
+    try: new = config_of(m['encoding'], m['seed'])
+    except (ValueError, KeyError) as e: return [f"encoding {m['encoding']!r} is not in this design ({one_line(e)})"]
+    return design_diff(old, new)
+
+def check_design(folder, # a folder of run records
+                 config_of: Callable, # (encoding, seed) -> the settings the new command gives that run
+                 flag: str = '--out', # how the command line names `folder`
+                ):
+    "Every finished record in `folder` has the settings `config_of` gives its run; else `RecordConflict` naming it."
+    for m in load_records(folder) if Path(folder).is_dir() else []:
+        if diff := _design_problem(m, config_of): raise RecordConflict(m['dir'], diff, flag)
+
+def same_design(rows: list, # records from `load_records`
+                config_of: Callable, # (encoding, seed) -> the design's settings of that run
+               ) -> tuple:
+    "(the records of the design, {record folder: how it differs} of the others)."
+    problems = {m['dir']: _design_problem(m, config_of) for m in rows}
+    return [m for m in rows if not problems[m['dir']]], {k: v for k, v in problems.items() if v}
+
+# %% ../nbs/04_store.ipynb #d94752b6
+RUN_SETTINGS = 'settings.json'
+
+def key_run_folder(folder, # a run folder (checkpoints), its lock held by the caller
+                   settings: dict, # the settings of the run that trains there
+                   flag: str = '--runs', # how the command line names the folder's parent
+                  ) -> Path:
+    "`folder`, keyed to `settings` (written the first time); a folder keyed to other settings: `RecordConflict`."
+    f = Path(folder)
+    p = f / RUN_SETTINGS
+    if p.is_file():
+        old = read_json(p, f'delete the folder {f} to train it again, or pass another {flag}')
+        if not isinstance(old, dict) or old.get('fingerprint') != fingerprint(settings):
+            raise RecordConflict(f, config_diff((old or {}).get('settings') or {}, config_dict(settings)), flag)
+        return f
+    f.mkdir(parents=True, exist_ok=True)
+    atomic_write(p, json.dumps({'fingerprint': fingerprint(settings), 'settings': _canonical(config_dict(settings))},
+                           indent=1) + '\n')
+    return f
+
 # %% ../nbs/04_store.ipynb #eb0008fa
 RECORD_KEYS = ('bleu', 'chrf', 'valid_loss', 'valid_nll', 'valid_ppl', 'valid_bleu', 'step', 'tokens_seen', 'tok_s',
                'train_time_s', 'wall_time_s', 'segments', 'decode_s', 'test_sents', 'n_params', 'bleu_signature',
@@ -519,8 +632,14 @@ def output_record(path, # the record file a command writes
                   settings: dict, # the settings of the work that makes it
                   flag: str = '--out', # how the command line names `path`
                  ):
-    "Hold the output file's lock within; yield its finished record of `settings` (skip the work), or None (do it)."
+    """Hold the output file's lock within; yield its finished record of `settings` (skip the work), or None (do it).
+    In committed results the command may only find its own record there (its settings' fingerprint): it is yielded,
+    read without a lock, and nothing is written; anything else is refused, before any work."""
     p = check_not_record(check_output(path, flag=flag), flag)
+    if committed_root(p) is not None and not _is_own_place(p):
+        if (done := finished_output(p, settings, flag)) is None: check_uncommitted(p, flag)    # refused: a write
+        yield done
+        return
     with lock_output(p, flag): yield finished_output(p, settings, flag)
 
 # %% ../nbs/04_store.ipynb #44150bfd

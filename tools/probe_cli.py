@@ -476,9 +476,122 @@ def api_cases() -> list:
     return cs
 
 
+def committed(*copies):
+    "Setup: {w}/results as a checkout's committed results (a registry.json) with copies of committed folders."
+    def setup(w, fx):
+        (w / 'results').mkdir()
+        shutil.copy(ROOT / 'results' / 'registry.json', w / 'results' / 'registry.json')
+        for c in copies: shutil.copytree(ROOT / 'results' / c, w / 'results' / c)
+    return setup
+
+
+def length_run(steps='2'):
+    "Setup: a smoke length-lab run of rope seed 0 into {w}/a, its checkpoint in {w}/runs (reads POSENC_DATA)."
+    def setup(w, fx):
+        assert call(['length', 'run', '--config', 'smoke', '--encodings', 'rope', '--seeds', '0', '--steps', steps,
+                     '--out', str(w / 'a'), '--runs', str(w / 'runs')]) == 0, 'length run setup'
+    return setup
+
+
+def corpus_plus_one(w, fx):
+    "Setup: a copy of Tiny Shakespeare under {w}/data that gained one character ('~' is not in it)."
+    src = Path(os.environ['POSENC_DATA']) / 'tinyshakespeare' / 'input.txt'
+    (w / 'data' / 'tinyshakespeare').mkdir(parents=True)
+    (w / 'data' / 'tinyshakespeare' / 'input.txt').write_text(src.read_text() + '~\n')
+
+
+def committed_cases() -> list:
+    "Lost and mixed: committed results, comparison and experiment folders of one design, run folders of one setting."
+    cmp = ['cli', 'compare', '--config', 'synthetic-tiny', *TINY, '--no-plot']
+    ext = ['experiments', 'run', 'extrapolation', '--encodings', 'rope', '--seeds', '5']
+    sample = ['length', 'sample', '--encoding', 'rope', '--seed', '0', '--out', '{w}/s.json', '--runs', '{w}/runs']
+    return [C('train --out results/extrapolation (committed)', TRAIN + ['--out', 'results/extrapolation'],
+              needle='committed results', setup=committed('extrapolation'), guard='results'),
+            C('train --out a new folder in committed results', TRAIN + ['--out', 'results/new'],
+              needle='committed results', setup=committed(), guard='results'),
+            C('compare --out committed results, a run it lacks', cmp + ['--encodings', 'rope', '--seeds', '5',
+                                                                        '--max-steps', '2', '--out',
+                                                                        'results/extrapolation'],
+              needle='committed results', setup=committed('extrapolation'), guard='results'),
+            C('experiments run, other settings, its committed default folder', ext + ['--steps', '2'],
+              needle='committed results', setup=committed('extrapolation'), guard='results'),
+            C('experiments run --set, its committed default folder', ext + ['--set', 'd_model=32'],
+              needle='committed results', setup=committed('extrapolation'), guard='results'),
+            C('experiments run --registered nosuch', ext + ['--registered', 'nosuch'], needle='--registered',
+              setup=committed('extrapolation'), guard='results'),
+            C('experiments compare --out committed results', ['experiments', 'compare', 'results/extrapolation',
+                                                              '--baseline', 'rope', '--samples', '5', '--out',
+                                                              'results/sig.json'],
+              needle='committed results', setup=committed('extrapolation'), guard='results'),
+            C('speed --out committed results', ['speed', '--reps', '1', '--length', '16', '--encodings', 'rope',
+                                                '--out', 'results/s.json'], needle='committed results',
+              setup=committed(), guard='results'),
+            C('length run, new records into committed results', ['length', 'run', '--config', 'smoke', '--encodings',
+                                                                 'rope', '--seeds', '7'],
+              needle='committed results', setup=committed('length'), guard='results'),
+            C('length sample, its own committed record (kept)', ['length', 'sample'], expect='ok',
+              setup=committed('length'), guard='results'),
+            C('compare --out a finished train run', cmp + ['--encodings', 'rope', '--max-steps', '2', '--out',
+                                                           '{w}/run'],
+              needle='training run', setup=copy_of('fin'), guard='run'),
+            C('compare rerun: another --max-steps and an encoding it lacks', cmp + ['--encodings', 'alibi',
+                                                                                    '--max-steps', '3', '--out',
+                                                                                    '{w}/cmp'],
+              needle='max_steps', setup=copy_of('cmp', 'cmp'), guard='cmp'),
+            C('length run: other --steps, another --out, the same --runs', ['length', 'run', '--config', 'smoke',
+                                                                            '--encodings', 'rope', '--seeds', '0',
+                                                                            '--steps', '3', '--out', '{w}/b',
+                                                                            '--runs', '{w}/runs'],
+              needle='steps', setup=length_run(), guard='runs', data=True),
+            C('length sample: a record of other settings than the checkpoint', sample,
+              needle='other settings', setup=both(length_run(), lambda w, fx: shutil.copy(
+                  ROOT / 'results' / 'length' / 'rope_seed0.json', w / 'rope_seed0.json')), guard='runs', data=True),
+            C('length sample: the corpus gained a character', sample[:-4] + ['--out', '{w}/o/s.json', '--runs',
+                                                                             '{w}/runs'],
+              needle='another corpus', setup=both(length_run(), corpus_plus_one), guard='runs', data=True,
+              env={'POSENC_DATA': '{w}/data'})]
+
+
+def input_cases() -> list:
+    "Inputs checked where they enter: line separators, sizes, seeds, long lines."
+    aligned = ("from posenc_nb.data import load_parallel\np = load_parallel('multi30k', 'train')\n"
+               "assert len(p) == 10 and p[7] == ('e7', 'd7') and '\\u2028' in p[6][0], p[5:8]\n")
+    en = ''.join(f'e{i}' + ('\u2028x\x85y' if i == 6 else '') + '\n' for i in range(10))
+    de = ''.join(f'd{i}' + ('\u2029z' if i == 2 else '') + '\n' for i in range(10))
+    cs = [C('multi30k lines holding U+2028, U+0085, U+2029', api(aligned), expect='ok', env={'POSENC_DATA': '{w}/d'},
+            setup=both(write('d/multi30k/train.en.gz', en, gz=True), write('d/multi30k/train.de.gz', de, gz=True))),
+          C('multi30k language files of other lengths', api("from posenc_nb.data import load_parallel\n"
+                                                            "load_parallel('multi30k', 'train')"),
+            needle='train.de.gz has 2', env={'POSENC_DATA': '{w}/d'},
+            setup=both(write('d/multi30k/train.en.gz', 'a\nb\nc\n', gz=True),
+                       write('d/multi30k/train.de.gz', 'a\nb\n', gz=True))),
+          C('sst2 row without a label', api("from posenc_nb.data import load_labelled\nload_labelled('sst2', 'train')"),
+            needle='row 2', env={'POSENC_DATA': '{w}/d'},
+            setup=write('d/glue/sst2/train.tsv', 'sentence\tlabel\nok\t1\nno label\n')),
+          C('compare --seeds 2**66', ['cli', 'compare', '--config', 'synthetic-tiny', '--encodings', 'rope', '--seeds',
+                                      str(2 ** 66), '--out', '{w}/c'], needle='--seeds'),
+          C('length run --seeds 2**66', ['length', 'run', '--config', 'smoke', '--seeds', str(2 ** 66), '--out',
+                                         '{w}/l'], needle='--seeds'),
+          C('translate a 200,000-character line without spaces',
+            ['cli', 'translate', '--ckpt', '{w}/run', '--input', '{w}/long.txt'], needle='characters',
+            setup=both(copy_of('fin'), write('long.txt', 'a b\n' + 'w' * 200_000 + '\n'))),
+          C('translate 999 words of 200 letters', ['cli', 'translate', '--ckpt', '{w}/run', '--input', '{w}/long.txt'],
+            needle='characters', setup=both(copy_of('fin'), write('long.txt', ' '.join(['x' * 200] * 999) + '\n')))]
+    sizes = [('d_model=0', 'd_model'), ('d_model=-64', 'd_model'), ('d_model=64.5', 'd_model'),
+             ('n_heads=0', 'n_heads'), ('max_len=-5', 'max_len')]
+    from posenc_nb.core import list_posencs
+    for kw, needle in sizes:
+        args = {'d_model': '64', 'n_heads': '4', 'max_len': '64', **dict([kw.split('=')])}
+        for enc in list_posencs():
+            cs.append(C(f'make_posenc({enc!r}, {kw})', api(
+                f"from posenc_nb.core import make_posenc\nmake_posenc({enc!r}, d_model={args['d_model']}, "
+                f"n_heads={args['n_heads']}, max_len={args['max_len']})"), needle=needle))
+    return cs
+
+
 def all_cases() -> list:
     groups = [train_cases(), compare_cases(), harness_cases(), mlm_cases(), long_text_cases(), classify_cases(),
-              translate_cases(), other_cases(), api_cases()]
+              translate_cases(), other_cases(), api_cases(), committed_cases(), input_cases()]
     out = []                                   # interleaved, so a partial run covers every entry point
     while any(groups):
         for g in groups:
@@ -568,6 +681,18 @@ def finish(st: dict, status, timed_out: bool) -> dict:
     cls, why = classify(case, rc, sig, err, changed, timed_out)
     return dict(id=case['id'], cls=cls, why=why, rc=rc, seconds=round(time.time() - st['t0'], 1))
 
+
+def run_one(case: dict, w: Path, fx: Fixtures, cpu: int = 60, wall: int = 300) -> dict:
+    "Set one case up, run it in its own forked child to its end, and classify it (the table-driven test's entry)."
+    st, t0 = start(case, w, fx, cpu), time.time()
+    while True:
+        pid, status = os.waitpid(st['pid'], os.WNOHANG)
+        if pid: return finish(st, status, False)
+        if time.time() - t0 > wall:
+            os.kill(st['pid'], signal.SIGKILL)
+            os.waitpid(st['pid'], 0)
+            return finish(st, None, True)
+        time.sleep(0.05)
 
 CLASSES = ('held', 'lost', 'mixed', 'hang', 'crash', 'unhelpful', 'setup failed')
 
