@@ -11,7 +11,8 @@ CPU-time limit and an address-space cap, and is classed:
 
 `python tools/probe_cli.py [--jobs 3] [--cpu 60] [--only WORD] [--out probe.jsonl]`; prints the counts, and one line
 per case that did not hold. The cases are tiny (a few updates of the synthetic task); set POSENC_DATA for the cases that
-read real data (they are skipped, not failed, without it)."""
+read real data (they are skipped, not failed, without it). The same table is a test, tests/test_probe.py: the
+cases `is_slow` names (they train, do the work asked, or read real data) run there with POSENC_SLOW=1."""
 import argparse, contextlib, gzip, hashlib, io, json, os, resource, shutil, signal, sys, tempfile, time
 from pathlib import Path
 
@@ -87,6 +88,7 @@ def C(id, argv, expect='refuse', needle=None, setup=None, guard=None, env=None, 
 def copy_of(name, to='run'):
     "Setup: a copy of fixture `name` as {w}/`to`."
     def setup(w, fx): shutil.copytree(fx.get(name), w / to)
+    setup.trains = name in ('fin', 'lin', 'cmp')          # a fixture trained once, for seconds
     return setup
 
 
@@ -103,6 +105,7 @@ def write(rel, text, gz=False):
 def both(*fs):
     def setup(w, fx):
         for f in fs: f(w, fx)
+    setup.trains = any(getattr(f, 'trains', False) for f in fs)
     return setup
 
 
@@ -286,7 +289,7 @@ def mlm_cases() -> list:
             C('mlm finetune --max-len 0', ft('--max-len', '0', '--steps', '2', *o), needle='max'),
             C('mlm finetune --n-test -1', ft('--n-test', '-1', '--steps', '2', *o), needle='n'),
             C('mlm finetune --lr -1', ft('--lr', '-1', '--steps', '2', *o), needle='lr'),
-            C('mlm finetune --max-tokens 0', ft('--max-tokens', '0', '--steps', '2', *o), needle='max'),
+            C('mlm finetune --max-tokens 0', ft('--max-tokens', '0', '--steps', '2', *o), needle='max', data=True),
             C('mlm finetune --warmup -1', ft('--warmup', '-1', '--steps', '2', *o), needle='warmup'),
             C('mlm finetune --pretrained with a scratch record', ft('--pretrained', '--steps', '2', *o),
               needle='init_run', guard='r.json', setup=lambda w, fx: __import__('posenc_nb.store').store.write_output(
@@ -318,7 +321,7 @@ def long_text_cases() -> list:
             C('long_text lengths --out with other settings', lt('lengths', '--limits', '64', *o), needle='limits',
               setup=write('b.json', json.dumps({'experiment': 'bpe-lengths', 'vocab_size': 8000,
                                                 'limits': [128, 256, 512]})), guard='b.json'),
-            C('long_text lengths --vocab-size 0', lt('lengths', '--vocab-size', '0', *o), needle='vocab'),
+            C('long_text lengths --vocab-size 0', lt('lengths', '--vocab-size', '0', *o), needle='vocab', data=True),
             C('long_text ngram --Cs -1', lt('ngram', '--Cs', '-1', *o), needle='Cs'),
             C('long_text ngram --Cs 0', lt('ngram', '--Cs', '0', *o), needle='Cs'),
             C('long_text ngram --n-test 0', lt('ngram', '--n-test', '0', *o), needle='n'),
@@ -490,6 +493,7 @@ def length_run(steps='2'):
     def setup(w, fx):
         assert call(['length', 'run', '--config', 'smoke', '--encodings', 'rope', '--seeds', '0', '--steps', steps,
                      '--out', str(w / 'a'), '--runs', str(w / 'runs')]) == 0, 'length run setup'
+    setup.trains = True
     return setup
 
 
@@ -607,6 +611,7 @@ def _fill(s: str, w: Path, fx: Fixtures) -> str:
 def _child(case: dict, w: Path, cpu: int):
     "In the forked child: limits, output to files, the entry point run; exits with its status."
     from posenc_nb import store
+    from posenc_nb.args import INPUT_ERRORS
     store._HELD.clear()                                        # the parent's locks are not this process's
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
@@ -624,7 +629,7 @@ def _child(case: dict, w: Path, cpu: int):
             try:
                 exec(compile(argv[1], '<case>', 'exec'), {})
                 rc = 0
-            except (ValueError, TypeError) as e:
+            except INPUT_ERRORS as e:                   # the package's own bad-input errors: a one-line refusal
                 print(f'error: {e}', file=sys.stderr)
                 rc = 2
         else: rc = call(argv, stdin='')
@@ -680,6 +685,13 @@ def finish(st: dict, status, timed_out: bool) -> dict:
     changed = st['guard'] is not None and snapshot(st['guard']) != st['before']
     cls, why = classify(case, rc, sig, err, changed, timed_out)
     return dict(id=case['id'], cls=cls, why=why, rc=rc, seconds=round(time.time() - st['t0'], 1))
+
+
+def is_slow(case: dict) -> bool:
+    "A case that trains, does the work asked, or reads real data: seconds each (the table-driven test runs it with "
+    "POSENC_SLOW=1)."
+    return (case['data'] or case['expect'] != 'refuse' or getattr(case['setup'], 'trains', False)
+            or case['hold'] is not None)
 
 
 def run_one(case: dict, w: Path, fx: Fixtures, cpu: int = 60, wall: int = 300) -> dict:
