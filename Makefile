@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 NB_WORKERS ?= 2
 export POSENC_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: help install demo test test-nbs test-py test-slow export sync-check lint typecheck docs site chromium lab bench clean-nbs
+.PHONY: help install demo test test-nbs test-py test-slow export sync-check lint typecheck docs site chromium lab bench clean-nbs student slides
 
 help:
 	@echo "make demo   - set up and compare every position encoding on the synthetic task (a few minutes on CPU)"
@@ -17,6 +17,8 @@ help:
 	@echo "make lint   - ruff on the notebooks and the exported code; module, function and line budgets"
 	@echo "make typecheck - pyright (basic) on the public modules and tools/user_script.py, then run that script"
 	@echo "make lab    - JupyterLab on nbs/ with the package importable"
+	@echo "make slides - reveal.js slides (offline) and printable PDFs per lecture in _slides/ (after make site)"
+	@echo "make student - the student edition: the notebooks without exercise solutions (nbgrader's release step) in _student/release/"
 	@echo "make bench  - throughput benchmark against torch.nn.Transformer"
 	@echo "make gpu-check - on a CUDA machine: gpu notebook cells, contract tests, fp16/bf16 training with exact resume, benchmarks; records in results/gpu/"
 
@@ -46,6 +48,7 @@ test-py: install
 
 test-slow: install
 	cd nbs && POSENC_SLOW=1 ../$(BIN)/nbdev_test --n_workers 1 --timing --flags slow
+	POSENC_SLOW=1 $(BIN)/python -m pytest tests/test_hf.py -q -k support_matrix   # every causal-LM type, minutes
 
 export: install
 	$(BIN)/nbdev_export
@@ -94,6 +97,18 @@ site: install chromium
 lab: install
 	$(BIN)/pip install -q -c constraints.txt jupyterlab
 	$(BIN)/jupyter lab --config=tools/jupyter_lab_config.py $(if $(filter 0,$(shell id -u)),--allow-root) nbs
+
+# Slides per lecture (tools/slides.py): nbconvert's reveal.js slides with reveal.js from its npm package and MathJax
+# from the site's PyPI package, nothing from the network; then each lecture page of the built site printed to PDF by
+# the headless Chromium the site check uses. Build the site first (make site) for the PDFs.
+slides: install chromium
+	$(BIN)/python tools/slides.py --pdf
+
+# The student edition (tools/student.py): the exercise solutions become nbgrader solution cells and nbgrader's release
+# step removes them; nbgrader is installed on demand (a teaching tool, not a dependency of the package or its tests).
+student: install
+	$(BIN)/pip install -q -c constraints.txt nbgrader
+	$(BIN)/python tools/student.py
 
 bench: install
 	$(BIN)/python benchmarks/throughput.py

@@ -65,3 +65,7 @@ def _page_meta(app, pagename, templatename, context, doctree):
 
 def setup(app):
     app.connect('html-page-context', _page_meta)
+
+# figures get a caption (tools/build_site.py: from the titles their code writes) and a number
+numfig = True
+numfig_format = {'figure': 'Figure %s'}

@@ -41,7 +41,7 @@ def _inv_freq(d_model: int, base: float, device=torch.device('cpu'), dtype=torch
 # %% ../nbs/01_baselines.ipynb #3a2573c8
 def sinusoidal_table(positions: Tensor, # integer positions, any shape
                      d_model: int, # code width
-                     base: float = 10000., # the longest wavelength is 2*pi*base
+                     base: float = 10000., # frequency base: wavelengths from 2*pi to 2*pi*base**((d_model-2)/d_model)
                      dtype: torch.dtype = torch.float32 # dtype of the angles and the result
                     ) -> Tensor: # positions.shape + (d_model,)
     "Sinusoidal codes (..., d_model) of integer `positions`: sin at even, cos at odd dims; angles computed in `dtype`."

@@ -4,18 +4,20 @@
 
 # %% ../nbs/16_causal_lm.ipynb #4bd6f364
 from __future__ import annotations
-import math
+import ast, math, re
 from dataclasses import dataclass, field, asdict
-from typing import Optional
+from typing import Callable, Optional
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
-from .core import Positions, make_posenc
+from .core import Positions, make_posenc, list_posencs, encoding_streams
 from .attention import Attention
 from .model import _init_linear
 from .utils import state_hash
+from .engine import Task, Callback
 
 # %% auto #0
-__all__ = ['CausalLMConfig', 'CausalBlock', 'CausalLM', 'shared_state_hash', 'pe_state_hash', 'generate']
+__all__ = ['CausalLMConfig', 'parse_encoding', 'causal_encodings', 'check_causal_encoding', 'spec_file', 'CausalBlock',
+           'CausalLM', 'shared_state_hash', 'pe_state_hash', 'generate', 'WindowTask', 'StepSchedule']
 
 # %% ../nbs/16_causal_lm.ipynb #8e99a34b
 @dataclass
@@ -30,6 +32,38 @@ class CausalLMConfig:
     max_len: int = 256             # a limit for bounded encodings (learned), a size hint for the others
     pe_options: dict = field(default_factory=dict)
     tie: bool = True               # the output layer is the token embedding
+
+# %% ../nbs/16_causal_lm.ipynb #9a0589c8
+def parse_encoding(spec: str # 'name' or 'name:key=value:key=value'
+                  ) -> tuple: # (name, options)
+    "An encoding and its options written as one string, e.g. 'rope:scaling=xpos:factor=2', as (name, options)."
+    name, *parts = [s.strip() for s in str(spec).split(':')]
+    options = {}
+    for part in parts:
+        key, eq, value = (s.strip() for s in part.partition('='))
+        if not (name and key and eq and value):
+            raise ValueError(f"{spec!r}: write an encoding with options as name:key=value:key=value")
+        try: options[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError): options[key] = value            # a bare word: a string
+    if not name: raise ValueError(f"{spec!r}: no encoding name; write an encoding as name or name:key=value")
+    return name, options
+
+def causal_encodings() -> list:
+    "The registered encodings a `CausalLM` can use: those that read no extra position streams."
+    return [n for n in list_posencs() if not encoding_streams(n)]
+
+def check_causal_encoding(name: str, # a registered encoding
+                          options: dict # its options
+                         ) -> None:
+    "Raise a one-line error unless `name` with `options` builds as a causal LM's encoding (a tiny one is built)."
+    if name not in causal_encodings():
+        why = 'reads position streams a language model does not have' if name in list_posencs() else 'unknown encoding'
+        raise ValueError(f"{why} {name!r}; choose from {','.join(causal_encodings())}")
+    make_posenc(name, 16, 2, max_len=16, causal=True, **options)
+
+def spec_file(spec: str) -> str:
+    "An encoding spec as a file-name stem: 'rope:scaling=xpos' -> 'rope+scaling=xpos' (a plain name is kept)."
+    return re.sub(r'[^\w.=,()-]', '+', spec)
 
 # %% ../nbs/16_causal_lm.ipynb #4c16b3e4
 class CausalBlock(nn.Module):
@@ -122,3 +156,43 @@ def generate(model: CausalLM, ids: Tensor, # prompt (B,L0)
         feed = nxt
     model.train(was)
     return out
+
+# %% ../nbs/16_causal_lm.ipynb #49ecefcb
+class WindowTask(Task):
+    """Windows of a token stream as a `fit` task: batch s holds the windows starting at `offsets[s]`; the next-token
+    loss, under autocast in `amp` when given; the data position and the loss curve are its resumable state."""
+    def __init__(self, data: Tensor, # token ids of the training text
+                 offsets: Tensor, # (updates, batch) window starts
+                 L: int, # predicted tokens per window
+                 device='cpu', # where batches go
+                 amp: Optional[torch.dtype] = None): # autocast dtype of the forward pass (None: none)
+        self.data, self.offsets, self.span = data, offsets, torch.arange(L + 1)
+        self.device, self.amp, self.batches = torch.device(device), amp, self
+        self.pos, self.curve, self.pending = 0, [], []
+    def __next__(self) -> Tensor:
+        b = self.data[self.offsets[self.pos][:, None] + self.span].to(self.device)
+        self.pos += 1
+        return b
+    def loss(self, model, b: Tensor) -> Tensor:
+        with torch.autocast(self.device.type, self.amp, enabled=self.amp is not None): logits = model(b[:, :-1])
+        return F.cross_entropy(logits.float().flatten(0, 1), b[:, 1:].flatten())
+    def tokens(self, b: Tensor) -> int: return b[:, 1:].numel()
+    def state_dict(self) -> dict: return {'pos': self.pos, 'curve': list(self.curve), 'pending': list(self.pending)}
+    def load_state_dict(self, s: dict):
+        self.pos, self.curve, self.pending = s['pos'], list(s['curve']), list(s['pending'])
+
+class StepSchedule(Callback):
+    """The learning rate `lr(s)` of update s (1-based) set in every group before it runs; after it, its loss kept and
+    their mean logged in the task's `curve` every `log_every` updates and at the last."""
+    order = 0
+    def __init__(self, lr: Callable, log_every: int): self.lr, self.log_every = lr, log_every
+    def _set(self, learn, step: int):
+        for g in learn.opt.param_groups: g['lr'] = self.lr(step)
+    def before_fit(self, learn): self._set(learn, learn.state.step + 1)
+    def after_step(self, learn):
+        t, s = learn.task, learn.state.step
+        t.pending.append(learn.loss.item())
+        if s % self.log_every == 0 or learn.done:
+            t.curve.append({'step': s, 'loss': round(sum(t.pending) / len(t.pending), 5)})
+            t.pending = []
+        self._set(learn, s + 1)

@@ -4,28 +4,31 @@
 
 # %% ../nbs/29_claims.ipynb #1b169688
 from __future__ import annotations
-import argparse, json, math, sys
+import argparse, importlib, json, math, sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
+from .core import import_registering
 from .experiments import seed_test, holm
 from .mlm import BYTE_VOCAB, run_name
 from .referee import (VERDICT_WORDS, REGISTRY, record_provenance, unusable, pairing, claim_fingerprint,
                                registration_problems, paper_claim_key, family_problems, pinned_outcomes, Regime,
-                               Claim, metric_value, read_arm, regime_of, no_position_gate, decide, _r,
-                               _score_problems, _verdict_problems, read_json)
+                               Claim, Design, metric_value, read_arm, regime_of, no_position_gate, decide,
+                               design_problems, design_entry, second_attempts, controls_first, counted_twice,
+                               claims_table, gate_of, claim_test, _r, _score_problems, _verdict_problems, read_json)
 from .utils import atomic_write, format_table
 
 # %% auto #0
 __all__ = ['PAPERS', 'VERDICTS', 'LEDGER_KEYS', 'BLEU_FLOOR', 'SST2_MAJ', 'MCC_FLOOR', 'RF_MT', 'RF_ALT', 'RF_LONG', 'RF_MLM',
            'RF_LIN', 'RF_GLUE_Q', 'RF_GLUE', 'RF_EXT_Q', 'RF_EXT', 'FL_MT', 'FL_REC', 'FL_EXT', 'XL_MT', 'M30K', 'SYN',
            'ENJA', 'LT_SMALL', 'EXT', 'CLAIMS', 'NGRAM_REF', 'RF_LONG_BPE', 'LIN_SCALES', 'MLM_SCALES', 'BPE_SCALE',
-           'ENJA_2400', 'LIN_LOSS', 'MLM_LOSS', 'REGIMES_CLAIMS', 'AL_EXT', 'PI_EXT', 'YARN_EXT', 'NOPE_EXT', 'LENGTH',
-           'LENGTH_GATE', 'EXT_GATE', 'XL_SYN', 'LENGTH_1600', 'LENGTH_1600_GATE', 'REGISTERED_CLAIMS', 'PAPER_CLAIMS',
-           'CONTROL_IDS', 'REGISTRATIONS', 'LEDGER', 'imdb_majority', 'run_arm', 'longtext_arm', 'mt_claim', 'mlm_gate',
-           'linear_gate', 'mlm_claim', 'linear_claim', 'longtext_claim', 'glue_claim', 'rf_long_bpe', 'length_arm',
-           'ext_arm', 'length_claim', 'length_1600_claim', 'in_paper_family', 'gate_of', 'evaluate', 'build_ledger',
-           'check_rules', 'ledger_text', 'register', 'main', 'claims_table']
+           'ENJA_2400', 'LIN_LOSS', 'MLM_LOSS', 'REGIMES_CLAIMS', 'AL_EXT', 'PI_EXT', 'YARN_EXT', 'NOPE_EXT', 'YARN_FT',
+           'LENGTH', 'LENGTH_GATE', 'EXT_GATE', 'XL_SYN', 'LENGTH_1600', 'LENGTH_1600_GATE', 'REGISTERED_CLAIMS',
+           'PAPER_CLAIMS', 'CONTROL_IDS', 'REGISTRATIONS', 'PREDECESSORS', 'LEDGER', 'imdb_majority', 'run_arm',
+           'longtext_arm', 'mt_claim', 'mlm_gate', 'linear_gate', 'mlm_claim', 'linear_claim', 'longtext_claim',
+           'glue_claim', 'rf_long_bpe', 'length_arm', 'ext_arm', 'length_claim', 'length_1600_claim', 'in_paper_family',
+           'register_claims', 'all_claims', 'evaluate', 'build_ledger', 'check_rules', 'ledger_text', 'register',
+           'main']
 
 # %% ../nbs/29_claims.ipynb #9910fcab
 PAPERS = {
@@ -43,7 +46,7 @@ PAPERS = {
 VERDICTS = VERDICT_WORDS
 LEDGER_KEYS = ('id', 'paper', 'paper_claim', 'experiment', 'scale', 'metric', 'role', 'arms', 'effect', 'ci', 'test',
                'paired', 'p', 'p_adjusted', 'family', 'regime', 'provenance', 'registered', 'post_hoc', 'confirmatory',
-               'verdict')
+               'design', 'verdict')
 
 # %% ../nbs/29_claims.ipynb #669237ba
 BLEU_FLOOR = Regime('a stated floor of 10 BLEU: below it the output shares little with the references', 10.0)
@@ -294,6 +297,8 @@ PI_EXT = ("position interpolation with a short fine-tune extends a RoPE model's 
           '(Chen et al. 2023)')
 YARN_EXT = 'YaRN extends RoPE better than position interpolation without fine-tuning (Peng et al. 2023)'
 NOPE_EXT = 'a decoder without positions generalizes to longer inputs better than RoPE (Kazemnejad et al. 2023)'
+YARN_FT = ('YaRN fine-tuned reaches a lower loss than position interpolation fine-tuned for as many updates '
+           '(Peng et al. 2023)')
 LENGTH = 'Tiny Shakespeare characters, causal LM trained at 256 (notebook 30), 3 seeds, one commit, update budget'
 LENGTH_GATE = Regime("each compared arm's validation loss at the training length (256) at most the no-position "
                      "model's (margin 0: without positions a causal model still learns, so the gate asks that an "
@@ -327,13 +332,12 @@ def length_1600_claim(id, paper, claim, a: tuple, b: tuple, direction, margin=0.
     return length_claim(id, paper, claim, length_arm(*a, 'length-1600'), length_arm(*b, 'length-1600'), direction,
                         margin, LENGTH_1600_GATE, LENGTH_1600)
 
-# registered before their runs (results/registry.json); `registered` is filled in the commit after
+# registered before their runs (results/registry.json); `registered` is filled in the commit after.
+# `xl-input-synthetic-gold-r` was registered too (59d3990), but its arms ran the same configurations as
+# `xl-input-synthetic-r` and wrote identical hypotheses: one result, counted once, under `xl-input-synthetic-r`
 REGISTERED_CLAIMS = [
     mt_claim('xl-input-synthetic-r', 'XL-PE', XL_MT, 'xl-synthetic-r', XL_SYN + '; input fusion, reorderer orders',
              'xl-input@monotone', 'xl-input@predicted', '25_xl_translation'),
-    mt_claim('xl-input-synthetic-gold-r', 'XL-PE', XL_MT, 'xl-synthetic-gold-r',
-             XL_SYN + '; input fusion, reorderer orders (aligner at p0=0.2)', 'xl-input@monotone',
-             'xl-input@predicted', '25_xl_translation'),
     mt_claim('xl-headxl-synthetic-gold-r', 'XL-PE', XL_MT, 'xl-synthetic-gold-r',
              XL_SYN + '; HeadXL (2 of 4 heads of layer 0), reorderer orders', 'xl-headxl@monotone',
              'xl-headxl@predicted', '25_xl_translation'),
@@ -377,7 +381,7 @@ PAPER_CLAIMS = {   # family -> the paper claim it tests, quoted; every claim quo
     'roformer-mt': RF_MT, 'roformer-long-text': RF_ALT, 'roformer-long-protocol': RF_LONG, 'roformer-mlm': RF_MLM,
     'roformer-linear': RF_LIN, 'roformer-glue': RF_GLUE_Q, 'roformer-length': RF_EXT_Q, 'floater-mt': FL_MT,
     'floater-length': FL_EXT, 'xl-mt': XL_MT, 'alibi-length': AL_EXT, 'pi-length': PI_EXT, 'yarn-length': YARN_EXT,
-    'nope-length': NOPE_EXT}
+    'yarn-ft-length': YARN_FT, 'nope-length': NOPE_EXT}
 CONTROL_IDS = ('roformer-longtext-bpe-length-', 'roformer-longtext-bpe-512-length-',
                'roformer-mlm-control-cpu-small-vs-none', 'roformer-mlm-control-cpu-tiny-vs-none',
                'xl-input-enja-2400-oracle', 'xl-input-enja-2400-vs-random')
@@ -395,42 +399,51 @@ REGISTRATIONS = {   # claim id -> the commit whose results/registry.json registe
     **dict.fromkeys((c.id for c in REGISTERED_CLAIMS if c.id.startswith('length-1600-')),
                     '62abc70f1e38d529ac60d4ccfe1ee750bc39698f')}
 CLAIMS[:] = [replace(in_paper_family(c), registered=REGISTRATIONS.get(c.id)) for c in CLAIMS + REGISTERED_CLAIMS]
+# second attempts registered before the rule that a new attempt takes new seeds: shown beside their first attempt
+PREDECESSORS = {f'length-1600-{x}': f'length-{x}' for x in ('rope-vs-sinusoidal-4x', 'floater-vs-sinusoidal-4x',
+                                                           'sinusoidal-degrades-8x', 'none-vs-rope-4x')}
+
+def register_claims(claims: Sequence[Claim], # claims defined in a later notebook (each quoting one of PAPER_CLAIMS)
+                    registered: Optional[str] = None, # the commit whose registry holds their fingerprints
+                   ) -> list:
+    "Add `claims` to `CLAIMS`, each in its paper claim's family; a later notebook's module calls this at import."
+    new = [replace(in_paper_family(c), registered=registered) for c in claims]
+    known = {c.id: c for c in CLAIMS}
+    clash = [c.id for c in new if c.id in known and known[c.id] != c]
+    if clash: raise ValueError(f"claim ids {clash} are defined already with another definition; give each its own id")
+    CLAIMS.extend(c for c in new if c.id not in known)   # the same claims again (a module imported twice): kept once
+    return new
+
+def all_claims() -> list:
+    "`CLAIMS` with those registered by the package's later modules (imported once, found by a source scan)."
+    import_registering('register_claims')
+    canon = importlib.import_module('posenc_nb.claims')      # under `python -m`, this module runs as __main__
+    if canon.CLAIMS is not CLAIMS:
+        known = {c.id for c in CLAIMS}
+        CLAIMS.extend(c for c in canon.CLAIMS if c.id not in known)
+    return CLAIMS
 
 # %% ../nbs/29_claims.ipynb #04b77992
 def _arm_entry(arm: dict) -> dict:
     return dict(records=arm['records'], metric_key=arm['metric_key'], scores=[_r(s) for s in arm['scores']],
                 excluded=arm['excluded'])
 
-def gate_of(c: Claim, root, arms: dict) -> dict:
-    "The claim's gate entry: a stated reference, or the no-position model (loss claims)."
-    g = c.regime
-    keys = g.key if isinstance(g.key, (tuple, list)) else (g.key, g.key)
-    scores = [(pat, arms[name]['scores'] if k is None else read_arm(root, pat, k)['scores'])
-              for (name, pat, _), k in zip((c.a, c.b), keys)]
-    if g.no_position is not None: return no_position_gate(g, root, scores)
-    return regime_of(g, root, [s for _, ss in scores for s in ss])
-
-def _test(c: Claim, A: dict, B: dict) -> tuple:
-    "(test result, paired, why): the seed-level test of (b - margin) - a, paired only where provenance allows."
-    paired, why = pairing(A['prov'], B['prov']) if A['seeds'] == B['seeds'] else (False, 'the arms have other seeds')
-    if not (A['seeds'] and B['seeds']): return dict(test='no records', effect=math.nan, ci=None, p=None), False, why
-    t = seed_test(A['scores'], [s - c.margin for s in B['scores']], paired=paired)
-    if t['ci'] is not None: t['ci'] = [x + c.margin for x in t['ci']]
-    return {**t, 'effect': t['effect'] + c.margin}, paired, why
-
 def evaluate(c: Claim, root='results') -> dict:
-    "One ledger entry without `p_adjusted`/`verdict` (they need the family): arms, provenance, test, gate."
+    "One ledger entry without `p_adjusted`/`verdict` (they need the family): arms, provenance, test, gate, design."
     arms = {name: read_arm(root, pattern, key) | {'metric_key': key} for name, pattern, key in (c.a, c.b)}
     A, B = arms[c.a[0]], arms[c.b[0]]
-    t, paired, why = _test(c, A, B)
+    t, paired, why = claim_test(c, A, B)
     provs = A['prov'] + B['prov']
     commits = sorted({p['git_commit'] for p in provs})
     reg = registration_problems(c.id, claim_fingerprint(c.definition()), c.registered, provs, root) if provs else \
         ([] if c.registered else ['not registered'])
+    if c.registered and c.design is None:
+        reg = reg + ['registered without its design: budget, settings and seeds were left open']
     excluded = A['excluded'] + B['excluded']
     hw = ', '.join(sorted(set(A['hardware']) | set(B['hardware']))) or 'none'
     prov = dict(commits=[x[:7] for x in commits], one_commit=len(commits) == 1, excluded=len(excluded),
                 pairing=why, registration=reg)
+    design = design_entry(c, arms, t, paired, root, PREDECESSORS.get(c.id))
     return dict(id=c.id, paper=c.paper, paper_claim=c.paper_claim, experiment=c.experiment,
                 scale=f'{c.scale}; hardware: {hw}', metric=c.metric, role=c.role,
                 arms={n: _arm_entry(v) for n, v in arms.items()},
@@ -438,25 +451,33 @@ def evaluate(c: Claim, root='results') -> dict:
                 ci=None if t['ci'] is None else [_r(x) for x in t['ci']], test=t['test'], paired=paired,
                 p=_r(t['p']), p_adjusted=None, family=c.family, regime=gate_of(c, root, arms), provenance=prov,
                 registered=c.registered, post_hoc=bool(reg),
-                confirmatory=not reg and len(commits) == 1 and not excluded, verdict=None)
+                confirmatory=not reg and len(commits) == 1 and not excluded and not design['problems'],
+                design=design, verdict=None)
 
 def build_ledger(root='results', # the results folder the records are read from
-                 claims: Sequence[Claim] = None, # default: CLAIMS
+                 claims: Sequence[Claim] = None, # default: `all_claims()`
                 ) -> list:
-    "Every claim's ledger entry: seed-level test, Holm per family, gate, provenance, registration and verdict."
-    claims = list(CLAIMS if claims is None else claims)
+    """Every claim's ledger entry: seed-level test, Holm per family (claims registered with their whole design
+    corrected among themselves), gate, provenance, registration, design and verdict."""
+    claims = list(all_claims() if claims is None else claims)
     if len({c.id for c in claims}) != len(claims):
         raise ValueError("two claims share an id; give each claim its own id")
     out = [evaluate(c, root) for c in claims]
-    for fam in dict.fromkeys(e['family'] for e in out):
-        members = [e for e in out if e['family'] == fam]
+    second_attempts(out)
+    group = {c.id: (c.family, c.design is not None and c.registered is not None) for c in claims}
+    for g in dict.fromkeys(group.values()):
+        members = [e for e in out if group[e['id']] == g]
         for e, q in zip(members, holm([e['p'] for e in members])): e['p_adjusted'] = _r(q)
     for c, e in zip(claims, out):
         n_seeds = [len(a['scores']) for a in e['arms'].values()]
         shifted = (e['effect'] or 0.0) - c.margin
         usable = all(a['scores'] or not a['excluded'] for a in e['arms'].values())   # an arm all excluded: none
         e['verdict'] = decide(e['regime']['learns'], n_seeds, e['p_adjusted'], shifted, c.direction, c.role, usable)
+        if e['design']['problems'] and (e['verdict'] != 'untested' or e['design'].get('pilot_failed')):
+            e['verdict'] = 'no verdict'
+    controls_first(out)
     return out
+
 
 # %% ../nbs/29_claims.ipynb #a6ea9337
 def _provenance_problems(e: dict, c: Optional[Claim], root) -> list:
@@ -466,6 +487,12 @@ def _provenance_problems(e: dict, c: Optional[Claim], root) -> list:
     if e['verdict'] not in ('untested', 'no verdict'):
         out += [f'{where}: a verdict from a record with {why}' for ps in provs.values() for p in ps
                 if (why := unusable(p))]
+    if c is not None and c.design is not None and e['verdict'] not in ('untested', 'no verdict'):
+        arms = {n: read_arm(root, pat, key) | {'metric_key': key} for n, pat, key in (c.a, c.b)}
+        if c.design.gate_arm is not None and c.regime.no_position is not None:
+            arms[c.design.gate_arm] = read_arm(root, *c.regime.no_position)
+        out += [f'{where}: a verdict from records that depart from the registered design: {b}'
+                for b in design_problems(c.design, arms, root)]
     if e['paired']:
         ok, why = pairing(*provs.values())
         if not ok: out.append(f'{where}: a paired test, but {why}; use Welch or rerun the arms from one commit')
@@ -485,7 +512,7 @@ def check_rules(ledger: list, # entries as `build_ledger` returns them (or as re
                 sources: Optional[Sequence] = None, # notebooks/tests scanned for pinned verdicts; default the repo's
                ) -> list:
     "Every broken rule of the ledger, one line each (empty: the ledger is sound)."
-    claims = CLAIMS if claims is None else claims
+    claims = all_claims() if claims is None else claims
     spec, bad = {c.id: c for c in claims}, family_problems(claims, PAPER_CLAIMS)
     if sources is None:
         repo = Path(root).resolve().parent
@@ -503,7 +530,8 @@ def check_rules(ledger: list, # entries as `build_ledger` returns them (or as re
         if not e['regime']['learns'] and e['verdict'] not in ('no verdict', 'untested'):
             bad.append(f"{where}: models that do not learn, verdict {e['verdict']}")
         bad += _provenance_problems(e, spec.get(where), root)
-    return bad
+    return bad + counted_twice(ledger, root)
+
 
 # %% ../nbs/29_claims.ipynb #9b738239
 LEDGER = 'claims.json'
@@ -525,7 +553,7 @@ def register(ids: Sequence[str], # claim ids of CLAIMS
             ) -> Path:
     """Write the named claims' fingerprints into `root/REGISTRY`; committing the file, before the claims' runs, is
     their registration. A registered id is never redefined (a new definition needs a new id)."""
-    spec, path = {c.id: c for c in CLAIMS}, Path(root) / REGISTRY
+    spec, path = {c.id: c for c in all_claims()}, Path(root) / REGISTRY
     unknown = [i for i in ids if i not in spec]
     if unknown: raise ValueError(f"unknown claim ids {unknown}; define them in CLAIMS first")
     reg = json.loads(path.read_text()) if path.exists() else {}
@@ -570,31 +598,3 @@ def _ledger_command(args, root: Path) -> int:
 
 # %% ../nbs/29_claims.ipynb #d14f7cbe
 if __name__ == '__main__' and 'IPython' not in sys.modules: sys.exit(main())
-
-# %% ../nbs/29_claims.ipynb #ef0ac1d2
-def _fmt(v, nd=2): return '-' if v is None else f'{v:+.{nd}f}'
-def _pfmt(v): return '-' if v is None else f'{v:.3f}'
-def _mean(s): return sum(s) / len(s) if s else None
-
-def _gate(reg: dict) -> str:
-    v = '-' if reg['value'] is None else f"{reg['value']:.3g}"
-    return f"{'passes' if reg['learns'] else 'fails'} ({reg['kind']}, {v})"
-
-def claims_table(ledger: list, paper: str, confirmatory: Optional[bool] = None, claims: Sequence[Claim] = None) -> str:
-    """One paper's verdicts as a markdown table, the verdict second: effect, interval, Holm p, the test (paired or
-    Welch), the gate, the commits and seeds. `confirmatory`: only those (True), only the others (False), or all."""
-    spec = {c.id: c for c in (CLAIMS if claims is None else claims)}
-    rows = []
-    for e in ledger:
-        if e['paper'] != paper or (confirmatory is not None and e['confirmatory'] != confirmatory): continue
-        (na, a), (nb, b) = e['arms'].items()
-        nd = 3 if abs(_mean(a['scores'] or [0]) or 0) < 5 else 2
-        ours = (f"{nb} {_mean(b['scores']):.{nd}f} vs {na} {_mean(a['scores']):.{nd}f}: {_fmt(e['effect'], nd)}"
-                if a['scores'] and b['scores'] else 'no usable records')
-        ci = '-' if e['ci'] is None else f"[{_fmt(e['ci'][0], nd)}, {_fmt(e['ci'][1], nd)}]"
-        test = 'paired' if e['paired'] else ('Welch' if e['p'] is not None else '-')
-        rows.append([e['id'] + (' (control)' if e['role'] == 'control' else ''), f"**{e['verdict']}**", ours, ci,
-                     _pfmt(e['p_adjusted']), test, _gate(e['regime']), ', '.join(e['provenance']['commits']) or '-',
-                     '+'.join(str(len(x['scores'])) for x in (b, a))])
-    head = ['claim', 'verdict', 'effect b - a (means)', '95% interval', 'p (Holm)', 'test', 'gate', 'commit', 'seeds']
-    return format_table(head, rows, markdown=True) if rows else '(none)'

@@ -11,31 +11,42 @@ from typing import Optional
 import numpy as np
 import torch, torch.nn.functional as F
 from fastcore.script import Param
-from .causal_lm import CausalLM, CausalLMConfig, shared_state_hash, pe_state_hash, generate
+from .causal_lm import (CausalLM, CausalLMConfig, shared_state_hash, pe_state_hash, generate, parse_encoding,
+                                 causal_encodings, check_causal_encoding, spec_file, WindowTask, StepSchedule)
 from .data import load_text
-from .rope import rotary_from_hf
-from .rotary import RotaryCache
 from .store import finished_output, write_output, output_record, lock_folder, read_json
 from .store import RecordConflict, check_uncommitted, config_diff, fingerprint, key_run_folder, RUN_SETTINGS
 from .utils import provenance, state_hash, order_hash, atomic_save
-from .engine import pick_device
+from .engine import pick_device, Learner, Budget, Checkpointer, ProgressBar, fit, restore
 from .args import command, command_line, run_commands, use_threads, CLIError
 from .exercises import Verdict, check_close
 
 # %% auto #0
-__all__ = ['ARMS', 'LENGTH_CONFIGS', 'RESULTS', 'RUNS', 'MEMORY_PROBE', 'EXTEND_METHODS', 'EXTEND_FACTORS', 'FINETUNED',
-           'LENGTH_COMMANDS', 'LengthConfig', 'eval_lengths', 'model_config', 'build_model', 'encode_text',
+__all__ = ['ARMS', 'ARM_SETS', 'LENGTH_CONFIGS', 'CKPT_EVERY', 'RESULTS', 'RUNS', 'MEMORY_PROBE', 'LENGTH_COMMANDS',
+           'arm_encoding', 'LengthConfig', 'eval_lengths', 'model_config', 'build_model', 'encode_text',
            'batch_offsets', 'lr_at', 'train_precision', 'train_steps', 'window_losses', 'summarize_positions',
-           'evaluate_lengths', 'peak_memory_mb', 'check_checkpoint', 'train_arm', 'extension_cache', 'load_checkpoint',
-           'extend_seed', 'best_arm', 'sample_record', 'parse_arms', 'length_run', 'length_extend', 'main',
-           'length_sample', 'read_length', 'length_table', 'format_length_table', 'plot_lengths', 'plot_positions',
-           'check_window_count', 'check_loss_beyond', 'check_pi_angle']
+           'sliding_loss', 'evaluate_lengths', 'peak_memory_mb', 'check_checkpoint', 'train_arm', 'load_checkpoint',
+           'best_arm', 'sample_record', 'parse_arms', 'length_run', 'length_extend', 'main', 'length_sample',
+           'read_length', 'length_table', 'format_length_table', 'plot_lengths', 'plot_positions', 'check_window_count',
+           'check_loss_beyond', 'check_pi_angle']
 
 # %% ../nbs/30_length.ipynb #1cb4526c
 # arm -> (registered encoding, its options); 'learned' gets a table of L_train rows (see `model_config`)
 ARMS = {'none': ('none', {}), 'sinusoidal': ('sinusoidal', {}), 'learned': ('learned', {}),
         'rope': ('rope', {'style': 'half'}), 'xpos': ('rope', {'style': 'half', 'scaling': 'xpos'}),
         'alibi': ('alibi', {}), 't5': ('t5', {}), 'shaw': ('shaw', {}), 'floater': ('floater', {'kinds': ('dec',)})}
+# sets of arms named at once on the command line
+ARM_SETS = {'lab': tuple(ARMS), 'board': (*ARMS, 'kerple_log', 'kerple_power', 'fire', 'dpb', 'scaled_sinusoidal',
+                                          'p_rope')}
+
+def arm_encoding(arm: str # a preset of `ARMS`, or 'name:key=value:...' (a preset's name: its options, then these)
+                ) -> tuple: # (registered encoding, options)
+    "The encoding and options of an arm."
+    if arm in ARMS: return ARMS[arm]
+    name, options = parse_encoding(arm)
+    base, preset = ARMS.get(name, (name, {}))
+    return base, {**preset, **options}
+
 
 # %% ../nbs/30_length.ipynb #9646da8b
 @dataclass
@@ -79,8 +90,7 @@ def eval_lengths(cfg: LengthConfig) -> list: return [cfg.L_train * f for f in cf
 def model_config(cfg: LengthConfig, vocab: int, arm: Optional[str] = None) -> CausalLMConfig:
     "The `CausalLMConfig` of arm `arm` (default `cfg.encoding`); learned positions get a table of `L_train` rows."
     arm = arm or cfg.encoding
-    if arm not in ARMS: raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
-    name, opts = ARMS[arm]
+    name, opts = arm_encoding(arm)
     return CausalLMConfig(vocab=vocab, d_model=cfg.d_model, n_heads=cfg.n_heads, n_layers=cfg.n_layers, d_ff=cfg.d_ff,
                           pe=name, max_len=cfg.L_train, pe_options=dict(opts), tie=cfg.tie)
 
@@ -120,31 +130,24 @@ def train_precision(cfg: LengthConfig, device: torch.device) -> Optional[torch.d
     native = getattr(torch.ops.mkldnn, '_is_mkldnn_bf16_supported', lambda: False)()
     return torch.bfloat16 if native else None
 
+CKPT_EVERY = 100     # updates between a run's checkpoints (runs/length/{arm}_seed{s}/ckpt/, the newest kept)
+
 def train_steps(model: CausalLM, data: torch.Tensor, offsets: torch.Tensor, cfg: LengthConfig, L: int,
-                device: torch.device, peak: float, log_every: int) -> tuple:
-    "AdamW updates over the windows starting at `offsets` (steps, batch); returns (curve, train seconds)."
+                device: torch.device, peak: float, log_every: int, folder: Optional[Path] = None) -> tuple:
+    """AdamW updates on the engine (`fit`) over the windows at `offsets` (steps, batch), resumed from the newest
+    checkpoint in `folder` and checkpointed there every `CKPT_EVERY` updates (None: none); (curve, train seconds)."""
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.startswith('pe.')]
     rest = [p for n, p in model.named_parameters() if p.dim() < 2 or n.startswith('pe.')]
     opt = torch.optim.AdamW([{'params': decay, 'weight_decay': cfg.weight_decay}, {'params': rest, 'weight_decay': 0.}],
                             lr=peak, betas=(0.9, 0.99))
-    amp, span = train_precision(cfg, device), torch.arange(L + 1)
-    curve, t0, run = [], time.time(), []
-    model.train()
-    for s, off in enumerate(offsets, 1):
-        b = data[off[:, None] + span].to(device)
-        for g in opt.param_groups: g['lr'] = lr_at(s, cfg, peak, len(offsets))
-        with torch.autocast(device.type, amp, enabled=amp is not None):
-            logits = model(b[:, :-1])
-        loss = F.cross_entropy(logits.float().flatten(0, 1), b[:, 1:].flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        run.append(loss.item())
-        if s % log_every == 0 or s == len(offsets):
-            curve.append({'step': s, 'loss': round(sum(run) / len(run), 5)})
-            run = []
-    return curve, time.time() - t0
+    task = WindowTask(data, offsets, L, device, train_precision(cfg, device))
+    cbs = [StepSchedule(lambda s: lr_at(s, cfg, peak, len(offsets)), log_every), ProgressBar(sys.stderr.isatty())]
+    ckpt = None if folder is None else Checkpointer(folder, CKPT_EVERY, keep=1, device=device)
+    learn = Learner(model, opt, task, Budget(max_steps=len(offsets)), cbs + ([ckpt] if ckpt else []),
+                    grad_clip=cfg.grad_clip)
+    if ckpt is not None and (last := ckpt.latest()) is not None: restore(learn, last)
+    return task.curve, fit(learn).train_time
+
 
 # %% ../nbs/30_length.ipynb #72eb5c55
 @torch.no_grad()
@@ -173,6 +176,34 @@ def summarize_positions(sums: torch.Tensor, n: int, L_train: int, bins: int = 0)
            'loss_beyond': (sums[L_train:].sum() / (n * (L - L_train))).item() if L > L_train else None}
     if bins: out['by_position'] = (sums.view(bins, L // bins).sum(1) / (n * (L // bins))).tolist()
     return out
+
+# %% ../nbs/30_length.ipynb #d5270a79
+@torch.no_grad()
+def sliding_loss(model: CausalLM, ids: torch.Tensor, # the evaluation text's ids
+                 L: int, # window length (tokens each prediction may read)
+                 stride: int, # how far each window moves: every window after the first scores its last `stride` tokens
+                 eval_tokens: int = 16384, # predicted tokens per batch
+                 device=None) -> float:
+    """Mean loss over the text scored with sliding windows: windows of L predicted tokens starting every `stride`
+    characters; the first window scores all its tokens, each later one only its last `stride`, so every token is
+    scored once and, past the first window, with at least L - stride characters before it. The incomplete tail is
+    dropped. With `stride == L` this is the window mean of `window_losses`."""
+    if not 0 < stride <= L: raise ValueError(f"stride {stride} must be in 1..L={L}")
+    n = (len(ids) - 1 - L) // stride + 1
+    if n < 1: raise ValueError(f"the evaluation text ({len(ids)} characters) is shorter than one window of {L + 1}")
+    device = device or next(model.parameters()).device
+    model.eval()
+    total, count, span, per = 0.0, 0, torch.arange(L + 1), max(1, eval_tokens // L)
+    for i in range(0, n, per):
+        starts = torch.arange(i, min(n, i + per)) * stride
+        b = ids[starts[:, None] + span].to(device)
+        loss = F.cross_entropy(model(b[:, :-1]).float().transpose(1, 2), b[:, 1:], reduction='none').double().cpu()
+        keep = torch.zeros(loss.shape, dtype=torch.bool)
+        keep[:, L - stride:] = True
+        if i == 0: keep[0] = True
+        total, count = total + loss[keep].sum().item(), count + int(keep.sum())
+    return total / count
+
 
 # %% ../nbs/30_length.ipynb #e69f5ca8
 def evaluate_lengths(model: CausalLM, valid: torch.Tensor, cfg: LengthConfig, bounded_at: Optional[int] = None) -> dict:
@@ -265,11 +296,11 @@ def check_checkpoint(ckpt: Path, # a trained arm's model.pt
 # %% ../nbs/30_length.ipynb #37590a8f
 def train_arm(cfg: LengthConfig, out: Path = RESULTS, runs: Path = RUNS, text: Optional[tuple] = None,
               device=None, command: Optional[str] = None) -> dict:
-    """Train one arm and seed, evaluate it at every length and publish `out/{encoding}_seed{seed}.json`; a finished
-    record of the same settings is returned as it is, one of other settings refused. The run folder is locked."""
+    """Train one arm and seed, evaluate it at every length and publish `out/{arm}_seed{seed}.json`
+    (`spec_file`): a finished record of these settings is returned as it is, one of others refused. Folder locked."""
     out, device, settings = Path(out), pick_device(device), asdict(cfg)
-    path, t0 = out / f'{cfg.encoding}_seed{cfg.seed}.json', time.time()
-    with lock_folder(Path(runs) / f'{cfg.encoding}_seed{cfg.seed}', '--runs') as lock:
+    path, t0 = out / f'{spec_file(cfg.encoding)}_seed{cfg.seed}.json', time.time()
+    with lock_folder(Path(runs) / path.stem, '--runs') as lock:
         if (rec := finished_output(path, settings)) is not None: return rec
         check_uncommitted(path)                          # a new record in committed results: refused, before work
         _key_runs(lock.folder, settings)                 # one run folder, one set of settings
@@ -279,7 +310,8 @@ def train_arm(cfg: LengthConfig, out: Path = RESULTS, runs: Path = RUNS, text: O
         init_hash, pe_hash = shared_state_hash(model), pe_state_hash(model)
         model.to(device)
         offsets = batch_offsets(len(tr), cfg.L_train, cfg.steps, cfg.batch, cfg.seed)
-        curve, train_s = train_steps(model, tr, offsets, cfg, cfg.L_train, device, cfg.lr, cfg.log_every)
+        curve, train_s = train_steps(model, tr, offsets, cfg, cfg.L_train, device, cfg.lr, cfg.log_every,
+                                     lock.folder / 'ckpt')
         ckpt = lock.folder / 'model.pt'
         _save_checkpoint(ckpt, model, cfg, cfg.steps, vocab)
         ev = evaluate_lengths(model, va, cfg, cfg.L_train if model.pe.bounded else None)
@@ -305,27 +337,6 @@ MEMORY_PROBE = {'cpu': 'rise of resident memory (MiB) during one no-grad forward
                 'cuda': 'rise of torch.cuda.max_memory_allocated (MiB) during one no-grad forward of one window '
                         '(batch 1) at the longest length'}
 
-# %% ../nbs/30_length.ipynb #1faa087f
-EXTEND_METHODS = ('linear', 'ntk', 'dynamic', 'yarn', 'llama3')
-EXTEND_FACTORS = (2, 4, 8, 16)
-FINETUNED = ('linear', 'yarn')     # fine-tuned at 4 x L_train
-
-def extension_cache(method: str, # one of EXTEND_METHODS, or 'default' (unscaled)
-                    factor: float, # new length / orig_len
-                    head_dim: int, orig_len: int, base: float = 10000.) -> RotaryCache:
-    """The rotary tables of one extension method, through one code path: a HF-style rope config handed to
-    `rotary_from_hf` (linear = PI, dynamic = dynamic NTK, yarn, llama3); HF has no static NTK type, so 'ntk' is the
-    package's `RotaryCache(scaling='ntk')`. Use with style='half' (the lab's rope arm)."""
-    if method not in EXTEND_METHODS + ('default',):
-        raise ValueError(f"unknown extension method {method!r}; choose from {', '.join(EXTEND_METHODS)}")
-    if method == 'ntk': return RotaryCache(head_dim, base, scaling='ntk', factor=factor, angle_dtype='float32')
-    rs = {'rope_type': method, 'factor': float(factor)}
-    if method in ('yarn', 'llama3'): rs['original_max_position_embeddings'] = orig_len
-    if method == 'llama3': rs.update(low_freq_factor=1.0, high_freq_factor=4.0)
-    hf = {'head_dim': head_dim, 'rope_theta': base, 'rope_scaling': None if method == 'default' else rs,
-          'max_position_embeddings': orig_len if method in ('dynamic', 'default') else int(orig_len * factor)}
-    return rotary_from_hf(hf)
-
 # %% ../nbs/30_length.ipynb #32cc4a3a
 def load_checkpoint(path: Path, device=None) -> tuple:
     "(model, LengthConfig, checkpoint dict) of a trained arm's `model.pt`."
@@ -335,70 +346,6 @@ def load_checkpoint(path: Path, device=None) -> tuple:
     cfg = LengthConfig(**{**c['config'], 'eval_factors': tuple(c['config']['eval_factors'])})
     return model.to(pick_device(device)), cfg, c
 
-def _rope_checkpoint(runs: Path, seed: int) -> Path:
-    p = Path(runs) / f'rope_seed{seed}' / 'model.pt'
-    if not p.is_file():
-        raise ValueError(f"no trained rope checkpoint {p}; run `python -m posenc_nb.length run --encodings rope "
-                         f"--seeds {seed}` first")
-    return p
-
-# %% ../nbs/30_length.ipynb #98bd1671
-def extend_seed(seed: int, out: Path = RESULTS / 'extend', runs: Path = RUNS, text: Optional[tuple] = None,
-                methods=EXTEND_METHODS, factors=EXTEND_FACTORS, finetune: bool = True, device=None,
-                command: Optional[str] = None) -> list:
-    """Every extension method at every factor on the trained rope model of `seed`, without fine-tuning; then PI and
-    YaRN at 4 x fine-tuned at 4 x L_train. One record per method, factor (and fine-tune) under `out`."""
-    ckpt, out = _rope_checkpoint(runs, seed), Path(out)
-    recs = []
-    with lock_folder(Path(runs) / f'rope_seed{seed}', '--runs'):
-        model, cfg, c = load_checkpoint(ckpt, device)
-        init_from = state_hash(c['state'])
-        jobs = [(m, f, False) for m in methods for f in factors]
-        jobs += [(m, 4, True) for m in FINETUNED] if finetune else []
-        jobs = [(m, f, ft, out / f"{m}-x{f}{'-ft' if ft else ''}_seed{seed}.json",
-                 {'method': m, 'factor': f, 'finetune': ft, 'seed': seed, 'init_from_hash': init_from,
-                  'config': asdict(cfg)}) for m, f, ft in jobs]
-        if any(finished_output(path, settings) is None for *_, path, settings in jobs):
-            check_uncommitted(out)          # a new record in committed results: refused, before any work
-        tr, va, vocab = _load_data(text)
-        check_checkpoint(ckpt, c, vocab, out.parent / f'rope_seed{seed}.json')   # the model the records describe
-        va = va[:cfg.eval_chars] if cfg.eval_chars else va
-        head_dim, base = cfg.d_model // cfg.n_heads, 10000.
-        model.pe.cache = extension_cache('default', 1, head_dim, cfg.L_train, base)
-        base_loss = summarize_positions(*window_losses(model, va, cfg.L_train, cfg.eval_tokens), cfg.L_train)['loss']
-        for method, factor, ft, path, settings in jobs:
-            if (rec := finished_output(path, settings)) is None:
-                rec = _extend_one(model, c, cfg, tr, va, method, factor, ft, seed, {
-                    'base_loss_at_train': round(base_loss, 5), 'init_from_hash': init_from, 'command': command})
-                rec = finished_output(write_output(path, rec, settings), settings)
-            recs.append(rec)
-    return recs
-
-# %% ../nbs/30_length.ipynb #410c9fbc
-def _extend_one(model, c, cfg, tr, va, method, factor, ft, seed, extra) -> dict:
-    "One extension record: the method's tables on a fresh copy of the trained model, fine-tuned when `ft`."
-    t0, head_dim = time.time(), cfg.d_model // cfg.n_heads
-    model.load_state_dict(c['state'])
-    model.pe.cache = extension_cache(method, factor, head_dim, cfg.L_train)
-    device, rec = next(model.parameters()).device, {}
-    if ft:
-        L, steps = cfg.L_train * 4, max(1, round(cfg.ft_frac * cfg.steps))
-        batch = max(1, cfg.batch * cfg.L_train // L)
-        offsets = batch_offsets(len(tr), L, steps, batch, seed + 1)
-        curve, train_s = train_steps(model, tr, offsets, cfg, L, device, cfg.lr * cfg.ft_lr_frac, cfg.log_every)
-        rec.update(ft_steps=steps, ft_L=L, ft_batch=batch, ft_lr=cfg.lr * cfg.ft_lr_frac, train_curve=curve,
-                   train_time_s=round(train_s, 2), data_order_hash=order_hash(offsets))
-    ev = evaluate_lengths(model, va, cfg)
-    Lmax = eval_lengths(cfg)[-1]
-    amp = train_precision(cfg, device) if ft else None
-    rec.update({'experiment': 'length-extend', 'name': f"{method}-x{factor}" + ('-ft' if ft else ''),
-                'encoding': 'rope',                'method': method, 'factor': factor, 'finetuned': ft,
-                'seed': seed, 'L_train': cfg.L_train, 'eval': ev['eval'], f'loss_by_position_{Lmax}': ev['by_position'],
-                'eval_time_s': ev['eval_time_s'], **extra,
-                **provenance(seed, 'bf16 autocast (fine-tune), fp32 (evaluation)' if amp else 'fp32', device,
-                             command=extra.get('command'))})
-    rec['wall_time_s'] = round(time.time() - t0, 2)
-    return rec
 
 # %% ../nbs/30_length.ipynb #c465d914
 def best_arm(folder=RESULTS, L: int = 1024) -> tuple:
@@ -410,11 +357,11 @@ def best_arm(folder=RESULTS, L: int = 1024) -> tuple:
 def sample_record(arm: str, seed: int, runs: Path = RUNS, prompt: int = 256, total: int = 1024, temperature=0.8,
                   text: Optional[tuple] = None, device=None, records: Optional[Path] = None) -> dict:
     "The validation text's first `prompt` characters continued by a trained arm, sampled with its KV cache to `total`."
-    ckpt = Path(runs) / f'{arm}_seed{seed}' / 'model.pt'
+    ckpt = Path(runs) / f'{spec_file(arm)}_seed{seed}' / 'model.pt'
     if not (ckpt.is_file() and 0 < prompt < total): raise ValueError(f"need {ckpt} (length run) and 0 < prompt < total")
     model, cfg, c = load_checkpoint(ckpt, device)
     _, va, vocab = _load_data(text)
-    check_checkpoint(ckpt, c, vocab, None if records is None else Path(records) / f'{arm}_seed{seed}.json')
+    check_checkpoint(ckpt, c, vocab, None if records is None else Path(records) / f'{spec_file(arm)}_seed{seed}.json')
     ids = va[:prompt][None].to(next(model.parameters()).device)
     gen = torch.Generator(device=ids.device).manual_seed(seed)
     with torch.no_grad(): out = generate(model, ids, total - prompt, temperature=temperature, generator=gen)[0]
@@ -432,13 +379,15 @@ def _ints(text: str, what: str) -> list:
     return xs
 
 def parse_arms(text: str) -> list:
-    "Comma-separated arm names, each one of `ARMS`, or a one-line error."
-    arms = [s.strip() for s in str(text).split(',') if s.strip()]
-    bad = [a for a in arms if a not in ARMS]
-    if bad or not arms:
-        raise CLIError(f"--encodings {text!r}: unknown arm {', '.join(bad) or '(none given)'}; choose from "
-                       f"{','.join(ARMS)}")
-    return arms
+    """Comma-separated arms (presets of `ARMS`, sets of `ARM_SETS`, any causal encoding as 'name:key=value:...'), each
+    built once to check it, or a one-line error."""
+    arms = [a for s in str(text).split(',') if s.strip() for a in ARM_SETS.get(s.strip(), [s.strip()])]
+    if not arms: raise CLIError(f"--encodings {text!r}: unknown arm (none given); give e.g. rope,alibi,fire")
+    for arm in arms:
+        try: check_causal_encoding(*arm_encoding(arm))
+        except (ValueError, TypeError) as e:
+            raise CLIError(f"--encodings {arm!r}: {e}; or a preset ({','.join(ARMS)}) or set ({','.join(ARM_SETS)})")
+    return list(dict.fromkeys(arms))
 
 def _lab_config(config: str, steps: Optional[int]) -> LengthConfig:
     if config not in LENGTH_CONFIGS: raise CLIError(f"--config {config!r}: choose one of {', '.join(LENGTH_CONFIGS)}")
@@ -486,6 +435,7 @@ def length_extend(*, seeds: str = '0,1,2', # comma-separated seeds of trained ro
 
     Examples:
       python -m posenc_nb.length extend --seeds 0,1,2"""
+    from posenc_nb.length_extend import extend_seed, _rope_checkpoint    # notebook 30_extend builds on this one
     seed_list = _ints(seeds, 'seeds')
     for s in seed_list: _rope_checkpoint(Path(runs), s)
     use_threads(threads)

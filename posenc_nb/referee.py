@@ -4,20 +4,23 @@
 
 # %% ../nbs/29_referee.ipynb #9b0e4d74
 from __future__ import annotations
-import ast, hashlib, json, re
+import ast, hashlib, json, math, re
 from calendar import timegm
 from collections import defaultdict
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 from time import strptime
 from typing import Optional, Sequence
-from .utils import git
+from .utils import git, format_table
+from .experiments import min_detectable_effect, seed_test
 from .store import MANIFEST, read_json, verify_record
 
 # %% auto #0
 __all__ = ['PROVENANCE_KEYS', 'REGISTRY', 'ROLES', 'VERDICT_WORDS', 'record_provenance', 'unusable', 'update_budget', 'pairing',
            'claim_fingerprint', 'registry_at', 'registration_problems', 'paper_claim_key', 'family_problems',
-           'pinned_outcomes', 'Regime', 'Claim', 'metric_value', 'read_arm', 'regime_of', 'no_position_gate', 'decide']
+           'pinned_outcomes', 'Regime', 'Design', 'Claim', 'metric_value', 'read_arm', 'regime_of', 'no_position_gate',
+           'record_settings', 'design_problems', 'pilot_outcome', 'output_identity', 'gate_of', 'claim_test',
+           'design_entry', 'second_attempts', 'controls_first', 'counted_twice', 'decide', 'claims_table']
 
 # %% ../nbs/29_referee.ipynb #fd167f74
 PROVENANCE_KEYS = ('git_commit', 'git_dirty', 'started_utc', 'init_hash', 'data_order_hash', 'budget')
@@ -182,6 +185,26 @@ class Regime:
     key: Optional[str] = None            # the gate's metric key when it is not the claim's (e.g. the loss at L_train)
 
 @dataclass
+class Design:
+    """What a registration fixes besides the arms and the gate: every setting that decides each arm's records, its
+    update budget, the seed list, the test and its sides, and the smallest effect those seeds detect under the
+    seed-level standard deviation assumed. A record that differs from it, a seed outside the list or a planned seed
+    not run leaves the claim without a verdict."""
+    settings: dict                       # arm name -> every setting that decides its records (`record_settings`)
+    budget: dict                         # arm name -> updates of its own training (the record's `budget_key`)
+    seeds: tuple                         # the planned seeds: each must be run, no other is read
+    test: str = 'welch'                  # 'paired' (no verdict where the records cannot pair) or 'welch'
+    sides: int = 2                       # 2: two-sided (both 'reproduces' and 'contradicts' reachable); 1: one-sided
+    sd: Optional[float] = None           # the seed-level standard deviation assumed, in the metric's units
+    sd_from: str = ''                    # where that assumption comes from (earlier records)
+    detectable: Optional[float] = None   # the smallest true effect detected with power 0.8 at alpha 0.05 under `sd`
+    budget_key: str = 'steps'            # the record's key holding the updates it trained
+    predecessor: Optional[str] = None    # the claim this one attempts again: its seeds may not be reused
+    gate_arm: Optional[str] = None       # the key of `settings` that the gate's no-position records must match
+    pilot: Optional[dict] = None         # a registered precondition (`pilot_outcome`): reference, candidate, margin
+    requires: Optional[str] = None       # a positive control (claim id) that must hold for this verdict to be read
+
+@dataclass
 class Claim:
     "One verdict about a paper: arm `b` against arm `a` (effect = b - a, mean over seeds) in one experiment."
     id: str
@@ -200,12 +223,18 @@ class Claim:
     role: str = 'test'                   # 'test', or 'control': checks the set-up, never a reproduction
     margin: float = 0.0                  # the claim is (b - a - margin) * direction > 0, e.g. "within 0.1 nats"
     registered: Optional[str] = None     # the commit whose results/registry.json fixed this definition
+    design: Optional[Design] = None      # the whole design (settings, budget, seeds, test); None: left open
 
     def definition(self) -> dict:
-        "What registration fixes: arms, metric, direction, margin, role, family, gate and the test rule."
-        return dict(id=self.id, a=list(self.a), b=list(self.b), metric=self.metric, direction=self.direction,
-                    margin=self.margin, role=self.role, family=self.family, regime=asdict(self.regime),
-                    test='seed-level t-test: paired where the provenance allows, else Welch; Holm within the family')
+        """What registration fixes: arms, metric, direction, margin, role, family, gate and the test rule, and the
+        design where one is given (a claim without one keeps its earlier fingerprint)."""
+        d = dict(id=self.id, a=list(self.a), b=list(self.b), metric=self.metric, direction=self.direction,
+                 margin=self.margin, role=self.role, family=self.family, regime=asdict(self.regime),
+                 test='seed-level t-test: paired where the provenance allows, else Welch; Holm within the family')
+        if self.design is not None:
+            d['design'] = json.loads(json.dumps(asdict(self.design)))
+            d['test'] = f"seed-level {self.design.test} t-test, {self.design.sides}-sided; Holm within the family"
+        return d
 
 # %% ../nbs/29_referee.ipynb #be97c42e
 def metric_value(record: dict, # a result record (parsed JSON)
@@ -288,6 +317,183 @@ def no_position_gate(regime: Regime, root, arms: Sequence[tuple]) -> dict:
     learns = all(scores and all(ok(s, g == glob) for s in scores) for g, scores in arms)
     return dict(kind='no-position', reference=regime.reference, value=round(value, 6), learns=bool(learns))
 
+# %% ../nbs/29_referee.ipynb #65ecea99
+_RUN_ONLY = ('name', 'seed', 'init_from', 'init_from_hash')   # where a run lives and which seed: checked apart
+
+def _strip(v):
+    "Settings without the run-only keys, at any depth, in JSON's types (tuples as lists)."
+    if isinstance(v, dict): return {k: _strip(x) for k, x in v.items() if k not in _RUN_ONLY}
+    if isinstance(v, (list, tuple)): return [_strip(x) for x in v]
+    return v
+
+def record_settings(path, # a record file
+                    record: Optional[dict] = None, # its parsed content, when the caller has read it already
+                   ) -> dict:
+    """Every setting that decided a record, without its seed and paths: a harness run's `config.json` (with the arm it
+    started from, `starts_from`), else the record's own `settings` or `config`."""
+    path = Path(path)
+    cfg = path.parent / 'config.json'
+    if cfg.is_file() and path != cfg:
+        c = read_json(cfg)
+        start = c.get('init_from')
+        return {**_strip(c), 'starts_from': re.sub(r'-s\d+$', '', Path(start).name) if start else None}
+    record = read_json(path) if record is None else record
+    s = record.get('settings') or record.get('config') or {}
+    if isinstance(s, str): s = ast.literal_eval(s)
+    return _strip(s)
+
+def _differing(want: dict, got: dict) -> list:
+    want, got = _strip(want), _strip(got)
+    return sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+
+def design_problems(design: Design, # the claim's registered design
+                    arms: dict, # arm name -> `read_arm` result, the gate arm included under `design.gate_arm`
+                    root, # the results folder
+                   ) -> list:
+    "Why the records do not follow the registered design (empty: they do): settings, budget and seeds, per arm."
+    out, root = [], Path(root)
+    for name, arm in arms.items():
+        want = design.settings.get(name)
+        if want is None:
+            out.append(f'arm {name} has no registered settings')
+            continue
+        for rel, seed in zip(arm['records'], arm['seeds']):
+            if seed not in design.seeds: out.append(f'arm {name}: seed {seed} is not one of the registered seeds')
+            record = read_json(root / rel)
+            diff = _differing(want, record_settings(root / rel, record))
+            if diff: out.append(f"arm {name}: {rel} differs from the registered settings in {', '.join(diff[:5])}")
+            done = record.get(design.budget_key)
+            if name in design.budget and done != design.budget[name]:
+                out.append(f'arm {name}: {rel} trained {done} updates, registered {design.budget[name]}')
+        missing = sorted(set(design.seeds) - set(arm['seeds']))
+        if missing: out.append(f'arm {name}: planned seeds {missing} not run (yet)')
+    return out
+
+def pilot_outcome(pilot: dict, # a design's `pilot`: reference and candidate (glob, key), margin, what it decides
+                  root, # the results folder
+                 ) -> Optional[str]:
+    """None while the pilot has not run or where it passed; else why it failed: the candidate's mean must end below
+    the reference's less `margin` (a loss)."""
+    ref, cand = (read_arm(root, *pilot[k])['scores'] for k in ('reference', 'candidate'))
+    if not ref or not cand: return None
+    r, c = sum(ref) / len(ref), sum(cand) / len(cand)
+    if c < r - pilot['margin']: return None
+    return (f"the registered pilot failed: {pilot['what']} ({c:.4f} against {r:.4f}, margin {pilot['margin']}), so "
+            'the claim\'s runs were not made')
+
+def output_identity(root, arm: dict) -> tuple:
+    """What an arm's result is: per record, the hash of the hypotheses beside it (`*.hyp`) or else the record's path;
+    with the metric key. Two claims whose arms have equal identities state one result."""
+    ids = []
+    for rel in arm['records']:
+        hyps = sorted((Path(root) / rel).parent.glob('*.hyp'))
+        ids.append(hashlib.sha256(b''.join(h.read_bytes() for h in hyps)).hexdigest() if hyps else rel)
+    return (arm['metric_key'], tuple(ids))
+
+
+# %% ../nbs/29_referee.ipynb #cdaf1b6f
+def gate_of(c: Claim, root, arms: dict) -> dict:
+    "The claim's gate entry: a stated reference, or the no-position model (loss claims)."
+    g = c.regime
+    keys = g.key if isinstance(g.key, (tuple, list)) else (g.key, g.key)
+    scores = [(pat, arms[name]['scores'] if k is None else read_arm(root, pat, k)['scores'])
+              for (name, pat, _), k in zip((c.a, c.b), keys)]
+    if g.no_position is not None: return no_position_gate(g, root, scores)
+    return regime_of(g, root, [s for _, ss in scores for s in ss])
+
+def claim_test(c: Claim, A: dict, B: dict # the claim, its arms a and b (`read_arm`)
+              ) -> tuple:
+    """(test result, paired, why): the seed-level test of (b - margin) - a, paired only where provenance allows (and
+    the design, where there is one, registered a paired test); one-sided where the design says so."""
+    paired, why = pairing(A['prov'], B['prov']) if A['seeds'] == B['seeds'] else (False, 'the arms have other seeds')
+    d = c.design
+    if d is not None and d.test == 'welch': paired, why = False, 'Welch, as registered'
+    if not (A['seeds'] and B['seeds']): return dict(test='no records', effect=math.nan, ci=None, p=None), False, why
+    t = seed_test(A['scores'], [s - c.margin for s in B['scores']], paired=paired)
+    if d is not None and d.sides == 1 and t['p'] is not None:      # one-sided in the registered direction
+        t['p'] = t['p'] / 2 if t['effect'] * c.direction > 0 else 1 - t['p'] / 2
+        t['test'] = t['test'] + ', one-sided'
+    if t['ci'] is not None: t['ci'] = [x + c.margin for x in t['ci']]
+    return {**t, 'effect': t['effect'] + c.margin}, paired, why
+
+def _budgets(arms: dict) -> dict:
+    "Each arm's budgets as its records state them (updates or minutes; 'unrecorded' where a record has none)."
+    def one(p):
+        b = p.get('budget')
+        if not isinstance(b, dict): return 'unrecorded'
+        return f"{b.get('updates') or b.get('steps')} updates" if update_budget(p) else f"{b.get('minutes')} min"
+    return {n: ', '.join(sorted({one(p) for p in a['prov']})) or None for n, a in arms.items()}
+
+def design_entry(c: Claim, # the claim
+                 arms: dict, # arm name -> `read_arm` result
+                 t: dict, # its seed-level test (`experiments.seed_test`)
+                 paired: bool, root, # whether it was paired; the results folder
+                 predecessor: Optional[str] = None, # an earlier attempt named outside the design
+                ) -> dict:
+    """What the claim tested: direction, margin, budget, seeds planned and used, the test and its sides, and the
+    smallest effect its seeds detect (registered, or from the records' own spread where nothing was registered);
+    with every way the records depart from a registered design."""
+    used = sorted({s for a in arms.values() for s in a['seeds']})
+    n = min((len(a['seeds']) for a in arms.values()), default=0)
+    d = c.design
+    base = dict(direction=c.direction, margin=c.margin)
+    if d is None:
+        sd = t.get('sd')
+        det = _r(min_detectable_effect(sd, n, paired=paired)) if sd and n >= 2 else None
+        return dict(base, budget=_budgets(arms), seeds_planned=None, seeds_used=used,
+                    test='paired' if paired else 'welch', sides=2, sd=_r(sd), sd_from='observed: these records',
+                    detectable=det, predecessor=predecessor, problems=[])
+    gate = {}
+    if d.gate_arm is not None and c.regime.no_position is not None:
+        gate = {d.gate_arm: read_arm(root, *c.regime.no_position) | {'metric_key': c.regime.no_position[1]}}
+    problems = design_problems(d, {**arms, **gate}, root)
+    if d.test == 'paired' and not paired and all(a['seeds'] for a in arms.values()):
+        problems.append("registered a paired test, but the records cannot be paired")
+    failed = pilot_outcome(d.pilot, root) if d.pilot else None
+    if failed and not used: problems = [failed]
+    return dict(base, budget=d.budget, seeds_planned=list(d.seeds), seeds_used=used, test=d.test, sides=d.sides,
+                sd=d.sd, sd_from=d.sd_from, detectable=d.detectable, predecessor=d.predecessor, requires=d.requires,
+                problems=problems, pilot_failed=bool(failed))
+
+def second_attempts(out: list # ledger entries, changed in place
+                   ):
+    "A second attempt that reads its predecessor's seeds is post hoc (and, with a design, has no verdict)."
+    by_id = {e['id']: e for e in out}
+    for e in out:
+        first = by_id.get(e['design']['predecessor'])
+        if first is None: continue
+        reused = sorted(set(e['design']['seeds_used']) & set(first['design']['seeds_used']))
+        if not reused: continue
+        why = f"a second attempt of {first['id']} on its seeds {reused}: a new attempt needs new seeds"
+        e['provenance']['registration'].append(why)
+        e['post_hoc'], e['confirmatory'] = True, False
+        if e['design']['seeds_planned'] is not None: e['design']['problems'].append(why)
+
+def controls_first(out: list # ledger entries with verdicts, changed in place
+                  ):
+    "A verdict whose registered positive control does not hold is not read: no verdict, and why."
+    by_id = {e['id']: e for e in out}
+    for e in out:
+        ctl = by_id.get(e['design'].get('requires') or '')
+        if ctl is None or ctl['verdict'] == 'control holds' or e['verdict'] in ('untested', 'no verdict'): continue
+        e['design']['problems'].append(f"its positive control {ctl['id']} does not hold ({ctl['verdict']})")
+        e['verdict'], e['confirmatory'] = 'no verdict', False
+    return out
+
+def counted_twice(ledger: list, # ledger entries
+                  root='results', # where their records are
+                 ) -> list:
+    "One result stated by two claims: entries whose arms read equal outputs (`output_identity`), one line each."
+    seen, out = {}, []
+    for e in ledger:
+        arms = list(e.get('arms', {}).values())
+        if not arms or not all(a.get('records') for a in arms): continue
+        key = frozenset(output_identity(root, a) for a in arms)
+        if key in seen: out.append(f"{e['id']}: one result counted twice: its arms' outputs are those of {seen[key]}; "
+                                   "merge the two claims")
+        else: seen[key] = e['id']
+    return out
+
 # %% ../nbs/29_referee.ipynb #refrul02
 def _r(x, nd=6): return None if x is None else round(float(x), nd)
 
@@ -325,4 +531,59 @@ def _verdict_problems(e: dict, c: Optional[Claim]) -> list:
     if c is not None and ((e['effect'] - c.margin) * c.direction > 0) != (v in ('reproduces', 'control holds')):
         out.append(f'{where}: {v} with an effect of the other sign')
     return out
+
+
+# %% ../nbs/29_referee.ipynb #91eb97dd
+def _fmt(v, nd=2): return '-' if v is None else f'{v:+.{nd}f}'
+def _pfmt(v): return '-' if v is None else f'{v:.3f}'
+def _mean(s): return sum(s) / len(s) if s else None
+
+def _gate_text(reg: dict) -> str:
+    v = '-' if reg['value'] is None else f"{reg['value']:.3g}"
+    return f"{'passes' if reg['learns'] else 'fails'} ({reg['kind']}, {v})"
+
+def _tested(e: dict) -> str:
+    "What the entry tested, in one phrase: b against a with the direction and margin, the test and its sides."
+    d = e['design']
+    side = '>' if d['direction'] > 0 else '<'
+    m = f" {'+' if d['margin'] >= 0 else '-'} {abs(d['margin']):g}" if d['margin'] else ''
+    return f"b {side} a{m}, {d['sides']}-sided {d['test']}"
+
+def _budget(d: dict) -> str:
+    b = d['budget'] or {}
+    vals = set(map(str, b.values()))
+    if len(vals) == 1:
+        v = vals.pop()
+        return v if not v.isdigit() else f'{int(v):,} updates'
+    return '; '.join(f'{k}: {v}' for k, v in b.items()) or '-'
+
+def _seeds(d: dict) -> str:
+    used = len(d['seeds_used'])
+    return f"{used} of {len(d['seeds_planned'])} planned" if d['seeds_planned'] is not None else f'{used} (unplanned)'
+
+def _detectable(d: dict) -> str:
+    if d['detectable'] is None: return '-'
+    src = 'registered' if d['seeds_planned'] is not None else 'observed'
+    return f"{d['detectable']:.3g} ({src} sd {d['sd']:.3g})"
+
+def claims_table(ledger: list, paper: str, confirmatory: Optional[bool] = None) -> str:
+    """One paper's verdicts as a markdown table, the verdict second: effect, interval, Holm p, what was tested
+    (direction, margin, test and sides), the budget, the seeds used and planned, the smallest effect those seeds
+    detect, the gate and the commits. `confirmatory`: only those (True), only the others (False), or all."""
+    rows = []
+    for e in ledger:
+        if e['paper'] != paper or (confirmatory is not None and e['confirmatory'] != confirmatory): continue
+        (na, a), (nb, b) = e['arms'].items()
+        nd = 3 if abs(_mean(a['scores'] or [0]) or 0) < 5 else 2
+        ours = (f"{nb} {_mean(b['scores']):.{nd}f} vs {na} {_mean(a['scores']):.{nd}f}: {_fmt(e['effect'], nd)}"
+                if a['scores'] and b['scores'] else 'no usable records')
+        ci = '-' if e['ci'] is None else f"[{_fmt(e['ci'][0], nd)}, {_fmt(e['ci'][1], nd)}]"
+        d = e['design']
+        after = f" (after {d['predecessor']})" if d['predecessor'] else ''
+        rows.append([e['id'] + (' (control)' if e['role'] == 'control' else '') + after, f"**{e['verdict']}**",
+                     ours, ci, _pfmt(e['p_adjusted']), _tested(e), _budget(d), _seeds(d), _detectable(d),
+                     _gate_text(e['regime']), ', '.join(e['provenance']['commits']) or '-'])
+    head = ['claim', 'verdict', 'effect b - a (means)', '95% interval', 'p (Holm)', 'tested', 'budget', 'seeds',
+            'detectable effect', 'gate', 'commit']
+    return format_table(head, rows, markdown=True) if rows else '(none)'
 

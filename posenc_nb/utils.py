@@ -12,10 +12,11 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 
 # %% auto #0
-__all__ = ['EXTRAS', 'WriteFailed', 'atomic_write', 'atomic_save', 'git', 'hardware', 'provenance', 'state_hash', 'order_hash',
-           'slow_cells_enabled', 'read_records', 'mean_sd', 'fmt_mean_sd', 'format_table', 'results_dir', 'dotted',
-           'ledger_entries', 'arm_scores', 'verdict_rows', 'verdict_counts', 'BottomLine', 'extra_for',
-           'missing_modules', 'MissingExtra', 'install_hint', 'require']
+__all__ = ['BOTTOM_LINE_LEGEND', 'EXTRAS', 'WriteFailed', 'atomic_write', 'atomic_save', 'git', 'hardware', 'provenance',
+           'state_hash', 'order_hash', 'slow_cells_enabled', 'read_records', 'mean_sd', 'fmt_mean_sd', 'format_table',
+           'results_dir', 'dotted', 'ledger_entries', 'arm_scores', 'design_text', 'verdict_reason', 'result_sentence',
+           'verdict_rows', 'verdict_counts', 'BottomLine', 'extra_for', 'missing_modules', 'MissingExtra',
+           'install_hint', 'require']
 
 # %% ../nbs/00_utils.ipynb #930c3c5d
 def _fsync_dir(folder: Path):
@@ -270,24 +271,96 @@ def _inline(s: str) -> str:
 def _num(v, nd=2, sign=False) -> str:
     return '-' if v is None else f'{v:+.{nd}f}' if sign else f'{v:.{nd}f}'
 
+def _p_text(p) -> str:
+    return '' if p is None else 'p < 0.001' if p < 0.001 else f'p = {p:.3f}'
+
+def _entry_scores(e: dict, root=None) -> dict:
+    "Each arm's per-seed scores from its records, b first (the effect is b - a), missing values dropped."
+    return {arm: [x for x in arm_scores(e, arm, root) if x is not None] for arm in list(e['arms'])[::-1]}
+
+def _decimals(scores: dict) -> int:
+    return 2 if max((abs(x) for xs in scores.values() for x in xs), default=0) >= 10 else 3
+
+def _span(xs) -> str:
+    "Seeds as written: a run of three or more consecutive ones as 'first–last'."
+    xs = list(xs)
+    if len(xs) > 2 and xs == list(range(xs[0], xs[0] + len(xs))): return f'{xs[0]}–{xs[-1]}'
+    return ', '.join(map(str, xs))
+
+def _budget(v) -> Optional[str]:
+    "One arm's budget as the ledger's design gives it: a bare count is updates; unrecorded is None."
+    if v is None or str(v).strip() in ('', 'None', 'unrecorded'): return None
+    return f'{int(v):,} updates' if str(v).strip().isdigit() else str(v)
+
+def design_text(e: dict # one ledger entry
+               ) -> str:
+    """The entry's design as the ledger records it (its `design`, fixed at registration): the budget of its arms and
+    its seeds, planned and used; '' when the entry has no design."""
+    d, parts = e.get('design') or {}, []
+    b = d.get('budget')
+    vals = {arm: _budget(v) for arm, v in b.items()} if isinstance(b, dict) else {'': _budget(b)}
+    if vals and all(vals.values()):
+        parts.append(f'budget {next(iter(vals.values()))} per arm' if len(set(vals.values())) == 1 else
+                     'budget ' + ', '.join(f'{arm} {v}' for arm, v in vals.items()))
+    planned, used = d.get('seeds_planned'), d.get('seeds_used')
+    if planned: parts.append(f'seeds {_span(planned)} planned, ' + (f'{_span(used)} used' if used else 'none run yet'))
+    elif used: parts.append(f'seeds {_span(used)}')
+    return '; '.join(parts)
+
+def verdict_reason(e: dict, # one ledger entry
+                   scores: Optional[dict] = None # its arms' scores (default: the ledger's copies)
+                  ) -> str:
+    """Why the ledger gave this verdict, in the order the verdict rules (notebook 29) apply: records, the gate, the
+    seed count, Holm's p, then the direction; and whether the comparison was registered before its runs."""
+    scores = scores or {arm: a.get('scores', []) for arm, a in e['arms'].items()}
+    n = [len(v) for v in scores.values()]
+    p = e.get('p_adjusted', e.get('p'))
+    gate = e.get('regime') or {}
+    if not all(n): why = 'an arm has no records yet'
+    elif not gate.get('learns', True):
+        why = f"the gate failed ({gate.get('reference') or 'the model did not leave its trivial regime'})"
+    elif min(n) < 3: why = f"fewer than 3 seeds in an arm ({' and '.join(map(str, n))})"
+    elif p is None or p >= 0.05: why = f"{_p_text(p) or 'no p'} after Holm's correction, not below 0.05"
+    elif e.get('verdict') in ('contradicts', 'control fails'):
+        why = f'{_p_text(p)} after Holm, against the claimed direction'
+    else: why = f'{_p_text(p)} after Holm, in the claimed direction'
+    reg = 'registered before its runs' if e.get('confirmatory') else \
+          'post hoc: not registered before its runs' if e.get('post_hoc') else ''
+    return why + (f'; {reg}' if reg else '')
+
+def result_sentence(e: dict, # one ledger entry
+                    root=None) -> str:
+    """One sentence for an entry: b minus a on its metric with the 95% interval and seeds, its test's p, the verdict and
+    the reason for it (and the budget and seeds of its design, where the ledger records one)."""
+    scores = _entry_scores(e, root)
+    (b, sb), (a, sa) = scores.items()
+    nd = _decimals(scores)
+    plan = design_text(e)
+    plan = f' ({plan})' if plan else ''
+    if not (sa and sb):
+        return f"`{b}` against `{a}` ({e.get('metric', '')}): no records yet{plan}, so **{e.get('verdict', '-')}**."
+    ci = e.get('ci')
+    eff = _num(e.get('effect'), nd, True) + (f" [{_num(ci[0], nd, True)}, {_num(ci[1], nd, True)}]" if ci else '')
+    p = _p_text(e.get('p_adjusted', e.get('p')))
+    return (f"`{b}` minus `{a}` on {e.get('metric', 'the metric')}: {eff}"
+            + (' (95% interval)' if ci else '') + f" over {len(sb)} + {len(sa)} seeds{plan}"
+            + (f', {p} (Holm)' if p else '') + f": **{e.get('verdict', '-')}**, because {verdict_reason(e, scores)}.")
+
 def verdict_rows(entries: list, # ledger entries (`ledger_entries`)
                  root=None) -> list:
-    """One row per entry: the claim, both arms' mean ± sd over seeds from their records, the effect (b - a) with its
-    95% interval and Holm-adjusted p, and the ledger's verdict (tagged post hoc or registered, and its role)."""
+    """One row per entry whose arms both have records: the claim, both arms' mean ± sd over seeds, the effect (b - a)
+    with its 95% interval and Holm-adjusted p, and the ledger's verdict with its reason (`verdict_reason`)."""
     rows = []
     for e in entries:
-        scores = {arm: [x for x in arm_scores(e, arm, root) if x is not None] for arm in e['arms']}
-        nd = 2 if max((abs(x) for xs in scores.values() for x in xs), default=0) >= 10 else 3
-        # b first: the effect is b - a
-        cells = [f"{arm} {fmt_mean_sd(*mean_sd(xs), nd=nd)} (n={len(xs)})" for arm, xs in list(scores.items())[::-1]]
+        scores = _entry_scores(e, root)
+        if not all(scores.values()): continue                      # nothing run: named in the box, not a row
+        nd = _decimals(scores)
+        cells = [f"{arm} {fmt_mean_sd(*mean_sd(xs), nd=nd)} (n={len(xs)})" for arm, xs in scores.items()]
         ci = e.get('ci') or [None, None]
         eff = f"{_num(e.get('effect'), nd, True)} [{_num(ci[0], nd, True)}, {_num(ci[1], nd, True)}]"
-        p = e.get('p_adjusted', e.get('p'))
-        tags = [t for t in (e.get('role'), 'post hoc' if e.get('post_hoc') else
-                            'registered' if e.get('confirmatory') else None) if t]
-        eff += '' if p is None else ', p < 0.001' if p < 0.001 else f', p = {p:.3f}'
-        rows.append([e['id'], e.get('metric', ''), ' vs '.join(cells), eff,
-                     e.get('verdict', '-') + (f" ({', '.join(tags)})" if tags else '')])
+        p = _p_text(e.get('p_adjusted', e.get('p')))
+        rows.append([e['id'], ' vs '.join(cells), eff + (f', {p}' if p else ''),
+                     f"{e.get('verdict', '-')}: {verdict_reason(e, scores)}"])
     return rows
 
 def verdict_counts(entries: list) -> str:
@@ -296,10 +369,17 @@ def verdict_counts(entries: list) -> str:
     c = Counter(e.get('verdict', '-') for e in entries)
     return f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}: " + ', '.join(f'{n} {v}' for v, n in c.items())
 
+# the labels the box's table uses, explained once under it
+BOTTOM_LINE_LEGEND = ('b vs a: each arm as mean ± sd over its seeds (n seeds), read from its records; effect: b − a '
+                      "with its 95% interval; p: the seed-level test's p after Holm's correction over the claim's "
+                      'family; gate: the level a model must pass before a comparison counts; post hoc: the comparison '
+                      'was not registered before its runs; registered: it was, and nothing changed since.')
+
 # %% ../nbs/00_utils.ipynb #b1a7e004
 class BottomLine:
-    """The box after an experiment page's title: what was run, at what scale, the result with its seed spread and the
-    ledger's verdicts (both read from the records when the page runs), and what the page does not show."""
+    """The box after an experiment page's title: what was run, at what scale, the result in one generated sentence
+    per experiment (effect, interval, verdict and its reason, read from the ledger and the records when the page
+    runs), the table of every entry with a legend, and what the page does not show."""
     def __init__(self, run: str, # what was run, in one or two sentences (markdown-ish: `code`, **bold**)
                  not_shown: str, # what the result does not show
                  experiments: Sequence[str] = (), # the ledger's experiments this page reports
@@ -311,47 +391,74 @@ class BottomLine:
         self.entries = ledger_entries(experiments, root)
         self.rows = verdict_rows(self.entries, root)
         self.experiments = [x for x in experiments if any(e['experiment'] == x for e in self.entries)]
+        ran = {e['id'] for e in self.entries if all(_entry_scores(e, root).values())}
+        self.not_run = [e['id'] for e in self.entries if e['id'] not in ran]
+        lead = lambda x: sorted((e for e in self.entries if e['experiment'] == x and e['id'] in ran),
+                                key=lambda e: e.get('role') != 'test')[:1]
+        mine = lambda x: [e for e in self.entries if e['experiment'] == x]
+        self.sentences = [(x, result_sentence(lead(x)[0], root) if lead(x) else
+                           f"`{x}`: {verdict_counts(mine(x))}, because no entry has records yet.")
+                          for x in self.experiments]
 
     def _scales(self) -> list:
-        "(experiment, its scales joined) for each experiment: the distinct 'scale' texts of its entries."
-        return [(x, ' | '.join(dict.fromkeys(e['scale'] for e in self.entries if e['experiment'] == x)))
-                for x in self.experiments]
+        """(experiment, its scale) for each experiment: the distinct scale texts of its entries, each said once (one
+        that another extends is left out), then the hardware its records name (none named: left out)."""
+        out = []
+        for x in self.experiments:
+            texts, hw = [], []
+            for e in self.entries:
+                if e['experiment'] != x: continue
+                s, _, h = e['scale'].partition('; hardware: ')
+                texts.append(s)
+                hw += [w.strip() for w in h.split(', ') if w.strip() and w.strip() != 'none']
+            texts = [t for t in dict.fromkeys(texts) if not any(u != t and u.startswith(t) for u in texts)]
+            s = ' | '.join(texts) + (f"; hardware: {', '.join(dict.fromkeys(hw))}" if hw else '')
+            out.append((x, s))
+        return out
 
     def __repr__(self) -> str:
-        out = ['Bottom line', f'What was run: {self.run}']
+        out = ['Bottom line']
+        out += [f'Result ({x}): {s}' for x, s in self.sentences]
+        if self.result: out.append(f'Result: {self.result}')
+        out.append(f'What was run: {self.run}')
         if self.scale: out.append(f'Scale: {self.scale}')
         out += [f'Scale of {x}: {s}' for x, s in self._scales()]
-        if self.result: out.append(f'Result: {self.result}')
         if self.table: out.append(format_table(*self.table))
         for x in self.experiments:
             out.append(f"Ledger (29_claims), {x}: {verdict_counts([e for e in self.entries if e['experiment'] == x])}")
         if self.rows:
-            out.append(format_table(['claim', 'metric', 'b vs a: mean ± sd over seeds', 'effect [95% CI], p (Holm)',
-                                     'verdict'], self.rows))
+            out.append(format_table(['claim', 'b vs a', 'effect [95% CI], p (Holm)', 'verdict: why'], self.rows))
+            out.append(BOTTOM_LINE_LEGEND)
+        if self.not_run: out.append(f"Not run yet: {', '.join(self.not_run)}")
         return '\n'.join(out + [f'What it does not show: {self.not_shown}'])
 
     def _repr_html_(self) -> str:
         import html
         def tab(header, rows):
             th = ''.join(f'<th>{html.escape(str(h))}</th>' for h in header)
-            trs = ''.join('<tr>' + ''.join(f'<td>{html.escape(str(v))}</td>' for v in r) + '</tr>' for r in rows)
+            trs = ''.join('<tr>' + ''.join(f'<td data-label="{html.escape(str(h))}">{html.escape(str(v))}</td>'
+                                           for h, v in zip(header, r)) + '</tr>' for r in rows)
             return f'<div class="bl-table"><table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table></div>'
-        h = ['<div class="bottom-line"><p class="bl-title"><strong>Bottom line</strong></p>',
-             f'<p><strong>What was run.</strong> {_inline(self.run)}</p>']
+        h = ['<div class="bottom-line"><p class="bl-title"><strong>Bottom line</strong></p>']
+        if self.sentences:
+            h.append('<ul class="bl-result">' + ''.join(f'<li>{_inline(s)}</li>' for _, s in self.sentences) + '</ul>')
+        if self.result: h.append(f'<p class="bl-result"><strong>Result.</strong> {_inline(self.result)}</p>')
+        h.append(f'<p><strong>What was run.</strong> {_inline(self.run)}</p>')
         sc = ([_inline(self.scale)] if self.scale else []) + [f'<code>{x}</code>: {html.escape(s)}'
                                                               for x, s in self._scales()]
         if sc: h.append('<p><strong>Scale.</strong> ' + '; '.join(sc) + '</p>')
-        if self.result: h.append(f'<p><strong>Result.</strong> {_inline(self.result)}</p>')
         if self.table: h.append(tab(*self.table))
         if self.entries:
             counts = '; '.join(f"<code>{x}</code>: {verdict_counts([e for e in self.entries if e['experiment'] == x])}"
                                for x in self.experiments)
             h.append('<p><strong>Verdicts</strong> (the claims ledger, <a href="29_claims.html">29_claims</a>, '
                      f'from <code>results/claims.json</code>). {counts}.</p>')
-            h.append(f"<details{' open' if len(self.rows) <= 6 else ''}><summary>each entry: arms as mean ± sd over "
-                     'seeds, read from their records</summary>'
-                     + tab(['claim', 'metric', 'b vs a', 'effect b − a [95% CI], p (Holm)', 'verdict'], self.rows)
-                     + '</details>')
+            if self.rows:
+                h.append(tab(['claim', 'b vs a', 'effect b − a [95% CI], p (Holm)', 'verdict: why'], self.rows))
+                h.append(f'<p class="bl-legend">{html.escape(BOTTOM_LINE_LEGEND)}</p>')
+            if self.not_run:
+                h.append('<p><strong>Not run yet.</strong> '
+                         + ', '.join(f'<code>{html.escape(i)}</code>' for i in self.not_run) + '.</p>')
         h.append(f'<p><strong>What it does not show.</strong> {_inline(self.not_shown)}</p></div>')
         return '\n'.join(h)
 

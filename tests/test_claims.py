@@ -3,7 +3,9 @@ and every entry obeys the verdict rules (see nbs/29_claims.ipynb)."""
 import copy, json
 from pathlib import Path
 import pytest
-from posenc_nb.claims import build_ledger, check_rules, ledger_text, main, PAPERS, LEDGER_KEYS, LEDGER
+from posenc_nb.claims import build_ledger, check_rules, ledger_text, main, PAPERS, LEDGER_KEYS, LEDGER, all_claims
+
+all_claims()    # the later notebooks' claims registered now, under the real paper claims (fixtures patch them)
 
 ROOT = Path(__file__).resolve().parents[1] / 'results'
 
@@ -46,7 +48,7 @@ def test_check_fails_on_a_broken_rule(ledger):
 import os, subprocess
 from dataclasses import replace
 from posenc_nb.claims import Claim, Regime, register, REGISTRY
-from posenc_nb.referee import claim_fingerprint
+from posenc_nb.referee import claim_fingerprint, Design
 
 PC = 'RoPE is better (Su et al. 2021)'
 PCS = {'rope-mt': PC}
@@ -65,9 +67,13 @@ def _commit(repo, when):
     return _git(repo, 'rev-parse', 'HEAD')
 
 
-def _claim(id='c', regime=SYN_GATE, family='rope-mt', direction=+1, registered=None):
+DESIGN = Design(settings={'a': {'lr': 0.1}, 'b': {'lr': 0.1}}, budget={'a': 9, 'b': 9}, seeds=(0, 1, 2),
+                test='paired', sd=1.0, detectable=4.0)
+
+
+def _claim(id='c', regime=SYN_GATE, family='rope-mt', direction=+1, registered=None, design=DESIGN):
     return Claim(id, 'RoFormer', PC, 'exp', 'synthetic', 'BLEU', ('a', f'exp/a_seed*.json', 'bleu'),
-                 ('b', f'exp/b_seed*.json', 'bleu'), direction, family, regime, registered=registered)
+                 ('b', f'exp/b_seed*.json', 'bleu'), direction, family, regime, registered=registered, design=design)
 
 
 def _records(root, commit, dirty=False, commits=None, scores=((20, 21, 22), (25, 27, 26))):
@@ -77,7 +83,8 @@ def _records(root, commit, dirty=False, commits=None, scores=((20, 21, 22), (25,
             c = (commits or {}).get((arm, s), commit)
             (root / 'exp' / f'{arm}_seed{s}.json').write_text(json.dumps(dict(
                 seed=s, bleu=v, loss=3 - v / 100, git_commit=c, git_dirty=dirty and (arm, s) == ('a', 0),
-                started_utc='2026-12-07T11:00:00Z', init_hash=f'w{s}', data_order_hash=f'd{s}', budget={'updates': 9})))
+                started_utc='2026-12-07T11:00:00Z', init_hash=f'w{s}', data_order_hash=f'd{s}', budget={'updates': 9},
+                steps=9, config={'lr': 0.1, 'seed': s})))
 
 
 @pytest.fixture
@@ -117,6 +124,7 @@ def test_dirty_record_is_excluded_and_a_verdict_over_it_fails(synthetic):
     assert e['arms']['a']['excluded'][0]['why'].startswith('made from a dirty tree') and not e['confirmatory']
     e['arms']['a']['records'].insert(0, e['arms']['a']['excluded'][0]['record'])   # a ledger that reads it anyway
     e['arms']['a']['scores'].insert(0, 20.0)
+    e['verdict'] = 'inconclusive'                                                  # ... and states a verdict
     from posenc_nb.claims import check_rules
     assert any('a verdict from a record with made from a dirty tree' in m
                for m in check_rules(ledger, root, [_claim(registered=reg)], sources=[]))
@@ -178,3 +186,120 @@ def test_register_refuses_a_changed_definition(synthetic, monkeypatch):
     import posenc_nb.claims as cl
     monkeypatch.setattr(cl, 'CLAIMS', [replace(_claim(), direction=-1)])
     with pytest.raises(ValueError, match='registered with another definition'): register(['c'], root)
+
+
+def synthetic_verdict(e: dict) -> str:
+    "The verdict of an entry of a synthetic ledger (constructed records, no real claim)."
+    return e['verdict']
+
+
+def test_registered_without_a_design_is_post_hoc(synthetic, monkeypatch):
+    "A claim whose registration fixed arms and gate but not budget, settings and seeds is exploratory."
+    root, _, run = synthetic
+    bare = _claim(design=None)
+    (root / REGISTRY).write_text(json.dumps({'c': claim_fingerprint(bare.definition())}))
+    reg2 = _commit(root.parent, '2026-12-07T10:20:00')
+    _records(root, _commit(root.parent, '2026-12-07T10:30:00'))
+    ledger, bad = _check(root, [replace(bare, registered=reg2)])
+    assert bad == [] and ledger[0]['post_hoc'] and not ledger[0]['confirmatory']
+    assert any('without its design' in m for m in ledger[0]['provenance']['registration'])
+
+
+def _departed(root, run, **change):
+    "Records of the registered claim with one seed's record changed (lr, steps or seed)."
+    _records(root, run)
+    f = root / 'exp' / 'b_seed1.json'
+    r = json.loads(f.read_text())
+    if 'lr' in change: r['config']['lr'] = change['lr']
+    if 'steps' in change: r['steps'] = change['steps']
+    if 'seed' in change:
+        f.unlink()
+        r['seed'] = r['config']['seed'] = change['seed']
+        f = root / 'exp' / f"b_seed{change['seed']}.json"
+    f.write_text(json.dumps(r))
+
+
+@pytest.mark.parametrize('change, why', [(dict(lr=0.2), 'differs from the registered settings in lr'),
+                                         (dict(steps=18), 'trained 18 updates, registered 9'),
+                                         (dict(seed=7), 'seed 7 is not one of the registered seeds')])
+def test_record_departing_from_the_design_fails_the_check(synthetic, monkeypatch, change, why):
+    """A record whose learning rate, budget or seed differs from the registered design: no verdict, said why; a
+    ledger that gives one anyway breaks a rule, and `python -m posenc_nb.claims --check` fails."""
+    import posenc_nb.claims as cl
+    root, reg, run = synthetic
+    claim = _claim(registered=reg)
+    monkeypatch.setattr(cl, 'CLAIMS', [claim])
+    _records(root, run)
+    (root / LEDGER).write_text(ledger_text(build_ledger(root)))
+    assert main(['--root', str(root), '--check']) == 0                     # the design followed: the check passes
+    _departed(root, run, **change)
+    ledger = build_ledger(root)
+    e = ledger[0]
+    assert synthetic_verdict(e) == "no verdict" and not e["confirmatory"]
+    assert any(why in p for p in e["design"]["problems"])
+    forced = copy.deepcopy(ledger)
+    forced[0]['verdict'] = 'reproduces'
+    assert any('depart from the registered design' in m and why in m for m in check_rules(forced, root, sources=[]))
+    assert main(['--root', str(root), '--check']) != 0       # 1: rules broken; 2: a record it names is gone
+
+
+def test_missing_planned_seed_leaves_no_verdict(synthetic):
+    root, reg, run = synthetic
+    _records(root, run)
+    (root / 'exp' / 'a_seed2.json').unlink()
+    e = _check(root, [_claim(registered=reg)])[0][0]
+    assert synthetic_verdict(e) == 'no verdict'
+    assert any('planned seeds [2] not run' in p for p in e['design']['problems'])
+
+
+def test_one_result_counted_twice_fails(synthetic):
+    "Two claims reading the same outputs are one result: the check names the second."
+    root, reg, run = synthetic
+    _records(root, run)
+    _, bad = _check(root, [_claim(registered=reg), _claim(id='c-again', design=None)])
+    assert any(m.startswith('c-again: one result counted twice') for m in bad)
+    _, bad = _check(root, [_claim(registered=reg)])
+    assert not any('counted twice' in m for m in bad)
+
+
+def test_equal_hypotheses_in_two_folders_are_one_result(tmp_path):
+    from posenc_nb.claims import counted_twice
+    for folder in ('x', 'y'):
+        for arm in ('a', 'b'):
+            d = tmp_path / folder / f'{arm}-s0'
+            d.mkdir(parents=True)
+            (d / 'metrics.json').write_text('{}')
+            (d / 'test.hyp').write_text(f'{arm} hyp\n')
+    entry = lambda f: dict(id=f, arms={a: dict(records=[f'{f}/{a}-s0/metrics.json'], metric_key='bleu') for a in 'ab'})
+    assert counted_twice([entry('x'), entry('y')], tmp_path) == [
+        "y: one result counted twice: its arms' outputs are those of x; merge the two claims"]
+    (tmp_path / 'y/b-s0/test.hyp').write_text('another\n')
+    assert counted_twice([entry('x'), entry('y')], tmp_path) == []
+
+
+def test_second_attempt_on_the_same_seeds_is_post_hoc(synthetic):
+    root, reg, run = synthetic
+    _records(root, run)
+    again = _claim(id='c2', design=replace(DESIGN, predecessor='c'))
+    ledger, _ = _check(root, [_claim(registered=reg), again])
+    e = ledger[1]
+    assert e['post_hoc'] and not e['confirmatory'] and synthetic_verdict(e) == 'no verdict'
+    assert any('a second attempt of c on its seeds [0, 1, 2]' in p for p in e['design']['problems'])
+
+
+def test_failed_pilot_and_failed_control_leave_no_verdict(synthetic):
+    root, reg, run = synthetic
+    _records(root, run)
+    pilot = dict(reference=('exp/a_seed*.json', 'bleu'), candidate=('exp/b_seed*.json', 'bleu'), margin=0.05,
+                 what='b below a')                                            # b (about 26) is not below a (about 21)
+    gated = _claim(id='p', design=replace(DESIGN, settings={'a': {}, 'b': {}}, pilot=pilot))
+    gated = replace(gated, a=('a', 'none/a_seed*.json', 'bleu'), b=('b', 'none/b_seed*.json', 'bleu'))
+    ctl = replace(_claim(id='ctl', direction=-1, registered=reg), role='control', family='rope-mt/controls')
+    needs = _claim(id='t', registered=reg, design=replace(DESIGN, requires='ctl'))
+    ledger, _ = _check(root, [gated, ctl, needs])
+    p, c, t = ledger
+    assert synthetic_verdict(p) == 'no verdict'
+    assert p['design']['problems'][0].startswith('the registered pilot failed')
+    assert synthetic_verdict(c) != 'control holds'
+    assert synthetic_verdict(t) == 'no verdict'
+    assert any('positive control ctl does not hold' in x for x in t['design']['problems'])

@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from posenc_nb.baselines import t5_bucket
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -122,6 +124,7 @@ def _welch_by_hand():
 
 
 W1 = 10000 ** (-2 / 16) / 0.01
+def _t5(k: int) -> int: return int(t5_bucket(torch.tensor(k)))
 SOLUTIONS = {   # exercise -> a function returning the check's arguments
     '10.1': lambda: (2 * math.pi * 10000 ** (126 / 128),),
     '10.2': lambda: (_rotate,),
@@ -146,6 +149,9 @@ SOLUTIONS = {   # exercise -> a function returning the check's arguments
     '14.2': lambda: (_xl,),
     '14.3': lambda: (_mean_shift(),),
     '14.4': lambda: ([0, 1, 0, 2],),
+    '9.1': lambda: ([2.0 ** -h for h in range(1, 9)] + [2.0 ** (-(2 * h - 1) / 2) for h in range(1, 5)],),
+    '9.2': lambda: (next(k for k in range(1, 128) if _t5(k) == _t5(k + 1)),),
+    '9.3': lambda: (sum(math.cos(10 * 10000 ** (-2 * i / 64)) for i in range(32)),),
     '21.1': lambda: _welch_by_hand(),
     # notebook 30 (the length lab, on its own branch until merged): checked once its module is here
     '30.1': lambda: ((111540 - 1) // 4096,),
@@ -196,6 +202,7 @@ def _legal_links():
 
 # exercise -> (every answer the check's limits allow, how many of them are accepted: exactly n, or None for >= 1)
 BRUTE = {
+    '9.2': (lambda: [(k,) for k in range(0, 130)], 1),
     '10.3': (lambda: [(r,) for r in range(1, 1024)], 1),
     '10.4': (lambda: [(m,) for m in range(4096)], 1),
     '11.4': (lambda: [(k / 100,) for k in range(0, 1001)], None),
@@ -227,11 +234,18 @@ def test_hint_13_1_picks_out_the_answer():
     assert not [p for p in itertools.permutations(range(4)) if all(not is_range(p[:k]) for k in range(1, 4))]
 
 
+def _notebook_markdown(stem: str) -> list:
+    return [''.join(c['source']) for c in json.loads((ROOT / 'nbs' / f'{stem}.ipynb').read_text())['cells']
+            if c['cell_type'] == 'markdown']
+
+
 def test_hint_13_4_within_six_words():
-    "13.4's hint: nothing of five words or fewer works; odd positions then even ones, with six words, does."
+    "13.4's hint: nothing of five words or fewer works, and a six-word answer exists; the hint does not spell it out."
     assert not _accepted('13.4', [(list(p),) for n in range(1, 6) for p in itertools.permutations(range(n))])
     assert check('13.4')([1, 3, 5, 0, 2, 4])
     assert 'n <= 6' in check('13.4')(list(range(7))[::-1]).why
+    hint = next(s for s in _notebook_markdown('13_btg') if s.startswith('**4. Break'))
+    assert not any(w in hint for w in ('odd positions', '1 3 5', '[1, 3, 5')), hint
 
 
 # ---- the common mistakes get messages that name them --------------------------------------------------------------
@@ -265,3 +279,11 @@ def test_common_mistake_is_named(number, args, named):
 def test_tau_mistake_is_named_on_any_seed():
     for seed in range(5):
         assert '(tau+1)/2' in check('13.2')(_wrong_tau, seed=seed).why
+
+
+def test_no_page_gives_an_exercise_answer_away():
+    "The prose may point to an exercise but never call a number its answer (10_rope's derivation once did)."
+    import re
+    leaks = [(nb.stem, m.group(0)) for nb in sorted((ROOT / 'nbs').glob('*.ipynb'))
+             for s in _notebook_markdown(nb.stem) for m in re.finditer(r'.{0,60}answer (of|to) exercise.{0,20}', s)]
+    assert not leaks, leaks

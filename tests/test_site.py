@@ -160,7 +160,9 @@ def test_layout_failures():
     "Figures below 0.6 of their width, clipped verdicts, a late bottom line and sideways code fail; a fitting page passes."
     import check_site as cs
     ok = {'figs': [{'src': 'a.png', 'natural': 1000, 'shown': 672}], 'verdicts': [{'visible': True, 'right': 600, 'boxRight': 900}],
-          'bottomLine': True, 'beforeBottomLine': [], 'codeBlocks': 3, 'codeOverflowing': 0, 'codeChars': 88}
+          'bottomLine': True, 'beforeBottomLine': [], 'codeBlocks': 3, 'codeOverflowing': 0, 'codeChars': 88,
+          'blFirst': 'bl-result', 'blVerdicts': True, 'blSentences': ['`rope` minus `sinusoidal`: ... because ...'],
+          'blHiddenTables': 0, 'blEmptyRows': 0}
     assert cs.layout_failures('index.html', ok) == [] and cs.layout_failures('24_speed.html', ok) == []
     bad = {**ok, 'figs': [{'src': 'b.png', 'natural': 4379, 'shown': 672}], 'verdicts': [{'visible': False, 'right': 1000, 'boxRight': 900}],
            'beforeBottomLine': ['H2 Results'], 'codeOverflowing': 2, 'codeChars': 70}
@@ -199,3 +201,76 @@ def test_notebook_tests_leave_the_site_its_executed_notebooks(tmp_path, capsys):
     nb.cells.append(nbf.v4.new_code_cell('1 / 0'))                           # a failing notebook fails the tests
     nbf.write(nb, str(src))
     assert tn.run_for_site([src], cache, 1, reuse=False) == 1
+
+
+def test_bottom_line_failures():
+    "The box must open with its result, explain each verdict, show its tables and no arm without records."
+    import check_site as cs
+    ok = {'bottomLine': True, 'blFirst': 'bl-result', 'blVerdicts': True, 'blHiddenTables': 0, 'blEmptyRows': 0,
+          'blSentences': ['`b` minus `a` on BLEU: +1.0 [-0.1, +2.1]: **inconclusive**, because p = 0.07 after Holm']}
+    assert cs.bottom_line_failures('21_multi30k.html', ok) == []
+    assert cs.bottom_line_failures('24_speed.html', {**ok, 'blVerdicts': False, 'blSentences': []}) == []
+    assert 'does not open with its result' in cs.bottom_line_failures('21_multi30k.html', {**ok, 'blFirst': ''})[0]
+    assert 'without a result sentence' in cs.bottom_line_failures('21_multi30k.html', {**ok, 'blSentences': []})[0]
+    bare = {**ok, 'blSentences': ['x: no verdict']}
+    assert 'without its reason' in cs.bottom_line_failures('21_multi30k.html', bare)[0]
+    assert 'collapsed' in cs.bottom_line_failures('21_multi30k.html', {**ok, 'blHiddenTables': 1})[0]
+    assert 'n=0' in cs.bottom_line_failures('21_multi30k.html', {**ok, 'blEmptyRows': 2})[0]
+    assert cs.bottom_line_failures('21_multi30k.html', {'bottomLine': False}) == []
+
+
+def test_course_and_phone_failures():
+    "The course page needs every part of each lecture's plan and a short path; at 390 px nothing may be cut."
+    import check_site as cs
+    full = ' '.join(cs.COURSE_PARTS)
+    good = [{'title': 'Lecture 1: Positions in attention', 'text': full},
+            {'title': 'A three-lecture short path', 'text': ''}]
+    assert cs.course_failures(good) == []
+    f = cs.course_failures([{'title': 'Lecture 2: RoPE', 'text': full.replace('Takeaway.', '')}])
+    assert "lacks Takeaway." in f[0] and 'no three-lecture short path' in f[1]
+    assert cs.course_failures([]) [0].startswith('course.html: no lecture sections')
+    assert cs.phone_failures('course.html', []) == []
+    assert cs.phone_failures('course.html', ['a table (lecture | notebooks) ends at 512 px']) == [
+        'course.html: at 390 px a table (lecture | notebooks) ends at 512 px']
+
+
+def test_course_lecture_titles_from_headings(tmp_path):
+    "Lecture titles come from the course's `## Lecture N: title` headings (or the older table rows)."
+    nb = nbf.v4.new_notebook()
+    nb.cells = [nbf.v4.new_markdown_cell('## Lecture 1: Positions\n\ntext'),
+                nbf.v4.new_markdown_cell('| 2. Rotary | x |'),
+                nbf.v4.new_code_cell("LECTURES = {1: ('00_core',), 2: ('10_rope',), 'after': ('17_hf',)}")]
+    p = tmp_path/'course.ipynb'
+    nbf.write(nb, str(p))
+    assert bs.course_lectures(p) == [('Lecture 1: Positions', ['00_core']), ('Lecture 2: Rotary', ['10_rope']),
+                                     ('Afterwards', ['17_hf'])]
+
+
+def test_glossary_links_first_use_only(tmp_path):
+    "Each glossary term's first use on a page links to its entry; code, math, links and headings are left alone."
+    terms = bs.glossary_terms()
+    assert {'arm', 'gate', 'ledger', 'registered', 'hook', 'Holm', 'post hoc'} <= set(terms)
+    assert terms['post hoc'] == 'post-hoc' and terms['Holm'] == 'holm'
+    link = bs.make_glossary_linker({'gate': 'gate', 'arm': 'arm', 'post hoc': 'post-hoc'})
+    out = link('## The gate\n\n`gate` and $gate$ and [gate](x.md) stay; the Gate fails, the gate again; two arms; '
+               'harmless alarm; post hoc.')
+    assert out.startswith('## The gate\n\n`gate` and $gate$ and [gate](x.md) stay; '
+                          'the [Gate](glossary.ipynb#gate) fails')
+    assert out.count('glossary.ipynb#gate') == 1 and '[arms](glossary.ipynb#arm)' in out and 'alarm;' in out
+    assert '[post hoc](glossary.ipynb#post-hoc)' in out
+    assert 'glossary.ipynb' not in link('the gate once more, on the same page')
+
+
+def test_figures_get_captions_and_alt_text_from_their_code():
+    "A figure's caption is what its code titles it, its alt text adds the axes; the check fails file names as alt."
+    import check_site as cs
+    cap, alt = bs.figure_text("ax.plot(x)\nax.set(xlabel='length', ylabel='loss', title=f'Loss at {n} seeds')")
+    assert cap == 'Loss at … seeds' and alt == 'Loss at … seeds (x: length; y: loss)'
+    assert bs.figure_text('axes = plot_xl(runs)') == ('Drawn by `plot_xl`', 'Drawn by plot_xl')
+    fig = {'src': 'a.png', 'natural': 600, 'shown': 600}
+    good = {**fig, 'alt': 'Loss (x: length)', 'caption': 'Figure 2: Loss'}
+    assert cs.layout_failures('10_rope.html', {'figs': [good], 'verdicts': [], 'codeOverflowing': 0, 'codeBlocks': 0,
+                                               'codeChars': None}) == []
+    bad = cs.layout_failures('10_rope.html', {'figs': [{**fig, 'alt': '_images/0411.png', 'caption': ''}],
+                                              'verdicts': [], 'codeOverflowing': 0, 'codeBlocks': 0, 'codeChars': None})
+    assert len(bad) == 2 and 'alt text' in bad[0] and 'numbered caption' in bad[1]

@@ -59,7 +59,8 @@ def group_of(stem):
 
 def course_lectures(course=root/'nbs'/'course.ipynb'):
     """The course's lectures in order, [(caption, [stems])]: `LECTURES` of the course notebook (its code) and each
-    lecture's title from its table (`| 1. Positions in attention | ...`); [] when there is no course."""
+    lecture's title from its heading (`## Lecture 1: Positions in attention`) or a table row (`| 1. Positions in
+    attention | ...`); [] when there is no course."""
     if not course.exists(): return []
     cells = json.loads(course.read_text())['cells']
     lectures, titles = None, {}
@@ -67,6 +68,7 @@ def course_lectures(course=root/'nbs'/'course.ipynb'):
         src = ''.join(c['source'])
         if c['cell_type'] == 'markdown':
             titles.update((int(n), t.strip()) for n, t in re.findall(r'^\|\s*(\d+)\.\s*([^|]+?)\s*\|', src, re.M))
+            titles.update((int(n), t.strip()) for n, t in re.findall(r'^##\s+Lecture\s+(\d+):\s*(.+?)\s*$', src, re.M))
             continue
         try: tree = ast.parse(split_directives(src)[1])
         except SyntaxError: continue
@@ -270,6 +272,37 @@ def make_xref(syms, stems, local_labels, prefix=''):
         return '\n'.join(out)
     return xref
 
+# --- glossary links ------------------------------------------------------------------------------------------------
+
+def glossary_terms(glossary=root/'nbs'/'glossary.ipynb'):
+    "{term: anchor} of the glossary page: each `### term` heading, anchored as Sphinx does (lower case, dashes)."
+    if not glossary.exists(): return {}
+    cells = json.loads(glossary.read_text())['cells']
+    text = '\n'.join(''.join(c['source']) for c in cells if c['cell_type'] == 'markdown')
+    return {t: re.sub(r'[^a-z0-9]+', '-', t.lower()).strip('-') for t in re.findall(r'^###\s+(.+?)\s*$', text, re.M)}
+
+_re_skip = re.compile(r'(```[\s\S]*?```|`[^`]*`|\$\$[\s\S]+?\$\$|\$[^$\n]+\$|\[[^\]]*\]\([^)]*\)'
+                      r'|\{[^}]*\}`[^`]*`|<[^>]+>|^#.*$)', re.M)
+
+def make_glossary_linker(terms, prefix=''):
+    """Function linking the first use on a page of each glossary term (a whole word, case-insensitive, plurals too) to
+    its entry; code, math, links, HTML and headings are left alone. One linker per page: it remembers what it linked."""
+    done = set()
+    pats = {t: re.compile(rf'(?<![\w-])({re.escape(t)}s?)(?![\w-])', re.I)
+            for t in sorted(terms, key=len, reverse=True)}
+    def link(text):
+        parts = _re_skip.split(text)
+        for i in range(0, len(parts), 2):
+            for t, pat in pats.items():
+                if t in done: continue
+                m = pat.search(parts[i])
+                if m:
+                    done.add(t)
+                    linked = f'[{m.group(1)}]({prefix}glossary.ipynb#{terms[t]})'
+                    parts[i] = parts[i][:m.start()] + linked + parts[i][m.end():]
+        return ''.join(p for p in parts if p is not None)
+    return link
+
 # --- execution ---------------------------------------------------------------------------------------------------
 
 EXECUTOR_VERSION = 1                          # part of the cache key: bump it when execute_here changes what it writes
@@ -399,6 +432,30 @@ def export_target(d, modname):
     own = (d.get('export') or d.get('exports') or d.get('exporti') or '').split()
     return f'{lib}.{own[0]}' if own else modname
 
+def _quoted(call, body):
+    """The string literals `body` passes to `call(` (or to the keyword `call=`), f-string fields and TeX commands
+    elided."""
+    open_ = r'\s*' if call.endswith('=') else r'\s*\(\s*'
+    found = [m.group(2) for m in re.finditer(rf"\b{call}{open_}[rfRF]*(['\"])(.+?)\1", body)]
+    return [re.sub(r'\s+', ' ', re.sub(r'\\[A-Za-z]+|[{}$\\]', ' ', re.sub(r'\{[^{}]*\}', '…', f))).strip()
+            for f in found]
+
+def figure_text(body):
+    """(caption, alt text) for a cell that draws a figure, from what its code writes on the plot: its titles, and its
+    axis labels for the alt text; where it writes none, the plotting helper it calls."""
+    titles = list(dict.fromkeys(_quoted('set_title', body) + _quoted('suptitle', body) + _quoted('title', body)
+                                + _quoted('title=', body)))
+    xs = list(dict.fromkeys(_quoted('set_xlabel', body) + _quoted('xlabel=', body)))
+    ys = list(dict.fromkeys(_quoted('set_ylabel', body) + _quoted('ylabel=', body)))
+    helper = re.search(r'\b(\w*plot\w*)\(', body)
+    caption = '; '.join(titles) or (f'drawn by `{helper.group(1)}`' if helper else 'drawn by the code above')
+    caption = caption[:1].upper() + caption[1:]
+    axes = [f"x: {', '.join(xs)}" if xs else '', f"y: {', '.join(ys)}" if ys else '']
+    alt = caption.replace('`', '') + (f" ({'; '.join(a for a in axes if a)})" if any(axes) else '')
+    if len(alt.split()) < 2:               # a bare label (e.g. a config's name as the title): say what draws it
+        alt += f", drawn by {helper.group(1)}" if helper else ', drawn by the code above'
+    return caption, alt
+
 def md_cell(source, **meta):
     import nbformat
     c = nbformat.v4.new_markdown_cell(source)
@@ -434,13 +491,15 @@ def process_notebook(path, syms, stems, pages, executed=None):
         while lab in used: k += 1; lab = f'{base}-{k}'
         labels[n] = lab; used.add(lab)
     xref = make_xref(syms, stems, labels)
-    cells, shown = [], set()
+    gloss = make_glossary_linker(glossary_terms() if 'glossary' in stems and path.stem != 'glossary' else {})
+    cells, shown, n_fig = [], set(), 0
     for i, c in enumerate(nb.cells):
         if c.cell_type == 'raw': continue                       # front matter and raw cells are not shown
         if c.cell_type == 'markdown':
             src = c.source
             if i == ti and summary:                             # the summary line becomes the page description
                 src = re.sub(r'^>\s*' + re.escape(summary) + r'\s*$', '{.description}\n' + summary.replace('\\', '\\\\'), src, count=1, flags=re.M)
+            if i != ti: src = gloss(src)
             cells.append(md_cell(xref(local_files(src, path.parent)), **({'attachments': c.attachments} if 'attachments' in c else {})))
             continue
         d, body = split_directives(c.source)
@@ -492,6 +551,14 @@ def process_notebook(path, syms, stems, pages, executed=None):
             outs.append(o)
         c.outputs = outs
         c.metadata = {'tags': tags} if tags else {}
+        n_img = sum(any(k.startswith('image/') for k in o.get('data', {})) for o in outs)
+        if n_img:
+            n_fig += 1
+            caption, alt = figure_text(body)
+            fig = {'caption': caption}
+            n_shown = sum(o.get('output_type') in ('display_data', 'execute_result') for o in outs)
+            if n_shown == 1: fig['name'] = f'fig-{path.stem}-{n_fig}'   # MyST-NB names every displayed output: one only
+            c.metadata['mystnb'] = {'image': {'alt': alt}, 'figure': fig}
         if not body.strip() and not outs: continue
         cells.append(c)
     nb.cells = cells

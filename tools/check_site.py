@@ -17,7 +17,14 @@ reachable from the index it fails when:
 - at 1,280 px: a figure renders below 0.6 of its natural width (drawn too wide for the 672 px column); a table's
   verdict column lies outside the visible part of the table (index, 29_claims: the ledger must be readable without
   scrolling); shown code overflows sideways or its column holds fewer than 80 characters (code wraps at about 88);
-- at 390 px (a phone): display or inline math is clipped (it must fit, or scroll inside a box that fits).
+- a figure's alt text is a file name (or under two words), or the figure has no numbered caption ("Figure N");
+- at 390 px (a phone): display or inline math is clipped (it must fit, or scroll inside a box that fits); on the
+  course and the experiment pages, the page scrolls sideways, or a course table or an experiment page's bottom line
+  is wider than the screen or hides part of itself in a sideways scroll;
+- an experiment page's bottom line does not open with its result, gives a verdict without a sentence that says why
+  ('because'), collapses its table or shows a row for an arm without records (n=0);
+- the course page lacks a lecture section, a part of a lecture's plan (objectives, takeaway, prerequisites, the
+  80-minute outline, must-read and optional sections, time, exercises, compute and data) or the short path.
 It also runs one search (search.html?q=...) and fails when it finds nothing, and saves screenshots of the index,
 10_rope and the API reference at 1280 px (and the index at 1920 px) under `_site/screenshots/`.
 Counts (also cells with outputs, figures and pages without any output, as rendered) and failures go to
@@ -164,7 +171,7 @@ def find_chromium(given=None):
         if c and shutil.which(c): return shutil.which(c)
     raise SystemExit('no Chromium found: install it (Debian: apt-get install -y chromium) or pass --chromium PATH')
 
-EXPERIMENT_PAGE = re.compile(r'(2[1-8]|30)_[\w-]+\.html')
+EXPERIMENT_PAGE = re.compile(r'(2[1-8]_[\w-]+|30_length)\.html')   # 30_extend is a method page
 NUMBERED_PAGE = re.compile(r'\d\d_[\w-]+\.html')
 VERDICT_PAGES = ('index.html', '29_claims.html')
 MIN_FIGURE_SCALE = 0.6                        # rendered / natural width of a figure at 1,280 px
@@ -179,8 +186,10 @@ LAYOUT_JS = r"""
   // the img's style), else its pixel width
   const drawn = i => { const s = i.style.width || i.getAttribute('width') || '';
                        return /^[\d.]+(px)?$/.test(s) ? parseFloat(s) : i.naturalWidth; };
-  const figs = imgs.map(i => ({src: (i.getAttribute('src') || '').split('/').pop().slice(-40), natural: drawn(i),
-                               shown: Math.round(i.getBoundingClientRect().width)}));
+  const figs = imgs.map(i => { const f = i.closest('figure'), cap = f && f.querySelector('figcaption');
+    return {src: (i.getAttribute('src') || '').split('/').pop().slice(-40), natural: drawn(i),
+            shown: Math.round(i.getBoundingClientRect().width), alt: i.getAttribute('alt') || '',
+            caption: cap ? cap.textContent.trim().slice(0, 80) : ''}; });
   const verdicts = [];
   document.querySelectorAll('article table').forEach(t => {
     const th = [...t.querySelectorAll('th')].find(h => h.textContent.trim().toLowerCase() === 'verdict');
@@ -204,7 +213,14 @@ LAYOUT_JS = r"""
     const cw = ctx.measureText('0'.repeat(100)).width / 100;
     chars = Math.floor((p.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight)) / cw);
   }
+  const blTitle = bl && bl.querySelector('.bl-title');
+  const blFirst = blTitle && blTitle.nextElementSibling ? blTitle.nextElementSibling.className : '';
+  const blVerdicts = bl ? [...bl.querySelectorAll('p')].some(p => /^Verdicts/.test(p.textContent.trim())) : false;
+  const blSentences = bl ? [...bl.querySelectorAll('ul.bl-result li')].map(li => li.textContent.trim()) : [];
+  const blHiddenTables = bl ? [...bl.querySelectorAll('table')].filter(t => !t.offsetHeight).length : 0;
+  const blEmptyRows = bl ? [...bl.querySelectorAll('td')].filter(td => /\(n=0\)/.test(td.textContent)).length : 0;
   return {figs, verdicts, bottomLine: !!bl, beforeBottomLine: before, codeBlocks: pres.length,
+          blFirst, blVerdicts, blSentences, blHiddenTables, blEmptyRows,
           codeOverflowing: pres.filter(p => p.scrollWidth > p.clientWidth + 1).length, codeChars: chars};
 })()
 """
@@ -274,6 +290,12 @@ def layout_failures(name, lay):
         if f['natural'] and f['shown'] < MIN_FIGURE_SCALE * f['natural']:
             fails.append(f"{name}: a figure ({f['src']}) renders at {f['shown']} of its {f['natural']} px "
                          f"({f['shown'] / f['natural']:.2f} < {MIN_FIGURE_SCALE}): draw it for the 672 px column")
+    for f in lay['figs']:
+        alt = f.get('alt', '')
+        if 'alt' in f and (len(alt.split()) < 2 or re.search(r'\.(png|jpe?g|svg|gif)$|_images/', alt)):
+            fails.append(f"{name}: a figure ({f['src']}) whose alt text does not say what it shows: {alt[:50]!r}")
+        if 'caption' in f and not re.match(r'Figure \d+', f.get('caption', '')):
+            fails.append(f"{name}: a figure ({f['src']}) without a numbered caption")
     if name in VERDICT_PAGES:
         if not lay['verdicts']: fails.append(f'{name}: no table with a verdict column')
         hid = [v for v in lay['verdicts'] if not v['visible']]
@@ -283,10 +305,74 @@ def layout_failures(name, lay):
         if not lay['bottomLine']: fails.append(f'{name}: an experiment page without a bottom line box')
         elif lay['beforeBottomLine']:
             fails.append(f"{name}: the page does not start with its bottom line ({lay['beforeBottomLine'][0]!r} before it)")
+        fails += bottom_line_failures(name, lay)
     if lay['codeOverflowing']:
         fails.append(f"{name}: {lay['codeOverflowing']} of {lay['codeBlocks']} code blocks overflow sideways (code must wrap)")
     if lay['codeChars'] is not None and lay['codeChars'] < MIN_CODE_CHARS:
         fails.append(f"{name}: shown code holds {lay['codeChars']} characters a line (< {MIN_CODE_CHARS})")
+    return fails
+
+def bottom_line_failures(name, lay):
+    """Failures of an experiment page's bottom line: it opens with its result; with ledger entries, one sentence per
+    experiment that gives the verdict's reason ('because'); its tables are shown (not collapsed); no row of an arm
+    without records."""
+    if not lay.get('bottomLine'): return []
+    fails = []
+    if 'bl-result' not in lay.get('blFirst', '').split():
+        first = lay.get('blFirst') or 'nothing'
+        fails.append(f"{name}: the bottom line does not open with its result (first: {first!r})")
+    if lay.get('blVerdicts'):
+        if not lay.get('blSentences'): fails.append(f'{name}: ledger verdicts without a result sentence')
+        unexplained = [t for t in lay.get('blSentences', []) if ' because ' not in t]
+        if unexplained: fails.append(f'{name}: a result sentence without its reason: {unexplained[0][:80]!r}')
+    if lay.get('blHiddenTables'): fails.append(f"{name}: {lay['blHiddenTables']} bottom-line tables collapsed")
+    if lay.get('blEmptyRows'): fails.append(f"{name}: {lay['blEmptyRows']} bottom-line cells of an arm with n=0")
+    return fails
+
+# At 390 px, on the course and the experiment pages: the page never scrolls sideways; the course's tables and the
+# experiment pages' bottom line fit the screen with nothing hidden in a sideways scroll (a phone reader cannot see what
+# is cut; other tables of numbers may scroll inside their own box). PHONE_FIT_JS % selector.
+PHONE_FIT_JS = r"""
+(async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
+  const cut = [];
+  const page = document.documentElement.scrollWidth;
+  if (page > innerWidth + 1) cut.push(`the page is ${page} px wide`);
+  document.querySelectorAll('%s').forEach(e => {
+    const b = e.getBoundingClientRect();
+    if (!b.width) return;
+    const what = e.classList.contains('bottom-line') ? 'the bottom line' :
+                 `a table (${[...e.querySelectorAll('th')].map(h => h.textContent.trim()).join(' | ').slice(0, 60)})`;
+    if (b.right > innerWidth + 1) cut.push(`${what} ends at ${Math.round(b.right)} px`);
+    else if (e.scrollWidth > e.clientWidth + 1) cut.push(`${what} hides ${e.scrollWidth - e.clientWidth} px sideways`);
+  });
+  return cut;
+})()
+"""
+
+def phone_failures(name, cut):
+    "Failures of what PHONE_FIT_JS found on page `name` at 390 px."
+    return [f'{name}: at 390 px {c}' for c in cut]
+
+# The course page as a syllabus: every lecture section holds each part of a lecture's plan, and a short path exists.
+COURSE_PARTS = ('Objectives.', 'Takeaway.', 'Prerequisites.', 'In class (80 minutes).', 'Must read.', 'Optional.',
+                'Time.', 'Exercises.', 'Compute and data.')
+COURSE_JS = r"""
+(() => [...document.querySelectorAll('article section')].filter(s => {
+    const h = s.querySelector(':scope > h2');
+    return h && /^(Lecture \d+:|A three-lecture short path)/.test(h.textContent);
+  }).map(s => ({title: s.querySelector(':scope > h2').textContent.replace('#', '').trim(), text: s.textContent})))()
+"""
+
+def course_failures(sections):
+    "Failures of the course page: at least one lecture, each with every part of its plan, and the short path."
+    lectures = [s for s in sections if s['title'].startswith('Lecture ')]
+    fails = [] if lectures else ['course.html: no lecture sections (## Lecture N: ...)']
+    for s in lectures:
+        missing = [p for p in COURSE_PARTS if p not in s['text']]
+        if missing: fails.append(f"course.html: {s['title']!r} lacks {', '.join(missing)}")
+    if not any(s['title'].startswith('A three-lecture short path') for s in sections):
+        fails.append('course.html: no three-lecture short path')
     return fails
 
 def local_file(url, base):
@@ -345,6 +431,7 @@ def check(chromium=None, query='rotary', meta_file=out_root/'src'/'_pages.json')
             r['layout'] = ch.eval(LAYOUT_JS)
             fails += layout_failures(name, r['layout'])
             if name == '10_rope.html' and not r['tocVisible']: fails.append(f'{name}: the page contents are not visible at 1280 px')
+            if name == 'course.html': fails += course_failures(ch.eval(COURSE_JS))
             for u in r['links']:
                 if u.startswith(base):
                     clean = u.split('#')[0].split('?')[0]
@@ -382,6 +469,13 @@ def check(chromium=None, query='rotary', meta_file=out_root/'src'/'_pages.json')
             n_phone += 1
             r['clipped_math_390'] = clipped
             if clipped: fails.append(f'{name}: at 390 px {len(clipped)} formulas clipped, e.g. {clipped[0]}')
+        # a phone: the course and the experiment pages fit, nothing cut sideways
+        for name in [n for n in res if n == 'course.html' or EXPERIMENT_PAGE.fullmatch(n)]:
+            ch.send('Page.navigate', url=base + name)
+            ch.wait_event('Page.loadEventFired')
+            cut = ch.eval(PHONE_FIT_JS % ('article table' if name == 'course.html' else '.bottom-line'))
+            res[name]['cut_at_390'] = cut
+            fails += phone_failures(name, cut)
         # screenshots
         shots.mkdir(parents=True, exist_ok=True)
         taken = []

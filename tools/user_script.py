@@ -62,15 +62,26 @@ def readme_own_model(p: Positions) -> None:
 
 
 def readme_hf(src: Tensor, mask: Tensor) -> None:
-    "The README's Hugging Face retrofit: one call, then a training step on a left-padded batch."
+    """The README's Hugging Face retrofit: one call (typed as the model given), a training step on a left-padded batch,
+    the encoding through its typed accessor, save and reload."""
     if importlib.util.find_spec('transformers') is None: return
+    import tempfile
     from transformers import LlamaConfig, LlamaForCausalLM
-    from posenc_nb.hf import use_encoding
-    llama = LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2))
-    use_encoding(llama, 'alibi')
+    from posenc_nb.hf import encoding_of, load_encoded, use_encoding
+    from posenc_nb.rope import RoPE
+    llama = use_encoding(LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128,
+                                                      num_hidden_layers=2, num_attention_heads=4,
+                                                      num_key_value_heads=2)), 'alibi')
     loss = llama(input_ids=src, attention_mask=mask.long(), labels=src).loss
     loss.backward()
+    assert llama.config.vocab_size == 100 and encoding_of(llama).n_heads == 4     # typed as LlamaForCausalLM
+    rope = use_encoding(LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128,
+                                                     num_hidden_layers=2, num_attention_heads=4)), 'rope')
+    assert encoding_of(rope, RoPE).style == 'half'
+    with tempfile.TemporaryDirectory() as folder:
+        llama.save_pretrained(folder)
+        back = load_encoded(folder)
+        assert encoding_of(back).n_heads == 4
 
 
 class Plug(nn.Module):
