@@ -10,8 +10,8 @@ from typing import Callable, Optional, Sequence
 from fastcore.script import Param
 from .core import list_posencs, encoding_streams
 from .utils import atomic_write
-from .store import check_not_record, check_output, checkpoint_paths, format_table, lock_folder, one_line
-from .store import RANGES, check_range, check_uncommitted
+from .store import check_not_record, checkpoint_paths, format_table, lock_folder
+from .guard import RANGES, check_output, check_range, check_uncommitted, one_line
 from .config import MAX_BEAM
 from .store import MANIFEST, RecordConflict, check_design, finished_record, record_run, summarize
 from .data import DataUnavailable

@@ -12,7 +12,8 @@ from .args import use_threads
 from .experiments import (EXPERIMENTS, Experiment, register_experiment, run_config, run_experiment,
                                    min_detectable_effect)
 from . import exp_multi30k, exp_xl   # registers floater-recipe and xl-enja-2400, the designs reused here
-from .store import config_dict, output_record, write_output, read_json
+from .guard import read_json, own_records
+from .store import config_dict, output_record, write_output
 from .utils import atomic_write, git
 from .mlm import MLM_CONFIGS, pretrain_mlm
 from .linear_lm import LM_CONFIGS, train_lm

@@ -14,8 +14,9 @@ from fastcore.script import Param
 from .causal_lm import (CausalLM, CausalLMConfig, shared_state_hash, pe_state_hash, generate, parse_encoding,
                                  causal_encodings, check_causal_encoding, spec_file, WindowTask, StepSchedule)
 from .data import load_text
-from .store import finished_output, write_output, output_record, lock_folder, read_json
-from .store import RecordConflict, check_uncommitted, config_diff, fingerprint, key_run_folder, RUN_SETTINGS
+from .store import finished_output, write_output, output_record, lock_folder
+from .store import RecordConflict, config_diff, fingerprint, key_run_folder, RUN_SETTINGS
+from .guard import read_json, check_uncommitted
 from .utils import provenance, state_hash, order_hash, atomic_save
 from .engine import pick_device, Learner, Budget, Checkpointer, ProgressBar, fit, restore
 from .args import command, command_line, run_commands, use_threads, CLIError

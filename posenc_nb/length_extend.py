@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Callable, Optional
 from .rope import rotary_from_hf
 from .rotary import RotaryCache
-from .store import finished_output, write_output, lock_folder, check_uncommitted
+from .store import finished_output, write_output, lock_folder
+from .guard import check_uncommitted
 from .utils import provenance, state_hash, order_hash
 from dataclasses import asdict
 from .length import (RESULTS, RUNS, LengthConfig, batch_offsets, train_steps, train_precision, window_losses,

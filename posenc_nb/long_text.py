@@ -12,10 +12,11 @@ import torch, torch.nn.functional as F
 from .core import list_posencs
 from .model import ModelConfig, Classifier
 from .mlm import BYTE_VOCAB, FT_SIZES, clean_text, subset_indices, _rows
-from .experiments import seed_test, two_level_bootstrap, accuracy_stats, accuracy_score
+from .stats import seed_test, two_level_bootstrap, accuracy_stats, accuracy_score
 from .utils import (atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled,
                              read_records)
-from .store import RANGES, check_budget, check_range, output_record, write_output
+from .guard import RANGES, check_budget, check_range
+from .store import output_record, write_output
 from .args import command_line, run_commands
 from .args import command, use_threads
 

@@ -132,7 +132,7 @@ def test_registered_design_reproduces_its_own_records(committed, tmp_path, monke
     rc, last = call(own + ['--steps', '3'], tmp_path, monkeypatch, capsys)            # not its design: refused
     assert rc == 2 and 'committed results' in last, last
     assert snapshot(committed) == before
-    from posenc_nb.store import CommittedResults, own_records
+    from posenc_nb.guard import CommittedResults, own_records
     with pytest.raises(CommittedResults, match="'nosuch' is not a registered design"):
         with own_records(committed / 'extrapolation', 'nosuch'): pass
 
