@@ -4,7 +4,7 @@
 
 # %% ../nbs/30_length.ipynb #baeb42cd
 from __future__ import annotations
-import json, math, sys, time
+import contextlib, json, math, sys, time
 from dataclasses import dataclass, asdict, replace, field
 from pathlib import Path
 from typing import Optional
@@ -15,8 +15,8 @@ from .causal_lm import (CausalLM, CausalLMConfig, shared_state_hash, pe_state_ha
                                  causal_encodings, check_causal_encoding, spec_file, WindowTask, StepSchedule)
 from .data import load_text
 from .store import finished_output, write_output, output_record, lock_folder
-from .store import RecordConflict, config_diff, fingerprint, key_run_folder, RUN_SETTINGS
-from .guard import read_json, check_uncommitted
+from .store import RecordConflict, config_diff, design_diff, fingerprint, key_run_folder, RUN_SETTINGS
+from .guard import read_json, check_uncommitted, committed_root, own_records
 from .utils import provenance, state_hash, order_hash, atomic_save
 from .engine import pick_device, Learner, Budget, Checkpointer, ProgressBar, fit, restore
 from .args import command, command_line, run_commands, use_threads, CLIError
@@ -399,6 +399,15 @@ def _lab_config(config: str, steps: Optional[int]) -> LengthConfig:
 # %% ../nbs/30_length.ipynb #3e4f16fc
 LENGTH_COMMANDS: dict = {}
 
+def _lab_writes_into(out: Path, arms: list, cfg: LengthConfig):
+    "What lets `run` write into `out`: outside committed results nothing; inside, only the folder's own design."
+    if committed_root(out) is None: return contextlib.nullcontext()
+    recs = read_length(out)
+    own = bool(recs) and set(arms) <= set(ARM_SETS['board']) and all(
+        isinstance(r.get('config'), dict) and not design_diff(r['config'], replace(cfg, encoding=r['encoding'],
+                                                                                     seed=r['seed'])) for r in recs)
+    return own_records(out, Path(out).resolve().name) if own else contextlib.nullcontext()   # else: refused, named
+
 @command(registry=LENGTH_COMMANDS)
 def length_run(*, encodings: str = ','.join(ARMS), # comma-separated arms (see `ARMS`)
                seeds: str = '0,1,2', # comma-separated seeds
@@ -416,11 +425,13 @@ def length_run(*, encodings: str = ','.join(ARMS), # comma-separated arms (see `
       python -m posenc_nb.length run --encodings rope --seeds 0 --steps 100 --out /tmp/length"""
     arms, seed_list, cfg = parse_arms(encodings), _ints(seeds, 'seeds'), _lab_config(config, steps)
     use_threads(threads)
-    for seed in seed_list:
-        for arm in arms:
-            rec = train_arm(replace(cfg, encoding=arm, seed=seed), Path(out), Path(runs), device=device,
-                            command=command_line())
-            print(f"{arm} seed {seed}: loss at {cfg.L_train} {rec['eval'][str(cfg.L_train)]['loss']:.4f}", flush=True)
+    with _lab_writes_into(Path(out), arms, cfg):
+        for seed in seed_list:
+            for arm in arms:
+                rec = train_arm(replace(cfg, encoding=arm, seed=seed), Path(out), Path(runs), device=device,
+                                command=command_line())
+                print(f"{arm} seed {seed}: loss at {cfg.L_train} {rec['eval'][str(cfg.L_train)]['loss']:.4f}",
+                      flush=True)
     return 0
 
 @command(registry=LENGTH_COMMANDS)

@@ -132,6 +132,10 @@ def test_registered_design_reproduces_its_own_records(committed, tmp_path, monke
     rc, last = call(own + ['--steps', '3'], tmp_path, monkeypatch, capsys)            # not its design: refused
     assert rc == 2 and 'committed results' in last, last
     assert snapshot(committed) == before
+    rc, last = call(own + ['--encodings', 'rope', '--seeds', '1'], tmp_path, monkeypatch, capsys)   # a replicate
+    assert rc == 0, last
+    after = snapshot(committed)
+    assert {k: after[k] for k in before} == before and any(k.startswith('toy-design/rope-s1/') for k in after)
     from posenc_nb.guard import CommittedResults, own_records
     with pytest.raises(CommittedResults, match="'nosuch' is not a registered design"):
         with own_records(committed / 'extrapolation', 'nosuch'): pass
@@ -221,3 +225,49 @@ def test_length_runs_folder_keyed_and_checked(tmp_path, monkeypatch, capsys):
     (tmp_path / 'c' / 'rope_seed0.json').write_text(json.dumps(rec))
     with pytest.raises(ValueError, match='steps: 9 vs 2'):
         length.sample_record('rope', 0, tmp_path / 'runs', prompt=4, total=8, text=text, records=tmp_path / 'c')
+
+
+def test_the_suite_writes_its_own_records_and_nothing_else(committed, monkeypatch, capsys):
+    """`python -m posenc_nb.confirm run` is the registered design's own command for results/confirm: what its parts
+    write there is published; `posenc train --out results/confirm/mt` from the same checkout is refused, and so is a
+    suite record made outside the suite's run."""
+    from posenc_nb import confirm
+    from posenc_nb.guard import CommittedResults
+    rec = confirm.SUITE / 'mt' / 'probe_seed0.json'
+    write = lambda threads, log: confirm._one_record(rec, {'steps': 1}, lambda: {'loss': 1.0})
+    monkeypatch.setitem(confirm.PARTS, 'probe', write)
+    monkeypatch.setattr(confirm, '_clean_tree', lambda: None)        # this copy of a checkout is not a git worktree
+    rc, last = call(['confirm', 'run', '--parts', 'probe'], committed.parent, monkeypatch, capsys)
+    assert rc == 0 and json.loads((committed.parent / rec).read_text())['loss'] == 1.0, (rc, last)
+    before = snapshot(committed)
+    rc, last = call(['cli', 'train', '--config', 'synthetic-tiny', '--max-steps', '2', *TINY, '--out',
+                     'results/confirm/mt'], committed.parent, monkeypatch, capsys)
+    assert rc == 2 and 'results/confirm/mt lies in the committed results' in last, last
+    with pytest.raises(CommittedResults, match='lies in the committed results'):
+        confirm._one_record(confirm.SUITE / 'mt' / 'probe_seed1.json', {'steps': 1}, lambda: {'loss': 2.0})
+    assert snapshot(committed) == before
+
+
+def test_length_run_adds_to_its_own_design_only(committed, tmp_path, monkeypatch, capsys):
+    """`length run` into a committed folder of the lab: another arm or seed of the folder's own design (its config and
+    budget) is written there; another budget, an arm off the lab's board, or a folder without records is refused."""
+    from posenc_nb import length
+    monkeypatch.setattr(length, 'load_text', lambda name: ('abcd' * 300, 'abdc' * 100, 'abcd'))
+    run = ['length', 'run', '--config', 'smoke', '--steps', '2', '--runs', str(tmp_path / 'runs')]
+    rc, last = call(run + ['--encodings', 'rope', '--seeds', '0', '--out', str(tmp_path / 'made')], tmp_path,
+                    monkeypatch, capsys)
+    assert rc == 0, last
+    shutil.copytree(tmp_path / 'made', committed / 'length-mini')
+    before = snapshot(committed)
+    refused = {'another budget': (['--steps', '3', '--encodings', 'alibi'], 'length-mini'),
+               'an arm off the board': (['--encodings', 'rope:scaling=xpos'], 'length-mini'),
+               'a folder without records': (['--encodings', 'alibi'], 'length-new')}
+    for why, (argv, folder) in refused.items():
+        rc, last = call(run + argv + ['--seeds', '0', '--out', str(committed / folder)], tmp_path, monkeypatch, capsys)
+        assert rc == 2 and 'committed results' in last, (why, last)
+    assert snapshot(committed) == before
+    rc, last = call(run + ['--encodings', 'alibi', '--seeds', '1', '--out', str(committed / 'length-mini')], tmp_path,
+                    monkeypatch, capsys)
+    assert rc == 0, last
+    after = snapshot(committed)
+    assert {k: after[k] for k in before} == before and 'length-mini/alibi_seed1.json' in after
