@@ -2,7 +2,7 @@
 (refused with one line naming the flag or field, or done as asked, every file that was there kept). Each case runs
 in a process forked from this one, under the probe's CPU-time and memory limits. The slow cases (those that train or
 evaluate for seconds, and those that read real data) run with POSENC_SLOW=1; the cases that read real data need
-POSENC_DATA as well.
+POSENC_DATA as well. Without POSENC_SLOW, one case at least of each kind of failure the probe found still runs.
 
     python tools/probe_cli.py                        # the whole table, with its summary
     POSENC_SLOW=1 python -m pytest tests/test_probe.py  # the same cases as tests"""
@@ -30,6 +30,8 @@ CASES = [pytest.param(c, id=c['id'], marks=_marks(c)) for c in probe.all_cases()
 
 @pytest.fixture(scope='module')
 def fixtures(tmp_path_factory):
+    "Set-up shared by every case: the entry points imported once (each forked case inherits them), fixtures made once."
+    probe.preload()
     return probe.Fixtures(tmp_path_factory.mktemp('probe-fixtures'))
 
 
@@ -40,6 +42,12 @@ def test_the_table_covers_every_entry_point():
     firsts = {c['argv'][0] if c['argv'][0] != 'cli' else c['argv'][1] for c in probe.all_cases()}
     assert {'train', 'compare', 'translate', 'evaluate', 'list', 'experiments', 'mlm', 'long_text', 'classify',
             'length', 'claims', 'speed', 'linear_lm', 'api'} <= firsts, firsts
+
+
+def test_the_fast_table_keeps_every_kind_of_failure():
+    "Without POSENC_SLOW or data, at least one case of each kind the probe found (lost, mixed, hang, unhelpful) runs."
+    kinds = {c['was'] for c in probe.all_cases() if not probe.is_slow(c) and not c['data']}
+    assert {'lost', 'mixed', 'hang', 'unhelpful'} <= kinds, kinds
 
 
 @pytest.mark.parametrize('case', CASES)
