@@ -10,9 +10,10 @@ from typing import Callable, Optional, Sequence
 from fastcore.script import Param
 from .core import list_posencs, encoding_streams
 from .utils import atomic_write
-from .store import check_not_record, check_output, checkpoint_paths, format_table, lock_folder, one_line
+from .store import check_not_record, checkpoint_paths, format_table, lock_folder
+from .guard import RANGES, check_output, check_range, check_uncommitted, one_line
 from .config import MAX_BEAM
-from .store import MANIFEST, RecordConflict, finished_record, record_run, summarize
+from .store import MANIFEST, RecordConflict, check_design, finished_record, record_run, summarize
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
 from .engine import read_metrics
@@ -23,9 +24,9 @@ from .args import (CLIError, _check_encoding, _lines, _read_text, check_device, 
 
 
 # %% auto #0
-__all__ = ['COMMAND_EXTRAS', 'MAX_WORDS', 'COMPARE_KEYS', 'main', 'run_cli', 'cmd_list', 'default_run_dir', 'cmd_train',
-           'find_checkpoint', 'cmd_translate', 'cmd_evaluate', 'check_records', 'compare_runs', 'plot_compare',
-           'cmd_compare']
+__all__ = ['COMMAND_EXTRAS', 'MAX_WORDS', 'MAX_CHARS', 'COMPARE_KEYS', 'main', 'run_cli', 'cmd_list', 'default_run_dir',
+           'cmd_train', 'find_checkpoint', 'cmd_translate', 'cmd_evaluate', 'check_records', 'compare_runs',
+           'plot_compare', 'cmd_compare']
 
 # %% ../nbs/06_cli.ipynb #c1a1main
 COMMAND_EXTRAS = {'train': 'experiments', 'compare': 'experiments', 'evaluate': 'experiments'}   # checked before a run
@@ -201,6 +202,7 @@ def _write_lines(hyps: list, output: Optional[str]):
 
 # %% ../nbs/06_cli.ipynb #271de60e
 MAX_WORDS = 1000     # a cap of `posenc translate` (with MAX_BEAM): beyond them a run takes hours or all the memory
+MAX_CHARS = 5_000    # ... and of its characters: 999 words of 200 letters are tens of thousands of subwords
 
 def _check_decoding(beam: int, batch_tokens: int, output: Optional[str], input: str = '-', len_penalty: float = 0.6):
     if not 1 <= beam <= MAX_BEAM: raise CLIError(f"--beam {beam}: use 1 (greedy) to {MAX_BEAM}")
@@ -208,7 +210,7 @@ def _check_decoding(beam: int, batch_tokens: int, output: Optional[str], input: 
         raise CLIError(f"--len-penalty {len_penalty}: give a finite number >= 0 (0: no penalty; 0.6 is usual)")
     if batch_tokens < 1: raise CLIError(f"--batch-tokens {batch_tokens}: use a positive number")
     if output:
-        try: check_not_record(check_output(output, [('--input', input)]), '--output')   # refused now, not after
+        try: check_uncommitted(check_not_record(check_output(output, [('--input', input)]), '--output'), '--output')
         except ValueError as e: raise CLIError(e) from None
 
 def _check_lengths(lines: list, input: str):
@@ -217,6 +219,9 @@ def _check_lengths(lines: list, input: str):
         if len(l.split()) > MAX_WORDS:
             raise CLIError(f"--input {input}: line {i + 1} has {len(l.split())} words, more than {MAX_WORDS}; "
                            "split it into sentences")
+        if len(l) > MAX_CHARS:
+            raise CLIError(f"--input {input}: line {i + 1} has {len(l):,} characters, more than {MAX_CHARS:,}; split "
+                           "it into sentences (decoding it would run for hours)")
 
 # %% ../nbs/06_cli.ipynb #e4aaa8e5
 @command
@@ -303,9 +308,14 @@ def _check_failures(runs: list):
 
 # %% ../nbs/06_cli.ipynb #57ef6e1a
 def check_records(base: TrainConfig, encodings: Sequence[str], seeds: Sequence[int], out: Path):
-    "Each finished record in `out` has the settings asked for: another budget is refused (`RecordConflict`), first."
+    """Every finished record in `out` has the settings asked for (one design per folder: another budget is refused,
+    `RecordConflict`), and `out` is no training run's folder: checked first."""
+    if (out / 'metrics.jsonl').is_file() or checkpoint_paths(out):
+        raise CLIError(f"--out {out} is the folder of a training run (posenc train: metrics.jsonl, checkpoints); a "
+                       "comparison there would replace its results.json: pass another --out")
     for e, s in [(e, s) for e in encodings for s in seeds]:
         finished_record(out / f'{e}-s{s}', dataclasses.replace(base, enc_pe=e, seed=s))
+    check_design(out, lambda e, s: dataclasses.replace(base, enc_pe=e, seed=s))    # the records of other encodings
 
 def compare_runs(base: TrainConfig, # the config every run shares
                  encodings: Sequence[str], # one run per encoding ...
@@ -422,6 +432,7 @@ def cmd_compare(*, config: str, # a named config (see `posenc list`)
     use_threads(threads)
     base = make_config(config, set_, max_steps=max_steps, max_minutes=max_minutes)
     encs, seeds = _compare_encodings(encodings, base), list(dict.fromkeys(seeds))
+    for s in seeds: check_range('--seeds', s, *RANGES['seed'])      # 2**66 is one line, not an overflow in a run
     out = Path(out) if out else Path('runs') / f'compare-{config}'
     if out.exists() and not out.is_dir(): raise CLIError(f"--out {out} is a file; pass a folder")
     t0 = time.time()
