@@ -279,8 +279,7 @@ def row_attention(q: Tensor, # queries (B,H,Lq,dh)
 class _BandedBiasAttention(torch.autograd.Function):
     "Causal attention on the fused CPU kernels with a dense masked bias; the bias's gradient from its band alone."
     @staticmethod
-    def forward(ctx, q, k, v, mask, bias, block, *params):
-        scale = q.shape[-1] ** -0.5
+    def forward(ctx, q, k, v, mask, bias, block, scale, *params):
         out, lse = _FLASH_CPU(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
         ctx.save_for_backward(q, k, v, out, lse, mask, *params)
         ctx.bias, ctx.block, ctx.scale = bias, block, scale
@@ -290,7 +289,7 @@ class _BandedBiasAttention(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, dout):
         q, k, v, out, lse, mask, *params = ctx.saved_tensors
-        bias, scale, need = ctx.bias, ctx.scale, ctx.needs_input_grad[6:]
+        bias, scale, need = ctx.bias, ctx.scale, ctx.needs_input_grad[7:]
         dout = dout.contiguous()
         dq, dk, dv = _FLASH_CPU_BACKWARD(dout, q, k, v, out, lse, 0.0, False, attn_mask=mask, scale=scale)
         wants = [t for t, n in zip(params, need) if n]
@@ -298,10 +297,10 @@ class _BandedBiasAttention(torch.autograd.Function):
             dparams = [torch.zeros_like(t) if n else None for t, n in zip(params, need)]
             _band_grads(q, k, v, dout, out, lse, mask, bias, ctx.block, scale, wants, need, dq, dparams)
         else: dparams = [None] * len(params)
-        return dq, dk, dv, None, None, None, *dparams
+        return dq, dk, dv, None, None, None, None, *dparams
 
 def _band_grads(q, k, v, dout, out, lse, mask, bias, block, scale, wants, need, dq, dparams):
-    "The bias's gradients (into `dq` and `dparams`, in place): dS on each block's band; left of it, minus the band's sum."
+    "The bias's gradients (into `dq`, `dparams`, in place): dS on each block's band; left of it, minus the band's sum."
     delta = (dout * out).sum(-1, keepdim=True)
     for s in range(0, q.shape[2], block):
         e = min(s + block, q.shape[2])
@@ -313,7 +312,7 @@ def _band_grads(q, k, v, dout, out, lse, mask, bias, block, scale, wants, need, 
         with torch.enable_grad():
             qg = qs.detach().requires_grad_(bias.uses_q)
             b, left = bias.rows(qg, s, e, k0, e), bias.far(qg, s, e)[0]
-        far = ds.sum(-1).neg_()                             # every row of dS sums to 0: the far keys hold minus the band
+        far = ds.sum(-1).neg_()                         # every row of dS sums to 0: the far keys hold minus the band
         grads = [ds.sum_to_size(b.shape).to(b.dtype), far.sum_to_size(left.shape).to(left.dtype)]
         _bias_backward([b, left], grads, ([qg] if bias.uses_q else []) + wants, bias.uses_q, need, dq[:, :, s:e],
                        dparams)
@@ -324,6 +323,7 @@ def banded_bias_attention(q: Tensor, # queries (B,H,L,dh), on the CPU
                           mask: Tensor, # the dense bias, causally masked (-inf above the diagonal), without a gradient
                           bias: BiasRows, # the same bias by rows, with `reach` and `far` (`column_offsets` positions)
                           block: Optional[int] = None, # query rows per block of the band (default: max(64, reach))
+                          scale: Optional[float] = None, # the logits' scale (default 1/sqrt(dh))
                          ) -> Tensor: # (B,H,L,dv)
     """Causal self-attention with a bias given twice, as the dense masked `mask` (both passes run on the fused kernels
     with it) and as `bias` (its rows and far values give the bias's gradient: to its `params`, and to q when it reads
@@ -334,7 +334,8 @@ def banded_bias_attention(q: Tensor, # queries (B,H,L,dh), on the CPU
     if not (_fused_cpu(q) and q.shape[2] == k.shape[2]):
         raise ValueError(f"banded_bias_attention runs causal self-attention on the CPU's fused kernels, got q on "
                          f"{q.device} {q.dtype} with {q.shape[2]} queries and {k.shape[2]} keys; use row_attention")
-    return _BandedBiasAttention.apply(q, k, v, mask, bias, block or max(64, bias.reach), *bias.params)
+    return _BandedBiasAttention.apply(q, k, v, mask, bias, block or max(64, bias.reach),
+                                      q.shape[-1] ** -0.5 if scale is None else scale, *bias.params)
 
 # %% ../nbs/01_attention.ipynb #563b825c
 def causal_mask_mod(offset: int = 0 # Lk - Lq: the queries are the last Lq of the Lk keys
