@@ -93,9 +93,10 @@ class HFPositions:
     def _positions(self, new: int, past: int, mask, position_ids, device) -> Tensor:
         """(B|1, past+new) positions: counted over a padded `mask`, else from the cache (one row for the batch);
         `position_ids` taken where they differ."""
-        padded = mask is not None and mask.dim() == 2 and (torch.compiler.is_compiling() or not bool(mask.all()))
-        if padded: pos = (mask.long().cumsum(-1) - 1).clamp_min(0).to(device)
-        else: pos = torch.arange(past + new, device=device)[None]
+        pos = None
+        if mask is not None and mask.dim() == 2 and (torch.compiler.is_compiling() or not bool(mask.all())):
+            pos = (mask.long().cumsum(-1) - 1).clamp_min(0).to(device)                  # padded rows: counted
+        if pos is None: pos = torch.arange(past + new, device=device)[None]
         if position_ids is None: return pos
         given = position_ids.to(device).long()
         if given.dim() != 2 or given.shape[-1] != new:
@@ -160,6 +161,9 @@ class HFPositions:
         if self.calls is not None: self.calls.append((layer, query.detach(), key.detach(), extra))
 
 # %% ../nbs/17_hf.ipynb #d4a5050a
+_SDPA_GQA = tuple(int(v) for v in torch.__version__.split('.')[:2]) >= (2, 5)   # SDPA takes enable_gqa
+def _gqa(on: bool) -> dict: return {'enable_gqa': True} if on else {}
+
 def _repeat_kv(t: Tensor, n: int) -> Tensor:
     "(B,Hkv,L,d) -> (B,Hkv*n,L,d), kv head h serving query heads h*n..h*n+n-1 (grouped-query attention)."
     return t if n == 1 else t[:, :, None].expand(t.shape[0], t.shape[1], n, *t.shape[2:]).flatten(1, 2)
@@ -200,24 +204,22 @@ def _masked_bias(state: HFPositions, layer: int, query: Tensor, key: Tensor, val
     (`banded_bias_attention`), its gradient from the band. `plain`: no dropout, soft-capping, tracing or
     `dense_logit_bias`."""
     pe, site, (lq, lk) = state.pe, state.site(layer), (query.shape[2], key.shape[2])
-    rows = None
-    if plain and mask is None and lq == lk > 1 and query.device.type == 'cpu' and 'logit_bias_rows' in pe.own_hooks:
-        rows = pe.logit_bias_rows(query, q_pos, k_pos, site)
-        if rows is not None and (rows.reach is None or rows.far is None): rows = None
+    banded = plain and mask is None and lq == lk > 1 and query.device.type == 'cpu' and pe.has_hook('logit_bias_rows')
+    rows = pe.logit_bias_rows(query, q_pos, k_pos, site) if banded else None
+    if rows is not None and (rows.reach is None or rows.far is None): rows = None
     grad = torch.is_grad_enabled() and (any(p.requires_grad for p in pe.parameters())
                                         or (reads_query(pe) and query.requires_grad))
     fixed = rows is not None or not grad                # the dense bias needs no gradient of its own
     shared = plain and fixed and getattr(pe, 'layer_shared_bias', False)
-    found = state.shared.get((id(mask), lq, lk, query.dtype)) if shared else None
-    dense = found[1] if found is not None else None
+    dense = state.shared.get((id(mask), lq, lk, query.dtype), (None, None))[1] if shared else None
     if dense is None:
         with torch.no_grad() if fixed else contextlib.nullcontext():
-            dense = pe.logit_bias(query, q_pos, k_pos, site).to(query.dtype)
+            bias = pe.logit_bias(query, q_pos, k_pos, site)
+            dense = query.new_zeros(1, 1, lq, lk) if bias is None else bias.to(query.dtype)
             if mask is not None: dense = mask.to(query.dtype) + dense
             elif lq > 1: dense = _with_causal(dense, lq, lk)
         if shared: state.shared[(id(mask), lq, lk, query.dtype)] = (mask, dense)   # the mask kept: its id stays its own
-    if rows is None: return None, dense
-    return banded_bias_attention(query, key, value, dense, rows, scale=scale), None
+    return (None, dense) if rows is None else (banded_bias_attention(query, key, value, dense, rows, scale=scale), None)
 
 # %% ../nbs/17_hf.ipynb #0cf63f4a
 def posenc_attention(module: nn.Module, # a Hugging Face attention module (its `layer_idx` names the layer)
@@ -239,18 +241,19 @@ def posenc_attention(module: nn.Module, # a Hugging Face attention module (its `
     encoded = not state.plain and layer not in state.bare
     if encoded: query, key, q_pos, k_pos = _encode(state, layer, query, key)
     if state.calls is not None: state.record(layer, query, key, kwargs)
-    n = query.shape[1] // key.shape[1]
-    key, value = _repeat_kv(key, n), _repeat_kv(value, n)
+    biased, n = encoded and 'logit_bias' in state.pe.own_hooks, query.shape[1] // key.shape[1]
+    gqa = n > 1 and _SDPA_GQA and attention_mask is None and softcap is None and not biased    # as HF's sdpa does
+    if not gqa: key, value = _repeat_kv(key, n), _repeat_kv(value, n)
     mask, out = attention_mask, None
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    if encoded and 'logit_bias' in state.pe.own_hooks:
+    if biased:
         plain = not (dropout or softcap is not None or _DENSE_BIAS[0] or torch.compiler.is_compiling())
         out, mask = _masked_bias(state, layer, query, key, value, mask, q_pos, k_pos, scale, plain)
     elif mask is not None: mask = mask.to(query.dtype)
     if out is not None: pass
     elif softcap is not None: out = _softcapped_attention(query, key, value, mask, scale, dropout, softcap)
     else: out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scale,
-                                               is_causal=mask is None and query.shape[2] > 1)
+                                               is_causal=mask is None and query.shape[2] > 1, **_gqa(gqa))
     return out.transpose(1, 2).contiguous(), None
 
 # %% ../nbs/17_hf.ipynb #c0ba841f
