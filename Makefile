@@ -49,6 +49,7 @@ test-py: install
 test-slow: install
 	cd nbs && POSENC_SLOW=1 ../$(BIN)/nbdev_test --n_workers 1 --timing --flags slow
 	POSENC_SLOW=1 $(BIN)/python -m pytest tests/test_hf.py -q -k support_matrix   # every causal-LM type, minutes
+	POSENC_SLOW=1 $(BIN)/python -m pytest tests/test_typecheck.py -q   # pyright on the user script: wheel, editable
 
 export: install
 	$(BIN)/nbdev_export

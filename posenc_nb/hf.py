@@ -4,12 +4,14 @@
 
 # %% ../nbs/17_hf.ipynb #ff29fb22
 from __future__ import annotations
-import copy, functools, inspect, json
+import contextlib, copy, functools, inspect, json
 from pathlib import Path
 from typing import Any, Optional, TypeVar, overload
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from .core import Positions, PosEnc, Site, encoding_streams, list_posencs, make_posenc
+from .attention import _DENSE_BIAS, banded_bias_attention
+from .interop import reads_query
 from .utils import require
 
 ATTN_NAME = 'posenc_nb'     # the name `use_encoding` registers with Hugging Face's attention and mask interfaces
@@ -22,8 +24,8 @@ Model = TypeVar('Model', bound=nn.Module)      # `use_encoding` returns the mode
 
 # %% auto #0
 __all__ = ['ATTN_NAME', 'QKV_NAMES', 'POSITION_TABLES', 'IGNORED_KWARGS', 'Model', 'PROBE_LEN', 'Encoding', 'Refusal',
-           'HFPositions', 'posenc_attention', 'RotaryIdentity', 'LayerTypeRoPE', 'use_encoding', 'encoding_of',
-           'load_encoded']
+           'HFPositions', 'posenc_attention', 'posenc_mask', 'RotaryIdentity', 'LayerTypeRoPE', 'use_encoding',
+           'encoding_of', 'load_encoded']
 
 # %% ../nbs/17_hf.ipynb #58b72722
 class Refusal(ValueError):
@@ -56,6 +58,7 @@ class HFPositions:
         self.bare: frozenset = frozenset()          # attention layers where the model itself had no positions
         self.embedded, self.qkv_sites = None, []    # the module hook 1 is on; [attention, 0|1|2, projection hooked]
         self.pos, self.qkv, self.plain, self.native, self.inside = None, {}, False, False, False
+        self.shared: dict = {}                  # this forward's biases shared by every layer: (mask, sizes) -> bias
         self.calls: Optional[list] = None           # (layer, q, k, extra arguments) while a probe records
 
     def start(self, module, args, kwargs):
@@ -67,7 +70,7 @@ class HFPositions:
         cache = kwargs.get('past_key_values', kwargs.get('cache'))
         past = cache.get_seq_length() if cache is not None and hasattr(cache, 'get_seq_length') else 0
         self.pos = self._positions(x.shape[1], past, mask, kwargs.get('position_ids'), x.device)
-        self.qkv, self.inside = {}, True
+        self.qkv, self.inside, self.shared = {}, True, {}
         self.place_hooks()
         if self.plain: return None
         if self.pe.has_hook('qkv_bias'):       # every layer's, here: outside any gradient-checkpointed layer
@@ -88,9 +91,12 @@ class HFPositions:
                              "runs in scaled_dot_product_attention); call it without output_attentions")
 
     def _positions(self, new: int, past: int, mask, position_ids, device) -> Tensor:
-        "(B|1, past+new) positions: counted from `mask`, else from the cache; `position_ids` taken where they differ."
-        if mask is not None and mask.dim() == 2: pos = (mask.long().cumsum(-1) - 1).clamp_min(0).to(device)
-        else: pos = torch.arange(past + new, device=device)[None]
+        """(B|1, past+new) positions: counted over a padded `mask`, else from the cache (one row for the batch);
+        `position_ids` taken where they differ."""
+        pos = None
+        if mask is not None and mask.dim() == 2 and (torch.compiler.is_compiling() or not bool(mask.all())):
+            pos = (mask.long().cumsum(-1) - 1).clamp_min(0).to(device)                  # padded rows: counted
+        if pos is None: pos = torch.arange(past + new, device=device)[None]
         if position_ids is None: return pos
         given = position_ids.to(device).long()
         if given.dim() != 2 or given.shape[-1] != new:
@@ -132,7 +138,7 @@ class HFPositions:
     def last(self, n: int) -> Tensor:
         "Positions of the last `n` tokens, (B|1, n)."
         if self.pos is None: raise RuntimeError("a retrofitted model's positions are set by its forward: call it")
-        return self.pos[:, -n:]
+        return self.pos if n == self.pos.shape[1] else self.pos[:, -n:]
 
     def site(self, layer: int) -> Site: return Site('dec', layer, self.n_heads, self.head_dim)
 
@@ -155,38 +161,72 @@ class HFPositions:
         if self.calls is not None: self.calls.append((layer, query.detach(), key.detach(), extra))
 
 # %% ../nbs/17_hf.ipynb #d4a5050a
+_SDPA_GQA = tuple(int(v) for v in torch.__version__.split('.')[:2]) >= (2, 5)   # SDPA takes enable_gqa
+def _gqa(on: bool) -> dict: return {'enable_gqa': True} if on else {}
+
 def _repeat_kv(t: Tensor, n: int) -> Tensor:
     "(B,Hkv,L,d) -> (B,Hkv*n,L,d), kv head h serving query heads h*n..h*n+n-1 (grouped-query attention)."
     return t if n == 1 else t[:, :, None].expand(t.shape[0], t.shape[1], n, *t.shape[2:]).flatten(1, 2)
 
 # %% ../nbs/17_hf.ipynb #dfc348e9
 def _encode(state: HFPositions, layer: int, query: Tensor, key: Tensor) -> tuple:
-    "Hooks 3-5 at `layer`: heads' positions, q and k transformed by their own positions, the logit bias (or None)."
+    """Hooks 3-4 at `layer`: q and k transformed by their own positions; with the heads' positions (B|1,1|H,L), one
+    tensor for both when queries and keys are the same tokens (`column_offsets` reads it once per forward)."""
     pe, site = state.pe, state.site(layer)
-    q_pos, k_pos = state.last(query.shape[2]), state.last(key.shape[2])
-    own = pe.own_hooks
-    if 'head_positions' in own:
-        q_pos, k_pos = pe.head_positions(Positions(q_pos), site), pe.head_positions(Positions(k_pos), site)
-    else: q_pos, k_pos = q_pos[:, None], k_pos[:, None]
-    if 'transform_qk' in own: query, key = pe.transform_qk(query, key, q_pos, k_pos, site)
-    bias = pe.logit_bias(query, q_pos, k_pos, site) if 'logit_bias' in own else None
-    return query, key, bias
+    q_ids = state.last(query.shape[2])
+    k_ids = q_ids if key.shape[2] == query.shape[2] else state.last(key.shape[2])
+    def head(p): return pe.head_positions(Positions(p), site) if 'head_positions' in pe.own_hooks else p[:, None]
+    q_pos = head(q_ids)
+    k_pos = q_pos if k_ids is q_ids else head(k_ids)
+    if 'transform_qk' in pe.own_hooks: query, key = pe.transform_qk(query, key, q_pos, k_pos, site)
+    return query, key, q_pos, k_pos
 
 # %% ../nbs/17_hf.ipynb #baf49cbb
 def _softcapped_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor], scale: float,
                           dropout: float, softcap: float) -> Tensor:
     "Attention with soft-capped logits, softcap * tanh(s / softcap), before the mask and bias (Gemma 2)."
     s = torch.tanh(query @ key.transpose(2, 3) * scale / softcap) * softcap
+    if mask is None and query.shape[2] > 1: mask = _with_causal(torch.zeros((), dtype=s.dtype), *s.shape[2:])
     if mask is not None: s = s + mask
     w = F.dropout(F.softmax(s, dim=-1, dtype=torch.float32).to(query.dtype), p=dropout, training=dropout > 0)
     return w @ value
+
+def _with_causal(bias: Tensor, q_len: int, k_len: int) -> Tensor:
+    "`bias` with -inf where a query (the last `q_len` of `k_len` tokens) would see a later key."
+    later = torch.ones(q_len, k_len, dtype=torch.bool, device=bias.device).triu(k_len - q_len + 1)
+    return bias.masked_fill(later, float('-inf'))
+
+def _masked_bias(state: HFPositions, layer: int, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor],
+                 q_pos: Tensor, k_pos: Tensor, scale: float, plain: bool) -> tuple:
+    """Hook 5 at `layer`: (the attention output, or None; else the additive mask with the bias in it). The bias of an
+    encoding that shares it across layers (`layer_shared_bias`: T5, ALiBi) is built once per forward where no gradient
+    flows through that tensor; on the CPU without padding, a bias with `reach` runs on the fused kernels
+    (`banded_bias_attention`), its gradient from the band. `plain`: no dropout, soft-capping, tracing or
+    `dense_logit_bias`."""
+    pe, site, (lq, lk) = state.pe, state.site(layer), (query.shape[2], key.shape[2])
+    banded = plain and mask is None and lq == lk > 1 and query.device.type == 'cpu' and pe.has_hook('logit_bias_rows')
+    rows = pe.logit_bias_rows(query, q_pos, k_pos, site) if banded else None
+    if rows is not None and (rows.reach is None or rows.far is None): rows = None
+    grad = torch.is_grad_enabled() and (any(p.requires_grad for p in pe.parameters())
+                                        or (reads_query(pe) and query.requires_grad))
+    fixed = rows is not None or not grad                # the dense bias needs no gradient of its own
+    shared = plain and fixed and getattr(pe, 'layer_shared_bias', False)
+    dense = state.shared.get((id(mask), lq, lk, query.dtype), (None, None))[1] if shared else None
+    if dense is None:
+        with torch.no_grad() if fixed else contextlib.nullcontext():
+            bias = pe.logit_bias(query, q_pos, k_pos, site)
+            dense = query.new_zeros(1, 1, lq, lk) if bias is None else bias.to(query.dtype)
+            if mask is not None: dense = mask.to(query.dtype) + dense
+            elif lq > 1: dense = _with_causal(dense, lq, lk)
+        if shared: state.shared[(id(mask), lq, lk, query.dtype)] = (mask, dense)   # the mask kept: its id stays its own
+    return (None, dense) if rows is None else (banded_bias_attention(query, key, value, dense, rows, scale=scale), None)
 
 # %% ../nbs/17_hf.ipynb #0cf63f4a
 def posenc_attention(module: nn.Module, # a Hugging Face attention module (its `layer_idx` names the layer)
                      query: Tensor, # (B,H,Lq,d), Hugging Face's rotation made the identity
                      key: Tensor, # (B,Hkv,Lk,d): the cached keys first, unrotated
                      value: Tensor, # (B,Hkv,Lk,d)
-                     attention_mask: Optional[Tensor], # additive (B|1,1,Lq,Lk) float mask (`eager_mask`), or None
+                     attention_mask: Optional[Tensor], # additive (B|1,1,Lq,Lk) float mask, or None: causal suffices
                      scaling: Optional[float] = None, dropout: float = 0.0,
                      softcap: Optional[float] = None, # logit soft-capping (Gemma 2), kept
                      **kwargs) -> tuple:
@@ -198,28 +238,40 @@ def posenc_attention(module: nn.Module, # a Hugging Face attention module (its `
         raise RuntimeError(f"{type(module).__name__} runs posenc_nb's attention but its model was not given an "
                            "encoding by use_encoding; call use_encoding on that model")
     layer: int = getattr(module, 'layer_idx')
-    bias = None
-    if not state.plain and layer not in state.bare: query, key, bias = _encode(state, layer, query, key)
+    encoded = not state.plain and layer not in state.bare
+    if encoded: query, key, q_pos, k_pos = _encode(state, layer, query, key)
     if state.calls is not None: state.record(layer, query, key, kwargs)
-    n = query.shape[1] // key.shape[1]
-    key, value = _repeat_kv(key, n), _repeat_kv(value, n)
-    mask = attention_mask
-    if bias is not None: mask = bias.to(query.dtype) if mask is None else mask.to(query.dtype) + bias.to(query.dtype)
-    elif mask is not None: mask = mask.to(query.dtype)
+    biased, n = encoded and 'logit_bias' in state.pe.own_hooks, query.shape[1] // key.shape[1]
+    gqa = n > 1 and _SDPA_GQA and attention_mask is None and softcap is None and not biased    # as HF's sdpa does
+    if not gqa: key, value = _repeat_kv(key, n), _repeat_kv(value, n)
+    mask, out = attention_mask, None
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    if softcap is not None: out = _softcapped_attention(query, key, value, mask, scale, dropout, softcap)
+    if biased:
+        plain = not (dropout or softcap is not None or _DENSE_BIAS[0] or torch.compiler.is_compiling())
+        out, mask = _masked_bias(state, layer, query, key, value, mask, q_pos, k_pos, scale, plain)
+    elif mask is not None: mask = mask.to(query.dtype)
+    if out is not None: pass
+    elif softcap is not None: out = _softcapped_attention(query, key, value, mask, scale, dropout, softcap)
     else: out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scale,
-                                               is_causal=mask is None and query.shape[2] > 1)
+                                               is_causal=mask is None and query.shape[2] > 1, **_gqa(gqa))
     return out.transpose(1, 2).contiguous(), None
 
 # %% ../nbs/17_hf.ipynb #c0ba841f
+def posenc_mask(*args, dtype: torch.dtype = torch.float32, **kwargs) -> Optional[Tensor]:
+    """Hugging Face mask function (`AttentionMaskInterface`): None where the causal kernel alone is exact (`sdpa_mask`'s
+    rule: no padding, queries as many as keys or one), else the additive float mask (0 allowed, `dtype`'s minimum)."""
+    from transformers.masking_utils import sdpa_mask
+    allowed = sdpa_mask(*args, **kwargs)
+    if allowed is None: return None
+    return torch.where(allowed, torch.zeros((), device=allowed.device, dtype=dtype), torch.finfo(dtype).min)
+
 def _register():
-    "Register `posenc_attention` and the float mask it reads with Hugging Face, once."
+    "Register `posenc_attention` and the mask it reads with Hugging Face, once."
     require('transformers', "posenc_nb.hf's use_encoding")
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+    from transformers.masking_utils import AttentionMaskInterface
     AttentionInterface.register(ATTN_NAME, posenc_attention)
-    AttentionMaskInterface.register(ATTN_NAME, eager_mask)
+    AttentionMaskInterface.register(ATTN_NAME, posenc_mask)
 
 # %% ../nbs/17_hf.ipynb #1681ae6d
 class RotaryIdentity:
