@@ -12,6 +12,7 @@ from .core import list_posencs, encoding_streams
 from .utils import atomic_write
 from .store import check_not_record, checkpoint_paths, format_table, lock_folder
 from .guard import RANGES, check_output, check_range, check_uncommitted, one_line
+from .palette import encoding_color, readable_legend
 from .config import MAX_BEAM
 from .store import MANIFEST, RecordConflict, check_design, finished_record, record_run, summarize
 from .data import DataUnavailable
@@ -382,20 +383,18 @@ def _score_bars(ax, ok: list, title: str):
     ax.set_xticks(list(xs), [r['encoding'] for r in ok], rotation=30, ha='right')
     ax.set_ylim(0, 1.2 * max([r['chrf_mean'] for r in ok] + [r['bleu_mean'] for r in ok] + [1]))
     ax.set_ylabel('test score')
-    ax.legend(ncol=2, loc='upper right')
+    readable_legend(ax, ncol=2, loc='upper right')
     ax.set_title(f'{title} test BLEU / chrF'.strip())
 
 # %% ../nbs/06_cli.ipynb #cc3c4895
 def _loss_curves(ax, curves: dict):
-    import matplotlib as mpl
-    cmap = mpl.colormaps['tab10' if len(curves) <= 10 else 'tab20']
-    for i, (e, c) in enumerate(curves.items()):
-        if c: ax.plot(*zip(*c), label=e, color=cmap(i % cmap.N), ls='-' if i < 10 else '--')
+    for e, c in curves.items():
+        if c: ax.plot(*zip(*c), label=e, color=encoding_color(e))
     ax.set_xlabel('update')
     ax.set_ylabel('training loss (label-smoothed, per token)')
     ax.set_yscale('log')
     ax.set_title('learning curves')
-    if any(curves.values()): ax.legend(fontsize=7, ncol=2 if len(curves) > 6 else 1)   # no log record yet: no legend
+    readable_legend(ax)                                         # none when no curve has a log record yet
 
 # %% ../nbs/06_cli.ipynb #4a659d8f
 def _first_curves(runs: list, encs: list) -> dict:
@@ -405,7 +404,7 @@ def _first_curves(runs: list, encs: list) -> dict:
 
 def _save_plot(out: Path, rows: list, curves: dict, title: str):
     buf = io.BytesIO()
-    plot_compare(rows, curves, title=title).savefig(buf, format='png', dpi=110)
+    plot_compare(rows, curves, title=title).savefig(buf, format='png', dpi=110, bbox_inches='tight')  # the legend
     atomic_write(out / 'compare.png', buf.getvalue())
 
 # %% ../nbs/06_cli.ipynb #83d7bf8e
