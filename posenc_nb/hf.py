@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Optional, TypeVar, overload
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
-from .core import Positions, PosEnc, Site, encoding_streams, list_posencs, make_posenc
+from .core import Positions, PosEnc, Site, bias_inputs, encoding_streams, list_posencs, make_posenc
 from .utils import require
 
 ATTN_NAME = 'posenc_nb'     # the name `use_encoding` registers with Hugging Face's attention and mask interfaces
@@ -57,6 +57,7 @@ class HFPositions:
         self.embedded, self.qkv_sites = None, []    # the module hook 1 is on; [attention, 0|1|2, projection hooked]
         self.pos, self.qkv, self.plain, self.native, self.inside = None, {}, False, False, False
         self.calls: Optional[list] = None           # (layer, q, k, extra arguments) while a probe records
+        self.past, self.values = 0, {}              # cached tokens; layer -> hook 3b's values of every token seen
 
     def start(self, module, args, kwargs):
         "The model's forward pre-hook: checks the call, sets the positions (B|1, T) of the past and the new tokens."
@@ -67,7 +68,8 @@ class HFPositions:
         cache = kwargs.get('past_key_values', kwargs.get('cache'))
         past = cache.get_seq_length() if cache is not None and hasattr(cache, 'get_seq_length') else 0
         self.pos = self._positions(x.shape[1], past, mask, kwargs.get('position_ids'), x.device)
-        self.qkv, self.inside = {}, True
+        self.qkv, self.inside, self.past = {}, True, past
+        if not past: self.values = {}
         self.place_hooks()
         if self.plain: return None
         if self.pe.has_hook('qkv_bias'):       # every layer's, here: outside any gradient-checkpointed layer
@@ -149,6 +151,22 @@ class HFPositions:
         b = self.qkv.get(layer, (None,) * 3)[i]
         return None if b is None else (args[0] + b.to(args[0].dtype), *args[1:])
 
+    def token_input(self, layer: int, module, args, kwargs):
+        """Forward pre-hook of layer `layer`'s attention module: hook 3b's values of its new tokens, from the hidden
+        states it attends over, appended to those of the tokens in the cache."""
+        if self.plain or layer in self.bare: return None
+        h = kwargs.get('hidden_states', args[0] if args else None)
+        if not isinstance(h, Tensor):
+            raise Refusal(f"its {type(module).__name__} is called without hidden_states, which the encoding's "
+                          "token values are computed from")
+        new = self.pe.token_values(h, Positions(self.last(h.shape[1])), self.site(layer))
+        old = self.values.get(layer) if self.past else None
+        if old is not None and old.shape[-1] != self.past:
+            raise ValueError(f"{self.arch}'s cache holds {self.past} tokens but the encoding saw {old.shape[-1]}; "
+                             "continue a cache only from a forward of this model")
+        self.values[layer] = new if old is None else torch.cat([old, new], -1)
+        return None
+
     def record(self, layer: int, query: Tensor, key: Tensor, kwargs: dict):
         "The retrofit's probe forward: which layers called `posenc_attention`, with what q, k and extra arguments."
         extra = sorted(k for k, v in kwargs.items() if v is not None and k not in IGNORED_KWARGS)
@@ -169,7 +187,12 @@ def _encode(state: HFPositions, layer: int, query: Tensor, key: Tensor) -> tuple
         q_pos, k_pos = pe.head_positions(Positions(q_pos), site), pe.head_positions(Positions(k_pos), site)
     else: q_pos, k_pos = q_pos[:, None], k_pos[:, None]
     if 'transform_qk' in own: query, key = pe.transform_qk(query, key, q_pos, k_pos, site)
-    bias = pe.logit_bias(query, q_pos, k_pos, site) if 'logit_bias' in own else None
+    reads = {}
+    if pe.bias_reads:                 # a bias of the keys' content: every query head's keys, their token values
+        values = state.values.get(layer)
+        reads = bias_inputs(pe, _repeat_kv(key, query.shape[1] // key.shape[1]),
+                            None if values is None else values[..., -key.shape[2]:])
+    bias = pe.logit_bias(query, q_pos, k_pos, site, **reads) if 'logit_bias' in own else None
     return query, key, bias
 
 # %% ../nbs/17_hf.ipynb #baf49cbb
@@ -304,7 +327,7 @@ def _layer_type_rope(config, d: int, n_heads: int) -> Optional[LayerTypeRoPE]:
 def _build(name: str, config, n_heads: int, head_dim: int, options: dict) -> PosEnc:
     "The encoding for `config`'s model: width hidden_size where it adds to the residual stream, else H*head_dim."
     probe = make_posenc(name, 8, 2, max_len=8)
-    cls, adds = type(probe), probe.has_hook('embed') or probe.has_hook('qkv_bias')
+    cls, adds = type(probe), any(map(probe.has_hook, ('embed', 'qkv_bias', 'token_values')))
     d = config.hidden_size if adds else n_heads * head_dim
     if name == 'rope' and not options:
         per_type = _layer_type_rope(config, d, n_heads)
@@ -375,6 +398,9 @@ def _retrofit(model: nn.Module, name: str, options: dict, undo: list) -> HFPosit
                       "attention does not dispatch through Hugging Face's attention interface")
     if pe.has_hook('qkv_bias'): _check_qkv(attns)
     if pe.has_hook('qkv_bias'): state.qkv_sites = [[att, i, None] for att in attns for i in range(3)]
+    if pe.has_hook('token_values'):               # hook 3b reads each attention's input: a pre-hook per layer
+        handles += [att.register_forward_pre_hook(functools.partial(state.token_input, att.layer_idx), with_kwargs=True)
+                    for att in attns]
     state.place_hooks()
     undo.append(state.remove_hooks)
     for att in attns: att.__dict__['_posenc_state'] = state
