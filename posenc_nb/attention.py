@@ -13,9 +13,9 @@ import torch.utils.weak
 from .core import BiasRows, PosEnc, Positions, Site, bias_inputs, host_fact, whole_base
 
 # %% auto #0
-__all__ = ['BIAS_BLOCK_ELEMENTS', 'attention_mask', 'row_block', 'shared_rows', 'column_offsets', 'dense_logit_bias',
-           'row_attention', 'causal_mask_mod', 'padding_mask_mod', 'flex_block_mask', 'flex_available', 'flex_attend',
-           'head_input_proj', 'Attention']
+__all__ = ['BIAS_BLOCK_ELEMENTS', 'BIAS_BLOCK_ELEMENTS_NO_GRAD', 'attention_mask', 'row_block', 'shared_rows', 'column_offsets',
+           'dense_logit_bias', 'row_attention', 'causal_mask_mod', 'padding_mask_mod', 'flex_block_mask',
+           'flex_available', 'flex_attend', 'head_input_proj', 'Attention']
 
 # %% ../nbs/01_attention.ipynb #da194cbe
 def attention_mask(q_len: int, k_mask: Optional[Tensor], causal: bool, self_attn: bool,
@@ -77,6 +77,7 @@ def _attend(q, k, v, bias, allowed, k_mask, drop: float = 0.0):
 
 # %% ../nbs/01_attention.ipynb #88e710ab
 BIAS_BLOCK_ELEMENTS = 1 << 22      # elements of one block's (B,H,rows,Lk) bias: sets the rows per block
+BIAS_BLOCK_ELEMENTS_NO_GRAD = 1 << 20   # the same where nothing needs a gradient (evaluation, decoding)
 
 def row_block(batch: int, # B
               heads: int, # H
@@ -278,7 +279,9 @@ def row_attention(q: Tensor, # queries (B,H,Lq,dh)
     no tensor of (B,H,Lq,Lk) is ever held. Gradients reach q, k, v and the bias's `params` (and q through the bias
     when `bias.uses_q`). A bias with `reach` is dense only on each block's band: `allowed` must then pad nothing (far
     keys are not masked)."""
-    if block is None: block = row_block(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    if block is None:
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *bias.params))
+        block = row_block(q.shape[0], q.shape[1], q.shape[2], k.shape[2], None if grad else BIAS_BLOCK_ELEMENTS_NO_GRAD)
     if bias.reach is not None and not (_fused_cpu(q) and q.shape[2] == k.shape[2]): bias = replace(bias, reach=None)
     return _RowAttention.apply(q, k, v, allowed, bias, block, causal, *bias.params)
 

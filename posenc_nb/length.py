@@ -36,7 +36,7 @@ ARMS = {'none': ('none', {}), 'sinusoidal': ('sinusoidal', {}), 'learned': ('lea
         'alibi': ('alibi', {}), 't5': ('t5', {}), 'shaw': ('shaw', {}), 'floater': ('floater', {'kinds': ('dec',)})}
 # sets of arms named at once on the command line
 ARM_SETS = {'lab': tuple(ARMS), 'board': (*ARMS, 'kerple_log', 'kerple_power', 'fire', 'dpb', 'scaled_sinusoidal',
-                                          'p_rope')}
+                                          'p_rope', 'cope', 'forget')}
 
 def arm_encoding(arm: str # a preset of `ARMS`, or 'name:key=value:...' (a preset's name: its options, then these)
                 ) -> tuple: # (registered encoding, options)
