@@ -494,7 +494,8 @@ def use_encoding(model: Model, # a Hugging Face decoder-only model (Llama, Qwen2
     """Give a Hugging Face decoder-only model the position encoding `name` through Hugging Face's public extension
     points: the model's rotary embedding made the identity and absolute position tables zeroed (forward hooks), an
     attention function and its mask registered as 'posenc_nb', forward hooks on the token embeddings (hook 1) and
-    pre-hooks on q/k/v projections (hook 2); positions come from `attention_mask` (left padding) or the cache's length.
+    pre-hooks on q/k/v projections (hook 2) and on the attention modules (hook 3b, per-token values); positions come
+    from `attention_mask` (left padding) or the cache's length.
     Probe forwards then check the result; a model it cannot serve exactly is refused, unchanged, in one line.
 
     model: a Hugging Face decoder-only model, changed in place and returned. name: a registered encoding
