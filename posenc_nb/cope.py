@@ -10,10 +10,11 @@ from torch import Tensor
 from .core import PosEnc, Site, BiasRows, register_posenc
 
 # %% auto #0
-__all__ = ['COPE_POSITIONS', 'cope_gates', 'cope_positions', 'cope_interpolate', 'cope_bias', 'CoPEPosEnc']
+__all__ = ['COPE_POSITIONS', 'COPE_PAIR_CHUNK', 'cope_gates', 'cope_positions', 'cope_interpolate', 'cope_bias', 'CoPEPosEnc']
 
 # %% ../nbs/18_cope.ipynb #9a33287c
 COPE_POSITIONS = 64         # learned position embeddings per layer: contextual positions are clamped below it
+COPE_PAIR_CHUNK = 1 << 18   # by rows: the gates, positions and gathers of at most this many (query, key) pairs at once
 
 def cope_gates(q: Tensor, # queries (B,H,Lq,dh)
                k: Tensor, # keys (B,H,Lk,dh)
@@ -77,5 +78,10 @@ class CoPEPosEnc(PosEnc):
     def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site, k: Tensor) -> Optional[BiasRows]:
         "`logit_bias` a block of query rows at a time: the block's gates against every key, never all rows at once."
         first = k.shape[2] - q.shape[2]
-        def rows(qr, s, e, k0, k1, k, emb): return cope_bias(qr, k[:, :, k0:k1], emb, first + s - k0)
+        def rows(qr, s, e, k0, k1, k, emb):
+            kk = k[:, :, k0:k1]
+            step = max(1, COPE_PAIR_CHUNK // (kk.shape[0] * kk.shape[1] * kk.shape[2]))
+            ends = [(a, min(a + step, e)) for a in range(s, e, step)]
+            parts = [cope_bias(qr[:, :, a - s:b - s], kk, emb, first + a - k0) for a, b in ends]
+            return parts[0] if len(parts) == 1 else torch.cat(parts, -2)
         return BiasRows(rows, (k, self.layer_emb(site)), uses_q=True, takes_params=True)
