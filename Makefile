@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 NB_WORKERS ?= 2
 export POSENC_CACHE ?= $(CURDIR)/.cache
 
-.PHONY: help install demo test test-nbs test-py test-slow export sync-check lint typecheck docs site chromium lab bench clean-nbs student slides
+.PHONY: help install demo test test-nbs test-py test-slow export sync-check lint typecheck docs site chromium lab bench clean-nbs student student-site slides
 
 help:
 	@echo "make demo   - set up and compare every position encoding on the synthetic task (a few minutes on CPU)"
@@ -19,6 +19,7 @@ help:
 	@echo "make lab    - JupyterLab on nbs/ with the package importable"
 	@echo "make slides - reveal.js slides (offline) and printable PDFs per lecture in _slides/ (after make site)"
 	@echo "make student - the student edition: the notebooks without exercise solutions (nbgrader's release step) in _student/release/"
+	@echo "make student-site - the student edition and its site (no instructor page) in _student/site/html/ (cheap after make site)"
 	@echo "make bench  - throughput benchmark against torch.nn.Transformer"
 	@echo "make gpu-check - on a CUDA machine: gpu notebook cells, contract tests, fp16/bf16 training with exact resume, benchmarks; records in results/gpu/"
 
@@ -44,11 +45,12 @@ test-nbs: install
 	$(BIN)/python tools/test_notebooks.py --workers $(NB_WORKERS)
 
 test-py: install
-	$(BIN)/python -m pytest tests -q -x --durations=10 || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest tests -q -x -n $(NB_WORKERS) --dist worksteal --durations=10 || [ $$? -eq 5 ]
 
 test-slow: install
 	cd nbs && POSENC_SLOW=1 ../$(BIN)/nbdev_test --n_workers 1 --timing --flags slow
 	POSENC_SLOW=1 $(BIN)/python -m pytest tests/test_hf.py -q -k support_matrix   # every causal-LM type, minutes
+	POSENC_SLOW=1 $(BIN)/python -m pytest tests/test_typecheck.py -q   # pyright on the user script: wheel, editable
 
 export: install
 	$(BIN)/nbdev_export
@@ -109,6 +111,10 @@ slides: install chromium
 student: install
 	$(BIN)/pip install -q -c constraints.txt nbgrader
 	$(BIN)/python tools/student.py
+
+student-site: install
+	$(BIN)/pip install -q -c constraints.txt nbgrader
+	$(BIN)/python tools/student.py --site
 
 bench: install
 	$(BIN)/python benchmarks/throughput.py

@@ -12,9 +12,9 @@ from fastcore.docments import docments
 from fastcore.script import Param
 from . import __version__
 from .core import list_posencs
-from .store import check_budget
+from .guard import check_budget
 from .baselines import LEARNED_MAX_ROWS
-from .store import one_line
+from .guard import one_line
 from .train import CONFIGS, TrainConfig, config_fields, config_from_name
 from .utils import MissingExtra, extra_for, install_hint, missing_modules
 from .data import DataUnavailable

@@ -14,8 +14,8 @@ from .core import BiasRows, PosEnc, Positions, Site, bias_inputs, host_fact, who
 
 # %% auto #0
 __all__ = ['BIAS_BLOCK_ELEMENTS', 'BIAS_BLOCK_ELEMENTS_NO_GRAD', 'attention_mask', 'row_block', 'shared_rows', 'column_offsets',
-           'dense_logit_bias', 'row_attention', 'causal_mask_mod', 'padding_mask_mod', 'flex_block_mask',
-           'flex_available', 'flex_attend', 'head_input_proj', 'Attention']
+           'dense_logit_bias', 'row_attention', 'banded_bias_attention', 'causal_mask_mod', 'padding_mask_mod',
+           'flex_block_mask', 'flex_available', 'flex_attend', 'head_input_proj', 'Attention']
 
 # %% ../nbs/01_attention.ipynb #da194cbe
 def attention_mask(q_len: int, k_mask: Optional[Tensor], causal: bool, self_attn: bool,
@@ -284,6 +284,71 @@ def row_attention(q: Tensor, # queries (B,H,Lq,dh)
         block = row_block(q.shape[0], q.shape[1], q.shape[2], k.shape[2], None if grad else BIAS_BLOCK_ELEMENTS_NO_GRAD)
     if bias.reach is not None and not (_fused_cpu(q) and q.shape[2] == k.shape[2]): bias = replace(bias, reach=None)
     return _RowAttention.apply(q, k, v, allowed, bias, block, causal, *bias.params)
+
+# %% ../nbs/01_attention.ipynb #57ce879b
+class _BandedBiasAttention(torch.autograd.Function):
+    "Causal attention on the fused CPU kernels with a dense masked bias; the bias's gradient from its band alone."
+    @staticmethod
+    def forward(ctx, q, k, v, mask, bias, block, scale, *params):
+        out, lse = _FLASH_CPU(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+        ctx.save_for_backward(q, k, v, out, lse, mask, *params)
+        ctx.bias, ctx.block, ctx.scale = bias, block, scale
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout):
+        q, k, v, out, lse, mask, *params = ctx.saved_tensors
+        bias, scale, need = ctx.bias, ctx.scale, ctx.needs_input_grad[7:]
+        dout = dout.contiguous()
+        dq, dk, dv = _FLASH_CPU_BACKWARD(dout, q, k, v, out, lse, 0.0, False, attn_mask=mask, scale=scale)
+        wants = [t for t, n in zip(params, need) if n]
+        if wants or (bias.uses_q and ctx.needs_input_grad[0]):
+            dparams = [torch.zeros_like(t) if n else None for t, n in zip(params, need)]
+            _band_grads(q, k, v, dout, out, lse, mask, bias, ctx.block, scale, wants, need, dq, dparams)
+        else: dparams = [None] * len(params)
+        return dq, dk, dv, None, None, None, None, *dparams
+
+def _band_grads(q, k, v, dout, out, lse, mask, bias, block, scale, wants, need, dq, dparams):
+    "The bias's gradients (into `dq`, `dparams`, in place): dS on each block's band; left of it, minus the band's sum."
+    delta = (dout * out).sum(-1, keepdim=True)
+    for s in range(0, q.shape[2], block):
+        e = min(s + block, q.shape[2])
+        k0 = max(0, s - bias.reach)
+        qs, dos = q[:, :, s:e], dout[:, :, s:e]
+        p = torch.matmul(qs, k[:, :, k0:e].transpose(-1, -2)).mul_(scale).add_(mask[..., s:e, k0:e])
+        p = p.sub_(lse[:, :, s:e, None].to(q.dtype)).exp_()                                   # probabilities
+        ds = p.mul_(torch.matmul(dos, v[:, :, k0:e].transpose(-1, -2)).sub_(delta[:, :, s:e]))   # dS = P (dP - delta)
+        with torch.enable_grad():
+            qg = qs.detach().requires_grad_(bias.uses_q)
+            b, left = bias.rows(qg, s, e, k0, e), bias.far(qg, s, e)[0]
+        far = ds.sum(-1).neg_()                         # every row of dS sums to 0: the far keys hold minus the band
+        grads = [ds.sum_to_size(b.shape).to(b.dtype), far.sum_to_size(left.shape).to(left.dtype)]
+        _bias_backward([b, left], grads, ([qg] if bias.uses_q else []) + wants, bias.uses_q, need, dq[:, :, s:e],
+                       dparams)
+
+def banded_bias_attention(q: Tensor, # queries (B,H,L,dh), on the CPU
+                          k: Tensor, # keys (B,H,L,dh)
+                          v: Tensor, # values (B,H,L,dv)
+                          mask: Tensor, # the dense bias, causally masked (-inf above the diagonal), without a gradient
+                          bias: BiasRows, # the same bias by rows, with `reach` and `far` (`column_offsets` positions)
+                          block: Optional[int] = None, # query rows per block of the band (default: max(64, reach))
+                          scale: Optional[float] = None, # the logits' scale (default 1/sqrt(dh))
+                         ) -> Tensor: # (B,H,L,dv)
+    """Causal self-attention with a bias given twice, as the dense masked `mask` (both passes run on the fused kernels
+    with it) and as `bias` (its rows and far values give the bias's gradient: to its `params`, and to q when it reads
+    q). `mask` must be `bias` masked causally; no padding."""
+    if bias.reach is None or bias.far is None:
+        raise ValueError("banded_bias_attention needs a bias with reach and far (positions given as column offsets); "
+                         "use row_attention otherwise")
+    if bias.takes_params:
+        raise ValueError("banded_bias_attention computes the bias's rows from the params it captured; a bias whose "
+                         "rows take them (takes_params) runs on row_attention")
+    if not (_fused_cpu(q) and q.shape[2] == k.shape[2]):
+        raise ValueError(f"banded_bias_attention runs causal self-attention on the CPU's fused kernels, got q on "
+                         f"{q.device} {q.dtype} with {q.shape[2]} queries and {k.shape[2]} keys; use row_attention")
+    return _BandedBiasAttention.apply(q, k, v, mask, bias, block or max(64, bias.reach),
+                                      q.shape[-1] ** -0.5 if scale is None else scale, *bias.params)
 
 # %% ../nbs/01_attention.ipynb #563b825c
 def causal_mask_mod(offset: int = 0 # Lk - Lq: the queries are the last Lq of the Lk keys

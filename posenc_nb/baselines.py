@@ -287,6 +287,7 @@ def t5_score_mod(weight: Tensor, # the bucket table (num_buckets, H): `T5PosEnc.
 @register_posenc('t5')
 class T5PosEnc(PosEnc):
     "T5 relative attention bias: a learned scalar per head and log-spaced offset bucket, shared across layers."
+    layer_shared_bias = True    # one bias for every layer: a model may compute it once per forward
     lut_bi: Tensor          # buffers (declared for type checkers): bucket of each offset, encoder and decoder
     lut_causal: Tensor
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
@@ -354,6 +355,7 @@ def alibi_score_mod(slopes: Tensor, # (H,) head slopes m_h (`alibi_slopes`)
 @register_posenc('alibi')
 class ALiBiPosEnc(PosEnc):
     "ALiBi: fixed per-head linear penalty -m_h|i-j| (encoder) or -m_h(i-j) (decoder) on the attention logits."
+    layer_shared_bias = True    # one bias for every layer: a model may compute it once per forward
     slopes: Tensor          # buffer (declared for type checkers): (H,) head slopes
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 1, max_len: Optional[int] = None,
                  causal: bool = False):

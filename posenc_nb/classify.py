@@ -13,7 +13,8 @@ import numpy as np
 import torch, torch.nn as nn, torch.nn.functional as F
 from .core import Positions, list_posencs, encoding_streams
 from .model import ModelConfig, Classifier
-from .store import check_budget, check_fields, check_writable, output_record, write_output
+from .guard import check_budget, check_fields, check_writable
+from .store import output_record, write_output
 from .data import load_glue, get_tokenizer, GLUE_TASKS, UNK
 from .batches import pad_batch, TokenBatchSampler
 from .engine import inverse_sqrt, autocast_for, fused_adam, precision_name

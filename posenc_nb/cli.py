@@ -10,9 +10,11 @@ from typing import Callable, Optional, Sequence
 from fastcore.script import Param
 from .core import list_posencs, encoding_streams
 from .utils import atomic_write
-from .store import check_not_record, check_output, checkpoint_paths, format_table, lock_folder, one_line
+from .store import check_not_record, checkpoint_paths, format_table, lock_folder
+from .guard import RANGES, check_output, check_range, check_uncommitted, one_line
+from .palette import encoding_color, readable_legend
 from .config import MAX_BEAM
-from .store import MANIFEST, RecordConflict, finished_record, record_run, summarize
+from .store import MANIFEST, RecordConflict, check_design, finished_record, record_run, summarize
 from .data import DataUnavailable
 from .decode import bleu, chrf, translate
 from .engine import read_metrics
@@ -23,9 +25,9 @@ from .args import (CLIError, _check_encoding, _lines, _read_text, check_device, 
 
 
 # %% auto #0
-__all__ = ['COMMAND_EXTRAS', 'MAX_WORDS', 'COMPARE_KEYS', 'main', 'run_cli', 'cmd_list', 'default_run_dir', 'cmd_train',
-           'find_checkpoint', 'cmd_translate', 'cmd_evaluate', 'check_records', 'compare_runs', 'plot_compare',
-           'cmd_compare']
+__all__ = ['COMMAND_EXTRAS', 'MAX_WORDS', 'MAX_CHARS', 'COMPARE_KEYS', 'main', 'run_cli', 'cmd_list', 'default_run_dir',
+           'cmd_train', 'find_checkpoint', 'cmd_translate', 'cmd_evaluate', 'check_records', 'compare_runs',
+           'plot_compare', 'cmd_compare']
 
 # %% ../nbs/06_cli.ipynb #c1a1main
 COMMAND_EXTRAS = {'train': 'experiments', 'compare': 'experiments', 'evaluate': 'experiments'}   # checked before a run
@@ -201,6 +203,7 @@ def _write_lines(hyps: list, output: Optional[str]):
 
 # %% ../nbs/06_cli.ipynb #271de60e
 MAX_WORDS = 1000     # a cap of `posenc translate` (with MAX_BEAM): beyond them a run takes hours or all the memory
+MAX_CHARS = 5_000    # ... and of its characters: 999 words of 200 letters are tens of thousands of subwords
 
 def _check_decoding(beam: int, batch_tokens: int, output: Optional[str], input: str = '-', len_penalty: float = 0.6):
     if not 1 <= beam <= MAX_BEAM: raise CLIError(f"--beam {beam}: use 1 (greedy) to {MAX_BEAM}")
@@ -208,7 +211,7 @@ def _check_decoding(beam: int, batch_tokens: int, output: Optional[str], input: 
         raise CLIError(f"--len-penalty {len_penalty}: give a finite number >= 0 (0: no penalty; 0.6 is usual)")
     if batch_tokens < 1: raise CLIError(f"--batch-tokens {batch_tokens}: use a positive number")
     if output:
-        try: check_not_record(check_output(output, [('--input', input)]), '--output')   # refused now, not after
+        try: check_uncommitted(check_not_record(check_output(output, [('--input', input)]), '--output'), '--output')
         except ValueError as e: raise CLIError(e) from None
 
 def _check_lengths(lines: list, input: str):
@@ -217,6 +220,9 @@ def _check_lengths(lines: list, input: str):
         if len(l.split()) > MAX_WORDS:
             raise CLIError(f"--input {input}: line {i + 1} has {len(l.split())} words, more than {MAX_WORDS}; "
                            "split it into sentences")
+        if len(l) > MAX_CHARS:
+            raise CLIError(f"--input {input}: line {i + 1} has {len(l):,} characters, more than {MAX_CHARS:,}; split "
+                           "it into sentences (decoding it would run for hours)")
 
 # %% ../nbs/06_cli.ipynb #e4aaa8e5
 @command
@@ -303,9 +309,14 @@ def _check_failures(runs: list):
 
 # %% ../nbs/06_cli.ipynb #57ef6e1a
 def check_records(base: TrainConfig, encodings: Sequence[str], seeds: Sequence[int], out: Path):
-    "Each finished record in `out` has the settings asked for: another budget is refused (`RecordConflict`), first."
+    """Every finished record in `out` has the settings asked for (one design per folder: another budget is refused,
+    `RecordConflict`), and `out` is no training run's folder: checked first."""
+    if (out / 'metrics.jsonl').is_file() or checkpoint_paths(out):
+        raise CLIError(f"--out {out} is the folder of a training run (posenc train: metrics.jsonl, checkpoints); a "
+                       "comparison there would replace its results.json: pass another --out")
     for e, s in [(e, s) for e in encodings for s in seeds]:
         finished_record(out / f'{e}-s{s}', dataclasses.replace(base, enc_pe=e, seed=s))
+    check_design(out, lambda e, s: dataclasses.replace(base, enc_pe=e, seed=s))    # the records of other encodings
 
 def compare_runs(base: TrainConfig, # the config every run shares
                  encodings: Sequence[str], # one run per encoding ...
@@ -372,20 +383,18 @@ def _score_bars(ax, ok: list, title: str):
     ax.set_xticks(list(xs), [r['encoding'] for r in ok], rotation=30, ha='right')
     ax.set_ylim(0, 1.2 * max([r['chrf_mean'] for r in ok] + [r['bleu_mean'] for r in ok] + [1]))
     ax.set_ylabel('test score')
-    ax.legend(ncol=2, loc='upper right')
+    readable_legend(ax, ncol=2, loc='upper right')
     ax.set_title(f'{title} test BLEU / chrF'.strip())
 
 # %% ../nbs/06_cli.ipynb #cc3c4895
 def _loss_curves(ax, curves: dict):
-    import matplotlib as mpl
-    cmap = mpl.colormaps['tab10' if len(curves) <= 10 else 'tab20']
-    for i, (e, c) in enumerate(curves.items()):
-        if c: ax.plot(*zip(*c), label=e, color=cmap(i % cmap.N), ls='-' if i < 10 else '--')
+    for e, c in curves.items():
+        if c: ax.plot(*zip(*c), label=e, color=encoding_color(e))
     ax.set_xlabel('update')
     ax.set_ylabel('training loss (label-smoothed, per token)')
     ax.set_yscale('log')
     ax.set_title('learning curves')
-    if any(curves.values()): ax.legend(fontsize=7, ncol=2 if len(curves) > 6 else 1)   # no log record yet: no legend
+    readable_legend(ax)                                         # none when no curve has a log record yet
 
 # %% ../nbs/06_cli.ipynb #4a659d8f
 def _first_curves(runs: list, encs: list) -> dict:
@@ -395,7 +404,7 @@ def _first_curves(runs: list, encs: list) -> dict:
 
 def _save_plot(out: Path, rows: list, curves: dict, title: str):
     buf = io.BytesIO()
-    plot_compare(rows, curves, title=title).savefig(buf, format='png', dpi=110)
+    plot_compare(rows, curves, title=title).savefig(buf, format='png', dpi=110, bbox_inches='tight')  # the legend
     atomic_write(out / 'compare.png', buf.getvalue())
 
 # %% ../nbs/06_cli.ipynb #83d7bf8e
@@ -422,6 +431,7 @@ def cmd_compare(*, config: str, # a named config (see `posenc list`)
     use_threads(threads)
     base = make_config(config, set_, max_steps=max_steps, max_minutes=max_minutes)
     encs, seeds = _compare_encodings(encodings, base), list(dict.fromkeys(seeds))
+    for s in seeds: check_range('--seeds', s, *RANGES['seed'])      # 2**66 is one line, not an overflow in a run
     out = Path(out) if out else Path('runs') / f'compare-{config}'
     if out.exists() and not out.is_dir(): raise CLIError(f"--out {out} is a file; pass a folder")
     t0 = time.time()

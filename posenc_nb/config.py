@@ -11,7 +11,7 @@ from fastcore.basics import patch
 from .model import ModelConfig
 from .streams import list_stream_providers
 from .engine import LR_SCHEDULES
-from .store import check_fields
+from .guard import check_fields
 
 # %% auto #0
 __all__ = ['TOKENIZERS', 'MAX_BEAM', 'CONFIGS', 'TrainConfig', 'upgrade_config_dict', 'config_fields', 'config_from_name']

@@ -4,7 +4,7 @@
 
 # %% ../nbs/31_confirm.ipynb #d2bfe3f2
 from __future__ import annotations
-import argparse, functools, json, sys, time
+import argparse, contextlib, functools, json, sys, time
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Optional, Sequence
@@ -12,7 +12,8 @@ from .args import use_threads
 from .experiments import (EXPERIMENTS, Experiment, register_experiment, run_config, run_experiment,
                                    min_detectable_effect)
 from . import exp_multi30k, exp_xl   # registers floater-recipe and xl-enja-2400, the designs reused here
-from .store import config_dict, output_record, write_output, read_json
+from .guard import read_json, own_records, committed_root
+from .store import config_dict, output_record, write_output
 from .utils import atomic_write, git
 from .mlm import MLM_CONFIGS, pretrain_mlm
 from .linear_lm import LM_CONFIGS, train_lm
@@ -28,8 +29,8 @@ __all__ = ['SUITE', 'SUITE_RUNS', 'DESIGN_FILE', 'SEEDS', 'BUDGETS', 'FT_STEPS',
            'LINEAR_ARMS', 'LENGTH_CONFIG', 'LENGTH_ARMS', 'EXT_METHODS', 'SD', 'MT_SCALE', 'RECIPE_SCALE', 'XL_SCALE',
            'MLM_SCALE', 'LIN_SCALE', 'LENGTH_SCALE', 'MLM_GATE', 'LIN_GATE', 'EXT_SUITE_GATE', 'MLM_PILOT',
            'SUITE_CLAIMS', 'SUITE_REGISTRATION', 'PARTS', 'LANES', 'extension_settings', 'harness_settings',
-           'design_settings', 'design_file', 'frozen_settings', 'detectable', 'suite_design', 'run_mlm', 'run_linear',
-           'run_length', 'planned_records', 'suite_status', 'write_design', 'main']
+           'design_settings', 'design_file', 'frozen_settings', 'detectable', 'suite_design', 'suite_records',
+           'run_mlm', 'run_linear', 'run_length', 'planned_records', 'suite_status', 'write_design', 'main']
 
 # %% ../nbs/31_confirm.ipynb #333317a2
 SUITE = Path('results') / 'confirm'         # every record of the suite, one folder per part
@@ -242,6 +243,11 @@ def _harness(part: str, experiment: str, threads: int, log) -> None:
                          command=_command(part, threads), log=log)
     for run, err in rep['failed']: log(f'[FAIL] {part} {run}: {err}')
 
+def suite_records():
+    """Within, the suite may write under `SUITE`, which lies in the committed results: it is the registered design's
+    own command (`own_records`); every other command stays refused there. Outside a checkout, nothing to open."""
+    return own_records(SUITE, SUITE.name) if committed_root(SUITE) is not None else contextlib.nullcontext()
+
 def _one_record(out: Path, settings: dict, make) -> None:
     "Make one record unless it is finished for `settings` (a record of other settings is refused, naming them)."
     with output_record(out, settings) as done:
@@ -347,9 +353,10 @@ def _run(a) -> int:
     _clean_tree()
     use_threads(a.threads)
     log = lambda m: print(time.strftime('%H:%M:%S'), m, flush=True)
-    for p in parts:
-        log(f'[part] {p}')
-        PARTS[p](a.threads, log)
+    with suite_records():                       # the suite's own records, and nothing else, open to it
+        for p in parts:
+            log(f'[part] {p}')
+            PARTS[p](a.threads, log)
     return 0
 
 if __name__ == '__main__' and 'IPython' not in sys.modules: sys.exit(main())

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #c6463148
 from __future__ import annotations
-import ast, contextlib, importlib, importlib.util, math, pkgutil, re, sys
+import ast, contextlib, importlib, importlib.util, math, numbers, pkgutil, re, sys
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -16,7 +16,7 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['SITE_KINDS', 'HOOKS', 'BIAS_READS', 'ENTRY_POINT_GROUP', 'Positions', 'host_fact', 'note_fact', 'whole_base',
            'known_range', 'positions_max', 'assert_below', 'HostReads', 'Site', 'BiasRows', 'PosEnc', 'bias_inputs',
-           'register_posenc', 'registering_modules', 'import_registering', 'list_posencs', 'make_posenc',
+           'register_posenc', 'registering_modules', 'import_registering', 'list_posencs', 'make_posenc', 'check_sizes',
            'encoding_streams']
 
 # %% ../nbs/00_core.ipynb #28c4ebe3
@@ -504,12 +504,23 @@ def make_posenc(name: str, # a name from `list_posencs()`
     _discover()
     if name not in _REGISTRY:
         raise ValueError(f"unknown position encoding {name!r}; choose one of: {', '.join(sorted(_REGISTRY))}")
+    check_sizes(d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_len=max_len)
     try:
         return _REGISTRY[name](d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_len=max_len, causal=causal,
                                **options)
     except TypeError as e:
         if 'unexpected keyword' in str(e): raise ValueError(f"position encoding {name!r}: {e}") from None
         raise
+
+def check_sizes(**sizes):
+    "A one-line ValueError unless each size is a whole number >= 1 (None allowed for max_len) and heads divide d_model."
+    for k, v in sizes.items():
+        if v is None and k == 'max_len': continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise ValueError(f"{k}={v!r}: {k} must be a whole number >= 1")
+    if 'd_model' in sizes and 'n_heads' in sizes and sizes['d_model'] % sizes['n_heads']:
+        raise ValueError(f"d_model={sizes['d_model']} is not divisible by n_heads={sizes['n_heads']}; pick a width "
+                         "that is a multiple of the number of heads")
 
 # %% ../nbs/00_core.ipynb #bcaf605f
 def encoding_streams(name: str # a name from `list_posencs()`

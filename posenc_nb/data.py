@@ -55,7 +55,12 @@ def _read_text(f: Path) -> str:
         raise DataUnavailable(f"data file {f} is corrupt or not {'gzip-compressed ' if f.suffix == '.gz' else ''}UTF-8 "
                               f"text ({e}); restore it from its source") from None
 
-def _read_lines(f: Path) -> list: return _read_text(f).splitlines()
+def _read_lines(f: Path) -> list:
+    """The lines of a data file, split on '\\n' only (a final newline ends the last line; '\\r\\n' counts as one):
+    U+2028, U+0085 and the other characters `str.splitlines` also breaks at are data inside a line."""
+    text = _read_text(f)
+    lines = text.split('\n')[:-1] if text.endswith('\n') else (text.split('\n') if text else [])
+    return [l[:-1] if l.endswith('\r') else l for l in lines]
 
 # %% ../nbs/03_data.ipynb #68c11d66
 def _read_jsonl(f: Path) -> list:
@@ -255,10 +260,12 @@ register_dataset(TextSpec('tinyshakespeare', local='tinyshakespeare/input.txt', 
 # %% ../nbs/03_data.ipynb #6e1a0b7d
 def _local_texts(spec: ParallelSpec, split: str) -> dict:
     "Line-aligned texts {lang: [lines]} of a split from the local copy under $POSENC_DATA."
-    texts = {l: _read_lines(spec.local_path(split, lang=l)) for l in spec.langs}
+    files = {l: spec.local_path(split, lang=l) for l in spec.langs}
+    texts = {l: _read_lines(f) for l, f in files.items()}
     if len(set(map(len, texts.values()))) != 1:
-        raise DataUnavailable(f"{spec.name}/{split}: the local language files have different line counts "
-                              f"{[len(v) for v in texts.values()]}; restore a line-aligned copy")
+        counts = ', '.join(f'{files[l]} has {len(v)}' for l, v in texts.items())
+        raise DataUnavailable(f"{spec.name}/{split}: the language files are not line-aligned ({counts} lines); "
+                              "restore a line-aligned copy")
     return texts
 
 # %% ../nbs/03_data.ipynb #9d908aec
@@ -325,6 +332,18 @@ def _local_rows(spec: LabelledSpec, split: str) -> list:
     cols, cells = (spec.columns, cells) if spec.columns else (tuple(c.strip() for c in cells[0]), cells[1:])
     return [dict(zip(cols, c)) for c in cells]
 
+def _check_rows(rows: list, spec: LabelledSpec, f: Path):
+    "Every row holds the text and an integer label: else a `DataUnavailable` naming the file, the row and the fix."
+    for i, r in enumerate(rows):
+        miss = [k for k in (spec.text, spec.label) if not isinstance(r, dict) or k not in r]
+        if miss: raise DataUnavailable(f"data file {f} row {i + 1} has no {' or '.join(map(repr, miss))} field; "
+                                       "restore the file from its source (each row needs both)")
+        try: int(r[spec.label])
+        except (TypeError, ValueError):
+            raise DataUnavailable(f"data file {f} row {i + 1}: label {r[spec.label]!r} is not an integer; restore the "
+                                  "file from its source") from None
+    if not rows: raise DataUnavailable(f"data file {f} holds no rows; restore the file from its source")
+
 # %% ../nbs/03_data.ipynb #b0ab5125
 def _hub_rows(spec: LabelledSpec, split: str) -> dict:
     "Columns {text, label} of a split read from the hub, with the holdout rule applied to 'train' / 'validation'."
@@ -342,6 +361,7 @@ def load_labelled(name: str, # a registered classification task, e.g. 'sst2', 'c
     spec.check_split(split)
     if data_dir() is not None:
         rows = _local_rows(spec, split)
+        _check_rows(rows, spec, spec.local_path(split))
         texts, labels = [r[spec.text] for r in rows], [r[spec.label] for r in rows]
     elif spec.hub is None:
         raise DataUnavailable(f"{name} has no hub copy wired in; set POSENC_DATA to a folder laid out like shared/data")
@@ -368,8 +388,12 @@ def load_text(name: str, # a registered text corpus, e.g. 'tinyshakespeare'
     spec = get_dataset(name, 'text')
     if data_dir() is None:
         raise DataUnavailable(f"{name} is read locally; set POSENC_DATA to a folder laid out like shared/data")
-    text = _read_text(spec.local_path('train'))
+    f = spec.local_path('train')
+    text = _read_text(f)
     n = int(len(text) * spec.train_frac)
+    if min(n, len(text) - n) < 2:
+        raise DataUnavailable(f"data file {f} holds {len(text)} characters, too few for a training and a validation "
+                              "split; restore the file from its source")
     return text[:n], text[n:], ''.join(sorted(set(text)))
 
 # %% ../nbs/03_data.ipynb #18928e4f

@@ -10,9 +10,9 @@ from torch import Tensor
 from .utils import require
 
 # %% auto #0
-__all__ = ['SOLVERS', 'MAX_POSITION', 'FloaterDynamics', 'FloaterDivergence', 'solve_trajectory', 'sinusoidal_dynamics',
+__all__ = ['SOLVERS', 'MAX_POSITION', 'GROWTH', 'FloaterDynamics', 'FloaterDivergence', 'solve_trajectory', 'sinusoidal_dynamics',
            'sinusoidal_floater_dynamics', 'check_omega_block', 'check_rk4_step', 'check_rk4_order',
-           'check_rk4_unstable', 'check_p0_count', 'check_projected_bias']
+           'check_rk4_unstable', 'check_p0_count', 'check_projected_bias', 'check_error_growth']
 
 # %% ../nbs/11_dynamics.ipynb #ed28f059
 class FloaterDynamics(nn.Module):
@@ -380,3 +380,32 @@ def check_projected_bias(projected, # your function (b, W, c) -> the bias that x
         return Verdict(False, "the projection's own bias c is missing: (x + b) W^T + c = x W^T + (b W^T + c)")
     v = check_close(x @ W.T + got, F.linear(x + b, W, c), 'x W^T + your bias against (x + b) W^T + c', rtol=1e-12)
     return Verdict(True, 'b W^T + c: the product adds nothing else, and it is taken once per solve') if v else v
+
+# %% ../nbs/11_dynamics.ipynb #e965e7df
+GROWTH = {'flat': 0, 'linear': 1, 'quadratic': 2}   # the error's exponent in t
+
+def _error_growth(substeps: int = 5, d: int = 16, T: int = 256, delta: float = 0.01) -> float:
+    "Slope of log(largest error) against log(position) of the rk4 solution of the sinusoidal case, positions 16..T."
+    table = sinusoidal_table(torch.arange(T + 1), d, dtype=torch.float64)
+    with torch.no_grad():
+        sol = solve_trajectory(sinusoidal_floater_dynamics(d, delta), table[:1], 0, T, delta=delta, substeps=substeps)
+    err = (sol[:, 0] - table[1:]).abs().max(-1).values[15:].log()
+    t = torch.arange(16, T + 1, dtype=torch.float64).log()
+    return (((t - t.mean()) * (err - err.mean())).sum() / ((t - t.mean()) ** 2).sum()).item()
+
+def check_error_growth(growth: str # your prediction: 'flat', 'linear', 'quadratic' or 'exponential'
+                      ) -> Verdict:
+    "Exercise 11.8: how the solver's largest error grows with the position (5 substeps, sinusoidal case, t <= 256)."
+    if growth not in (*GROWTH, 'exponential'):
+        return Verdict(False, f"predict one of 'flat', 'linear', 'quadratic', 'exponential', got {growth!r}")
+    slope = _error_growth()
+    want = min(GROWTH, key=lambda g: abs(GROWTH[g] - slope))
+    if growth == want:
+        return Verdict(True, f'error ~ t^{slope:.2f}: {want}; each step adds its own error, and none undoes one')
+    why = {'flat': 'the error at a grid point is not reset: each step adds its own small error to those carried along',
+           'quadratic': 'fourth order says how the error falls with the step size (exercise 11.3), not how it grows '
+                        'along t',
+           'exponential': 'below the stability limit (exercise 11.4) one rk4 step shrinks a rotation slightly, so '
+                          'nothing compounds',
+           'linear': 'measure again'}[growth]
+    return Verdict(False, f'measured error ~ t^{slope:.2f}; {why}')

@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 from .experiments import EXPERIMENTS, ENCODINGS, LENGTH_BINS, load_results, summarize, format_table
 from .exp_multi30k import results_root
 from .utils import mean_sd
+from .palette import encoding_color, readable_legend
 
 # %% auto #0
 __all__ = ['length_table', 'retention', 'format_length_table', 'plot_length_bins', 'length_diagnostics']
@@ -66,15 +67,15 @@ def plot_length_bins(rows: list, metric: str = 'bleu', ax=None, title: Optional[
     bins = _bins(rows)
     mids = [(int(b.split('-')[0]) + int(b.split('-')[1])) / 2 for b in bins]
     for i, e in enumerate(table):
-        ax.plot(mids, [e.get(b, float('nan')) for b in bins], 'o-' if i < 10 else 's--', color=f'C{i % 10}',
-                label=e['encoding'])
+        ax.plot(mids, [e.get(b, float('nan')) for b in bins], 'o-' if i < 10 else 's--',
+                color=encoding_color(e['encoding']), label=e['encoding'])
     mtl = rows[0].get('max_train_len') if rows else None
     if mtl: ax.axvspan(0, mtl + .5, color='grey', alpha=.15, label=f'trained lengths (<= {mtl})')
     ax.set_xticks(mids)
     ax.set_xticklabels(bins)
     ax.set_xlabel('source length (words)')
     ax.set_ylabel(metric)
-    ax.legend(fontsize=7, ncol=2)
+    readable_legend(ax)
     if title: ax.set_title(title)
     return ax
 

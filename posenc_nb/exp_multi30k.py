@@ -11,6 +11,7 @@ from .experiments import (Experiment, register_experiment, EXPERIMENTS, ENCODING
                                    format_table, significance, format_significance)
 from .data import data_dir
 from .recipe import FLOATER_OFFICIAL
+from .palette import encoding_color, readable_legend
 
 # %% auto #0
 __all__ = ['FLOATER_RECIPE', 'FLOATER_RECIPE_1H', 'results_root', 'read_curve', 'plot_learning_curves', 'check_welch_by_hand']
@@ -44,10 +45,10 @@ def plot_learning_curves(rows: list, keys=('loss', 'valid_loss'), axes=None, tit
     (right)."""
     import matplotlib.pyplot as plt
     if axes is None: _, axes = plt.subplots(1, 2, figsize=(9.5, 3.6), sharey=True)
-    for i, r in enumerate(rows):
-        curve, col = read_curve(r['dir']), f'C{i % 10}'
+    for r in rows:                              # an encoding's colour; its seeds told apart by the line's dashes
+        curve, col = read_curve(r['dir']), encoding_color(r['encoding'])
         lab = r['encoding'] + (f" s{r['seed']}" if r['seed'] else '')
-        for k, style in zip(keys, ('-' if i < 10 else '--', 'o')):
+        for k, style in zip(keys, (('-', '--', ':', '-.')[(r['seed'] or 0) % 4], 'o')):
             pts = [c for c in curve if k in c]
             if not pts: continue
             kw = dict(color=col, label=lab if style != 'o' or len(keys) == 1 else None, ms=4)
@@ -57,7 +58,7 @@ def plot_learning_curves(rows: list, keys=('loss', 'valid_loss'), axes=None, tit
     axes[0].set_xlabel('update')
     axes[1].set_xlabel('training time (min)')
     axes[0].set_ylabel(' / '.join(k.replace('_', ' ') for k in keys) + ' (markers)' * (len(keys) > 1))
-    axes[1].legend(fontsize=7, ncol=2)
+    readable_legend(axes[1])
     if title: axes[0].figure.suptitle(title)
     return axes
 

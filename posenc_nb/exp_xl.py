@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 from .experiments import EXPERIMENTS, Experiment, register_experiment, load_results, significance
 from .utils import mean_sd, fmt_mean_sd
+from .palette import encoding_color, readable_legend
 
 # %% auto #0
 __all__ = ['XL_ORDERS', 'XL_VARIANTS', 'XL_GOLD_VARIANTS', 'HEADXL_R_VARIANTS', 'xl_variants', 'reordering_record', 'xl_summary',
@@ -180,8 +181,7 @@ def plot_xl(runs: dict, metric: str = 'bleu', axes=None):
     for ax, (name, rows) in zip(axes, runs.items()):
         s = xl_summary(rows)
         xs = range(len(s))
-        ax.bar(xs, [v[metric] for v in s], color=['grey' if v['variant'] == 'sinusoidal' else f'C{i}' for i,
-                                                  v in enumerate(s)], alpha=.6)
+        ax.bar(xs, [v[metric] for v in s], color=[encoding_color(v['variant']) for v in s], alpha=.6)
         for i, v in enumerate(s):
             ys = [r[metric] for r in rows if r['encoding'] == v['variant']]
             ax.plot([i] * len(ys), ys, 'k.', ms=5)

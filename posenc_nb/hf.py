@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any, Optional, TypeVar, overload
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
-from .core import Positions, PosEnc, Site, bias_inputs, encoding_streams, list_posencs, make_posenc
+from .core import Positions, PosEnc, Site, encoding_streams, list_posencs, make_posenc
+from .attention import _DENSE_BIAS
+from .hf_bias import _SDPA_GQA, _gqa, _masked_bias, _repeat_kv, _softcapped_attention, posenc_mask
 from .utils import require
 
 ATTN_NAME = 'posenc_nb'     # the name `use_encoding` registers with Hugging Face's attention and mask interfaces
@@ -56,6 +58,7 @@ class HFPositions:
         self.bare: frozenset = frozenset()          # attention layers where the model itself had no positions
         self.embedded, self.qkv_sites = None, []    # the module hook 1 is on; [attention, 0|1|2, projection hooked]
         self.pos, self.qkv, self.plain, self.native, self.inside = None, {}, False, False, False
+        self.shared: dict = {}                  # this forward's biases shared by every layer: (mask, sizes) -> bias
         self.calls: Optional[list] = None           # (layer, q, k, extra arguments) while a probe records
         self.past, self.values = 0, {}              # cached tokens; layer -> hook 3b's values of every token seen
 
@@ -68,7 +71,7 @@ class HFPositions:
         cache = kwargs.get('past_key_values', kwargs.get('cache'))
         past = cache.get_seq_length() if cache is not None and hasattr(cache, 'get_seq_length') else 0
         self.pos = self._positions(x.shape[1], past, mask, kwargs.get('position_ids'), x.device)
-        self.qkv, self.inside, self.past = {}, True, past
+        self.qkv, self.inside, self.shared, self.past = {}, True, {}, past
         if not past: self.values = {}
         self.place_hooks()
         if self.plain: return None
@@ -90,9 +93,12 @@ class HFPositions:
                              "runs in scaled_dot_product_attention); call it without output_attentions")
 
     def _positions(self, new: int, past: int, mask, position_ids, device) -> Tensor:
-        "(B|1, past+new) positions: counted from `mask`, else from the cache; `position_ids` taken where they differ."
-        if mask is not None and mask.dim() == 2: pos = (mask.long().cumsum(-1) - 1).clamp_min(0).to(device)
-        else: pos = torch.arange(past + new, device=device)[None]
+        """(B|1, past+new) positions: counted over a padded `mask`, else from the cache (one row for the batch);
+        `position_ids` taken where they differ."""
+        pos = None
+        if mask is not None and mask.dim() == 2 and (torch.compiler.is_compiling() or not bool(mask.all())):
+            pos = (mask.long().cumsum(-1) - 1).clamp_min(0).to(device)                  # padded rows: counted
+        if pos is None: pos = torch.arange(past + new, device=device)[None]
         if position_ids is None: return pos
         given = position_ids.to(device).long()
         if given.dim() != 2 or given.shape[-1] != new:
@@ -134,7 +140,7 @@ class HFPositions:
     def last(self, n: int) -> Tensor:
         "Positions of the last `n` tokens, (B|1, n)."
         if self.pos is None: raise RuntimeError("a retrofitted model's positions are set by its forward: call it")
-        return self.pos[:, -n:]
+        return self.pos if n == self.pos.shape[1] else self.pos[:, -n:]
 
     def site(self, layer: int) -> Site: return Site('dec', layer, self.n_heads, self.head_dim)
 
@@ -172,44 +178,25 @@ class HFPositions:
         extra = sorted(k for k, v in kwargs.items() if v is not None and k not in IGNORED_KWARGS)
         if self.calls is not None: self.calls.append((layer, query.detach(), key.detach(), extra))
 
-# %% ../nbs/17_hf.ipynb #d4a5050a
-def _repeat_kv(t: Tensor, n: int) -> Tensor:
-    "(B,Hkv,L,d) -> (B,Hkv*n,L,d), kv head h serving query heads h*n..h*n+n-1 (grouped-query attention)."
-    return t if n == 1 else t[:, :, None].expand(t.shape[0], t.shape[1], n, *t.shape[2:]).flatten(1, 2)
-
 # %% ../nbs/17_hf.ipynb #dfc348e9
 def _encode(state: HFPositions, layer: int, query: Tensor, key: Tensor) -> tuple:
-    "Hooks 3-5 at `layer`: heads' positions, q and k transformed by their own positions, the logit bias (or None)."
+    """Hooks 3-4 at `layer`: q and k transformed by their own positions; with the heads' positions (B|1,1|H,L), one
+    tensor for both when queries and keys are the same tokens (`column_offsets` reads it once per forward)."""
     pe, site = state.pe, state.site(layer)
-    q_pos, k_pos = state.last(query.shape[2]), state.last(key.shape[2])
-    own = pe.own_hooks
-    if 'head_positions' in own:
-        q_pos, k_pos = pe.head_positions(Positions(q_pos), site), pe.head_positions(Positions(k_pos), site)
-    else: q_pos, k_pos = q_pos[:, None], k_pos[:, None]
-    if 'transform_qk' in own: query, key = pe.transform_qk(query, key, q_pos, k_pos, site)
-    reads = {}
-    if pe.bias_reads:                 # a bias of the keys' content: every query head's keys, their token values
-        values = state.values.get(layer)
-        reads = bias_inputs(pe, _repeat_kv(key, query.shape[1] // key.shape[1]),
-                            None if values is None else values[..., -key.shape[2]:])
-    bias = pe.logit_bias(query, q_pos, k_pos, site, **reads) if 'logit_bias' in own else None
-    return query, key, bias
-
-# %% ../nbs/17_hf.ipynb #baf49cbb
-def _softcapped_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor], scale: float,
-                          dropout: float, softcap: float) -> Tensor:
-    "Attention with soft-capped logits, softcap * tanh(s / softcap), before the mask and bias (Gemma 2)."
-    s = torch.tanh(query @ key.transpose(2, 3) * scale / softcap) * softcap
-    if mask is not None: s = s + mask
-    w = F.dropout(F.softmax(s, dim=-1, dtype=torch.float32).to(query.dtype), p=dropout, training=dropout > 0)
-    return w @ value
+    q_ids = state.last(query.shape[2])
+    k_ids = q_ids if key.shape[2] == query.shape[2] else state.last(key.shape[2])
+    def head(p): return pe.head_positions(Positions(p), site) if 'head_positions' in pe.own_hooks else p[:, None]
+    q_pos = head(q_ids)
+    k_pos = q_pos if k_ids is q_ids else head(k_ids)
+    if 'transform_qk' in pe.own_hooks: query, key = pe.transform_qk(query, key, q_pos, k_pos, site)
+    return query, key, q_pos, k_pos
 
 # %% ../nbs/17_hf.ipynb #0cf63f4a
 def posenc_attention(module: nn.Module, # a Hugging Face attention module (its `layer_idx` names the layer)
                      query: Tensor, # (B,H,Lq,d), Hugging Face's rotation made the identity
                      key: Tensor, # (B,Hkv,Lk,d): the cached keys first, unrotated
                      value: Tensor, # (B,Hkv,Lk,d)
-                     attention_mask: Optional[Tensor], # additive (B|1,1,Lq,Lk) float mask (`eager_mask`), or None
+                     attention_mask: Optional[Tensor], # additive (B|1,1,Lq,Lk) float mask, or None: causal suffices
                      scaling: Optional[float] = None, dropout: float = 0.0,
                      softcap: Optional[float] = None, # logit soft-capping (Gemma 2), kept
                      **kwargs) -> tuple:
@@ -221,28 +208,33 @@ def posenc_attention(module: nn.Module, # a Hugging Face attention module (its `
         raise RuntimeError(f"{type(module).__name__} runs posenc_nb's attention but its model was not given an "
                            "encoding by use_encoding; call use_encoding on that model")
     layer: int = getattr(module, 'layer_idx')
-    bias = None
-    if not state.plain and layer not in state.bare: query, key, bias = _encode(state, layer, query, key)
+    encoded = not state.plain and layer not in state.bare
+    if encoded: query, key, q_pos, k_pos = _encode(state, layer, query, key)
     if state.calls is not None: state.record(layer, query, key, kwargs)
-    n = query.shape[1] // key.shape[1]
-    key, value = _repeat_kv(key, n), _repeat_kv(value, n)
-    mask = attention_mask
-    if bias is not None: mask = bias.to(query.dtype) if mask is None else mask.to(query.dtype) + bias.to(query.dtype)
-    elif mask is not None: mask = mask.to(query.dtype)
+    biased, n = encoded and 'logit_bias' in state.pe.own_hooks, query.shape[1] // key.shape[1]
+    gqa = n > 1 and _SDPA_GQA and attention_mask is None and softcap is None and not biased    # as HF's sdpa does
+    if not gqa: key, value = _repeat_kv(key, n), _repeat_kv(value, n)
+    mask, out = attention_mask, None
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    if softcap is not None: out = _softcapped_attention(query, key, value, mask, scale, dropout, softcap)
+    if biased:
+        plain = not (dropout or softcap is not None or _DENSE_BIAS[0] or torch.compiler.is_compiling())
+        out, mask = _masked_bias(state.pe, state.site(layer), state.shared, query, key, value, mask, q_pos, k_pos,
+                                 scale, plain, state.values.get(layer))
+    elif mask is not None: mask = mask.to(query.dtype)
+    if out is not None: pass
+    elif softcap is not None: out = _softcapped_attention(query, key, value, mask, scale, dropout, softcap)
     else: out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scale,
-                                               is_causal=mask is None and query.shape[2] > 1)
+                                               is_causal=mask is None and query.shape[2] > 1, **_gqa(gqa))
     return out.transpose(1, 2).contiguous(), None
 
 # %% ../nbs/17_hf.ipynb #c0ba841f
 def _register():
-    "Register `posenc_attention` and the float mask it reads with Hugging Face, once."
+    "Register `posenc_attention` and the mask it reads with Hugging Face, once."
     require('transformers', "posenc_nb.hf's use_encoding")
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+    from transformers.masking_utils import AttentionMaskInterface
     AttentionInterface.register(ATTN_NAME, posenc_attention)
-    AttentionMaskInterface.register(ATTN_NAME, eager_mask)
+    AttentionMaskInterface.register(ATTN_NAME, posenc_mask)
 
 # %% ../nbs/17_hf.ipynb #1681ae6d
 class RotaryIdentity:
@@ -399,8 +391,8 @@ def _retrofit(model: nn.Module, name: str, options: dict, undo: list) -> HFPosit
     if pe.has_hook('qkv_bias'): _check_qkv(attns)
     if pe.has_hook('qkv_bias'): state.qkv_sites = [[att, i, None] for att in attns for i in range(3)]
     if pe.has_hook('token_values'):               # hook 3b reads each attention's input: a pre-hook per layer
-        handles += [att.register_forward_pre_hook(functools.partial(state.token_input, att.layer_idx), with_kwargs=True)
-                    for att in attns]
+        handles += [att.register_forward_pre_hook(functools.partial(state.token_input, att.layer_idx),
+                                                  with_kwargs=True) for att in attns]
     state.place_hooks()
     undo.append(state.remove_hooks)
     for att in attns: att.__dict__['_posenc_state'] = state

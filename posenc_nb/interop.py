@@ -7,13 +7,14 @@ from __future__ import annotations
 import itertools, sys
 from typing import Callable, Optional
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 from .core import Positions, Site, PosEnc, list_posencs, make_posenc, _REGISTRY
 from .baselines import ShawPosEnc, ALiBiPosEnc, T5PosEnc, alibi_score_mod, shaw_score_mod, t5_score_mod
 
 # %% auto #0
-__all__ = ['bias_encodings', 'reads_query', 'position_bias', 'position_score_mod', 'fused_qkv_bias']
+__all__ = ['bias_encodings', 'reads_query', 'position_bias', 'position_score_mod', 'fused_qkv_bias', 'EncodingPlug']
 
 # %% ../nbs/15_own_model.ipynb #9398478b
 _BIAS_NAMES: dict = {}     # (name, registered class) pairs -> the bias encodings among them
@@ -199,3 +200,42 @@ def fused_qkv_bias(pe: PosEnc, # an encoding with per-block q/k/v input biases (
     if any(b.dim() != 3 for b in biases):
         raise ValueError(f"{name!r} gives per-head q/k/v inputs (B,H,L,D), which a fused projection cannot take")
     return torch.cat([F.linear(b.to(weight.dtype), w) for b, w in zip(biases, weight.chunk(3))], -1)
+
+# %% ../nbs/15_own_model.ipynb #804c88e4
+class EncodingPlug(nn.Module):
+    """A plug for a GPT of one's own (this page's `Plug`: `embed`, `qkv`, `qk`, `bias`): encoding `pe` enters wherever
+    its hooks act (hooks 2-5 at the sites it acts at, `pe.acts_at`), a no-op elsewhere. Attention is causal
+    self-attention ('dec' sites) when `pe.causal`, else 'enc'."""
+    def __init__(self, pe: PosEnc): # an encoding from `make_posenc` (one that reads no extra position stream)
+        super().__init__()
+        if pe.reads_streams:
+            raise ValueError(f"{type(pe).__name__} reads the position streams {pe.reads_streams}, which a GPT's "
+                             "plug does not have; use an encoding without them")
+        self.pe, self.kind = pe, 'dec' if pe.causal else 'enc'
+
+    def _acts(self, hook: str, layer: int) -> bool:
+        "Whether `hook` of the encoding acts at this GPT's attention in `layer`."
+        pe = self.pe
+        return pe.has_hook(hook) and pe.acts_at(Site(self.kind, layer, pe.n_heads, pe.d_model // pe.n_heads))
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        "Token embeddings (B,L,D) of tokens at position ids (B,L), with the encoding's input (hook 1)."
+        return self.pe.embed(x, Positions(pos)) if self.pe.has_hook('embed') else x
+
+    def qkv(self, qkv: Tensor, pos: Tensor, layer: int, proj: nn.Linear) -> Tensor:
+        "The fused projection's output (B,L,3D) with the block's q/k/v input biases moved through it (hook 2)."
+        if not self._acts('qkv_bias', layer): return qkv
+        return qkv + fused_qkv_bias(self.pe, pos, proj.weight, layer, self.kind)
+
+    def qk(self, q: Tensor, k: Tensor, pos: Tensor, layer: int) -> tuple:
+        "Queries and new keys (B,H,L,dh) transformed at their position ids (B,L) (hooks 3-4), before a cache."
+        own = self.pe.own_hooks
+        if 'transform_qk' not in own or not self._acts('transform_qk', layer): return q, k
+        site = Site(self.kind, layer, q.shape[1], q.shape[-1])
+        p = self.pe.head_positions(Positions(pos), site) if 'head_positions' in own else pos[:, None]
+        return self.pe.transform_qk(q, k, p, p, site)
+
+    def bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Optional[Tensor]:
+        "The additive logit bias (B|1,H,Lq,Lk) of queries q at q_pos (B,Lq) and keys at k_pos (B,Lk) (hook 5), or None."
+        if not self._acts('logit_bias', layer): return None
+        return position_bias(self.pe, q_pos, k_pos, q=q, layer=layer)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/30_length.ipynb #baeb42cd
 from __future__ import annotations
-import json, math, sys, time
+import contextlib, json, math, sys, time
 from dataclasses import dataclass, asdict, replace, field
 from pathlib import Path
 from typing import Optional
@@ -14,8 +14,10 @@ from fastcore.script import Param
 from .causal_lm import (CausalLM, CausalLMConfig, shared_state_hash, pe_state_hash, generate, parse_encoding,
                                  causal_encodings, check_causal_encoding, spec_file, WindowTask, StepSchedule)
 from .data import load_text
-from .store import finished_output, write_output, output_record, lock_folder, read_json
-from .utils import provenance, state_hash, order_hash
+from .store import finished_output, write_output, output_record, lock_folder
+from .store import RecordConflict, config_diff, design_diff, fingerprint, key_run_folder, RUN_SETTINGS
+from .guard import read_json, check_uncommitted, committed_root, own_records
+from .utils import provenance, state_hash, order_hash, atomic_save
 from .engine import pick_device, Learner, Budget, Checkpointer, ProgressBar, fit, restore
 from .args import command, command_line, run_commands, use_threads, CLIError
 from .exercises import Verdict, check_close
@@ -24,10 +26,10 @@ from .exercises import Verdict, check_close
 __all__ = ['ARMS', 'ARM_SETS', 'LENGTH_CONFIGS', 'CKPT_EVERY', 'SLIDING_FACTORS', 'RESULTS', 'RUNS', 'MEMORY_PROBE',
            'LENGTH_COMMANDS', 'arm_encoding', 'LengthConfig', 'eval_lengths', 'model_config', 'build_model',
            'encode_text', 'batch_offsets', 'lr_at', 'train_precision', 'train_steps', 'window_losses',
-           'summarize_positions', 'sliding_loss', 'add_sliding', 'evaluate_lengths', 'peak_memory_mb', 'train_arm',
-           'load_checkpoint', 'best_arm', 'sample_record', 'parse_arms', 'length_run', 'length_extend', 'main',
-           'length_sample', 'read_length', 'length_table', 'format_length_table', 'plot_lengths', 'plot_positions',
-           'check_window_count', 'check_loss_beyond', 'check_pi_angle']
+           'summarize_positions', 'sliding_loss', 'add_sliding', 'evaluate_lengths', 'peak_memory_mb',
+           'check_checkpoint', 'train_arm', 'load_checkpoint', 'best_arm', 'sample_record', 'parse_arms', 'length_run',
+           'length_extend', 'main', 'length_sample', 'read_length', 'length_table', 'format_length_table',
+           'plot_lengths', 'plot_positions', 'check_window_count', 'check_loss_beyond', 'check_pi_angle']
 
 # %% ../nbs/30_length.ipynb #1cb4526c
 # arm -> (registered encoding, its options); 'learned' gets a table of L_train rows (see `model_config`)
@@ -272,13 +274,38 @@ def _load_data(text: Optional[tuple]) -> tuple:
     tr, va, vocab = text if text is not None else load_text('tinyshakespeare')
     return encode_text(tr, vocab), encode_text(va, vocab), vocab
 
-def _save_checkpoint(path: Path, model: CausalLM, cfg: LengthConfig, step: int):
-    "The trained model, its configs and step (what `extend` reads), written atomically."
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix('.tmp')
-    torch.save({'state': model.state_dict(), 'model_config': asdict(model.cfg), 'config': asdict(cfg), 'step': step},
-               tmp)
-    tmp.replace(path)
+def _save_checkpoint(path: Path, model: CausalLM, cfg: LengthConfig, step: int, vocab: str = None):
+    "The trained model, its configs, step and vocabulary's hash (what `extend` and `sample` read), written atomically."
+    atomic_save({'state': model.state_dict(), 'model_config': asdict(model.cfg), 'config': asdict(cfg), 'step': step,
+                 'vocab_sha256': None if vocab is None else _vocab_hash(vocab)}, path)
+
+# %% ../nbs/30_length.ipynb #111660f6
+def _vocab_hash(vocab: str) -> str:
+    import hashlib
+    return hashlib.sha256(vocab.encode('utf-8')).hexdigest()[:16]
+
+def _key_runs(folder: Path, settings: dict):
+    "Key a run folder to `settings`; a folder of an earlier version is keyed to its checkpoint's own settings first."
+    ckpt = folder / 'model.pt'
+    if ckpt.is_file() and not (folder / RUN_SETTINGS).is_file():
+        key_run_folder(folder, torch.load(ckpt, map_location='cpu', weights_only=False)['config'], '--runs')
+    key_run_folder(folder, settings, '--runs')
+
+def check_checkpoint(ckpt: Path, # a trained arm's model.pt
+                     c: dict, # what it holds (`load_checkpoint`)
+                     vocab: str, # the vocabulary of the corpus read now
+                     record: Optional[Path] = None, # the run record it should belong to (checked when it exists)
+                    ):
+    "A one-line error when `ckpt` was trained on another vocabulary, or with other settings than `record`'s."
+    want, n = c.get('vocab_sha256'), c['model_config']['vocab']
+    if (want is not None and want != _vocab_hash(vocab)) or n != len(vocab):
+        raise ValueError(f"{ckpt} was trained on another corpus (a vocabulary of {n} characters; the corpus has "
+                         f"{len(vocab)} now): its ids would decode into other characters; retrain it (length run) "
+                         "on this corpus, or restore the corpus it was trained on")
+    if record is not None and record.is_file():
+        rec = read_json(record)
+        if rec.get('fingerprint') not in (None, fingerprint(c['config'])):
+            raise RecordConflict(ckpt, config_diff(rec.get('config') or {}, c['config']), '--runs')
 
 # %% ../nbs/30_length.ipynb #37590a8f
 def train_arm(cfg: LengthConfig, out: Path = RESULTS, runs: Path = RUNS, text: Optional[tuple] = None,
@@ -289,6 +316,8 @@ def train_arm(cfg: LengthConfig, out: Path = RESULTS, runs: Path = RUNS, text: O
     path, t0 = out / f'{spec_file(cfg.encoding)}_seed{cfg.seed}.json', time.time()
     with lock_folder(Path(runs) / path.stem, '--runs') as lock:
         if (rec := finished_output(path, settings)) is not None: return rec
+        check_uncommitted(path)                          # a new record in committed results: refused, before work
+        _key_runs(lock.folder, settings)                 # one run folder, one set of settings
         tr, va, vocab = _load_data(text)
         va = va[:cfg.eval_chars] if cfg.eval_chars else va
         model = build_model(cfg, len(vocab))
@@ -298,7 +327,7 @@ def train_arm(cfg: LengthConfig, out: Path = RESULTS, runs: Path = RUNS, text: O
         curve, train_s = train_steps(model, tr, offsets, cfg, cfg.L_train, device, cfg.lr, cfg.log_every,
                                      lock.folder / 'ckpt')
         ckpt = lock.folder / 'model.pt'
-        _save_checkpoint(ckpt, model, cfg, cfg.steps)
+        _save_checkpoint(ckpt, model, cfg, cfg.steps, vocab)
         ev = evaluate_lengths(model, va, cfg, cfg.L_train if model.pe.bounded else None)
         add_sliding(model, va, cfg, ev['eval'])
         Lmax = eval_lengths(cfg)[-1]
@@ -341,12 +370,13 @@ def best_arm(folder=RESULTS, L: int = 1024) -> tuple:
     return min((r['eval'][str(L)]['loss'], r['encoding'], r['seed']) for r in recs)[1:]
 
 def sample_record(arm: str, seed: int, runs: Path = RUNS, prompt: int = 256, total: int = 1024, temperature=0.8,
-                  text: Optional[tuple] = None, device=None) -> dict:
+                  text: Optional[tuple] = None, device=None, records: Optional[Path] = None) -> dict:
     "The validation text's first `prompt` characters continued by a trained arm, sampled with its KV cache to `total`."
     ckpt = Path(runs) / f'{spec_file(arm)}_seed{seed}' / 'model.pt'
     if not (ckpt.is_file() and 0 < prompt < total): raise ValueError(f"need {ckpt} (length run) and 0 < prompt < total")
-    model, cfg, _ = load_checkpoint(ckpt, device)
+    model, cfg, c = load_checkpoint(ckpt, device)
     _, va, vocab = _load_data(text)
+    check_checkpoint(ckpt, c, vocab, None if records is None else Path(records) / f'{spec_file(arm)}_seed{seed}.json')
     ids = va[:prompt][None].to(next(model.parameters()).device)
     gen = torch.Generator(device=ids.device).manual_seed(seed)
     with torch.no_grad(): out = generate(model, ids, total - prompt, temperature=temperature, generator=gen)[0]
@@ -359,7 +389,8 @@ def _ints(text: str, what: str) -> list:
     "Comma-separated integers, or a one-line error naming the flag."
     try: xs = [int(s) for s in str(text).split(',') if s.strip()]
     except ValueError: raise CLIError(f"--{what} {text!r}: give comma-separated integers, e.g. 0,1,2") from None
-    if not xs or any(x < 0 for x in xs): raise CLIError(f"--{what} {text!r}: give one or more integers >= 0")
+    if not xs or any(not 0 <= x < 2 ** 32 for x in xs):
+        raise CLIError(f"--{what} {text!r}: give one or more integers from 0 to {2 ** 32 - 1}")
     return xs
 
 def parse_arms(text: str) -> list:
@@ -382,6 +413,15 @@ def _lab_config(config: str, steps: Optional[int]) -> LengthConfig:
 # %% ../nbs/30_length.ipynb #3e4f16fc
 LENGTH_COMMANDS: dict = {}
 
+def _lab_writes_into(out: Path, arms: list, cfg: LengthConfig):
+    "What lets `run` write into `out`: outside committed results nothing; inside, only the folder's own design."
+    if committed_root(out) is None: return contextlib.nullcontext()
+    recs = read_length(out)
+    own = bool(recs) and set(arms) <= set(ARM_SETS['board']) and all(
+        isinstance(r.get('config'), dict) and not design_diff(r['config'], replace(cfg, encoding=r['encoding'],
+                                                                                     seed=r['seed'])) for r in recs)
+    return own_records(out, Path(out).resolve().name) if own else contextlib.nullcontext()   # else: refused, named
+
 @command(registry=LENGTH_COMMANDS)
 def length_run(*, encodings: str = ','.join(ARMS), # comma-separated arms (see `ARMS`)
                seeds: str = '0,1,2', # comma-separated seeds
@@ -399,11 +439,13 @@ def length_run(*, encodings: str = ','.join(ARMS), # comma-separated arms (see `
       python -m posenc_nb.length run --encodings rope --seeds 0 --steps 100 --out /tmp/length"""
     arms, seed_list, cfg = parse_arms(encodings), _ints(seeds, 'seeds'), _lab_config(config, steps)
     use_threads(threads)
-    for seed in seed_list:
-        for arm in arms:
-            rec = train_arm(replace(cfg, encoding=arm, seed=seed), Path(out), Path(runs), device=device,
-                            command=command_line())
-            print(f"{arm} seed {seed}: loss at {cfg.L_train} {rec['eval'][str(cfg.L_train)]['loss']:.4f}", flush=True)
+    with _lab_writes_into(Path(out), arms, cfg):
+        for seed in seed_list:
+            for arm in arms:
+                rec = train_arm(replace(cfg, encoding=arm, seed=seed), Path(out), Path(runs), device=device,
+                                command=command_line())
+                print(f"{arm} seed {seed}: loss at {cfg.L_train} {rec['eval'][str(cfg.L_train)]['loss']:.4f}",
+                      flush=True)
     return 0
 
 @command(registry=LENGTH_COMMANDS)
@@ -448,7 +490,7 @@ def length_sample(*, encoding: str = None, # the arm (default: the best record a
         raise CLIError('give both --encoding and --seed or neither (the best), and a --temperature above 0')
     arm, s = (encoding, seed) if encoding is not None else best_arm(Path(out).parent)
     with output_record(out, dict(encoding=arm, seed=s, temperature=temperature)) as done:    # kept, or refused
-        rec = done or sample_record(arm, s, Path(runs), temperature=temperature)
+        rec = done or sample_record(arm, s, Path(runs), temperature=temperature, records=Path(out).parent)
         if done is None: write_output(out, rec, dict(encoding=arm, seed=s, temperature=temperature))
     print(f"{out}: {arm} seed {s}, {len(rec['continuation'])} characters")
     return 0

@@ -11,11 +11,12 @@ from typing import Callable, Optional
 from .rope import rotary_from_hf
 from .rotary import RotaryCache
 from .store import finished_output, write_output, lock_folder
+from .guard import check_uncommitted
 from .utils import provenance, state_hash, order_hash
 from dataclasses import asdict
 from .length import (RESULTS, RUNS, LengthConfig, batch_offsets, train_steps, train_precision, window_losses,
                               summarize_positions, sliding_loss, evaluate_lengths, eval_lengths, load_checkpoint,
-                              _load_data)
+                              _load_data, check_checkpoint)
 
 # %% auto #0
 __all__ = ['EXTEND_METHODS', 'EXTEND_FACTORS', 'FINETUNED', 'extension_cache', 'trained_rope', 'extend_seed', 'finetune_settings',
@@ -51,13 +52,23 @@ def _rope_checkpoint(runs: Path, seed: int) -> Path:
     return p
 
 @contextmanager
-def trained_rope(seed: int, runs: Path, text: Optional[tuple], device=None):
+def trained_rope(seed: int, # the trained rope checkpoint's seed (under `runs`)
+                 runs: Path, # where `length run` left the checkpoints
+                 text: Optional[tuple], # (train, validation, vocab) strings, or None: Tiny Shakespeare
+                 out: Path, # where the extension records go; the base model's record is `out.parent/rope_seed*.json`
+                 planned: Callable, # (config, checkpoint hash) -> the [(record path, settings)] the caller makes
+                 device=None):
     """The trained rope model of `seed` under its run folder's lock: (model with unscaled tables, its config, the
-    checkpoint, the checkpoint's hash, train ids, validation ids, the loss at L_train by window mean)."""
-    ckpt = _rope_checkpoint(runs, seed)
+    checkpoint, the checkpoint's hash, train ids, validation ids, the loss at L_train by window mean). Refused before
+    any work when a planned record is new and `out` lies in committed results, or when the checkpoint was trained on
+    another vocabulary or with other settings than its base record."""
+    ckpt, out = _rope_checkpoint(runs, seed), Path(out)
     with lock_folder(Path(runs) / f'rope_seed{seed}', '--runs'):
         model, cfg, c = load_checkpoint(ckpt, device)
-        tr, va, _ = _load_data(text)
+        if any(finished_output(p, s) is None for p, s in planned(cfg, state_hash(c['state']))):
+            check_uncommitted(out)                  # a new record in committed results: refused, before any work
+        tr, va, vocab = _load_data(text)
+        check_checkpoint(ckpt, c, vocab, out.parent / f'rope_seed{seed}.json')    # the model the records describe
         va = va[:cfg.eval_chars] if cfg.eval_chars else va
         model.pe.cache = extension_cache('default', 1, cfg.d_model // cfg.n_heads, cfg.L_train)
         base = summarize_positions(*window_losses(model, va, cfg.L_train, cfg.eval_tokens), cfg.L_train)['loss']
@@ -71,14 +82,13 @@ def extend_seed(seed: int, out: Path = RESULTS / 'extend', runs: Path = RUNS, te
     """Every extension method at every factor on the trained rope model of `seed`, without fine-tuning; then PI and
     YaRN at 4 x fine-tuned at 4 x L_train. One record per method, factor (and fine-tune) under `out`."""
     out, recs = Path(out), []
-    with trained_rope(seed, runs, text, device) as (model, cfg, c, init_from, tr, va, base_loss):
-        jobs = [(m, f, False) for m in methods for f in factors]
-        jobs += [(m, 4, True) for m in FINETUNED] if finetune else []
-        for method, factor, ft in jobs:
-            name = f'{method}-x{factor}' + ('-ft' if ft else '')
-            settings = {'method': method, 'factor': factor, 'finetune': ft, 'seed': seed, 'init_from_hash': init_from,
-                        'config': asdict(cfg)}
-            path = out / f'{name}_seed{seed}.json'
+    jobs = [(m, f, False) for m in methods for f in factors] + ([(m, 4, True) for m in FINETUNED] if finetune else [])
+    def planned(cfg, init_from):
+        return [(out / f"{m}-x{f}{'-ft' if ft else ''}_seed{seed}.json",
+                 {'method': m, 'factor': f, 'finetune': ft, 'seed': seed, 'init_from_hash': init_from,
+                  'config': asdict(cfg)}) for m, f, ft in jobs]
+    with trained_rope(seed, runs, text, out, planned, device) as (model, cfg, c, init_from, tr, va, base_loss):
+        for (method, factor, ft), (path, settings) in zip(jobs, planned(cfg, init_from)):
             if (rec := finished_output(path, settings)) is None:
                 rec = _extend_one(model, c, cfg, tr, va, method, factor, ft, seed, {
                     'base_loss_at_train': round(base_loss, 5), 'init_from_hash': init_from, 'command': command})
@@ -139,10 +149,12 @@ def extension_finetunes(seed: int, # the trained rope checkpoint's seed (under `
     its fine-tune curve (every 10 updates), the window-mean loss, the loss beyond L_train and the sliding-window loss
     (stride L_train) at 2 and 4 x L_train. Finished records of the same settings are kept."""
     out, recs = Path(out), []
-    with trained_rope(seed, runs, text, device) as (model, cfg, c, init_from, tr, va, base_loss):
-        for method, n in [('default', 0)] + [(m, n) for m in methods for n in ft_steps]:
-            settings = {**finetune_settings(cfg, method, n, factor), 'seed': seed, 'init_from_hash': init_from}
-            path = out / f'{finetune_name(method, n, factor)}_seed{seed}.json'
+    def planned(cfg, init_from):
+        return [(out / f'{finetune_name(m, n, factor)}_seed{seed}.json',
+                 {**finetune_settings(cfg, m, n, factor), 'seed': seed, 'init_from_hash': init_from})
+                for m, n in [('default', 0)] + [(m, n) for m in methods for n in ft_steps]]
+    with trained_rope(seed, runs, text, out, planned, device) as (model, cfg, c, init_from, tr, va, base_loss):
+        for path, settings in planned(cfg, init_from):
             if (rec := finished_output(path, settings)) is None:
                 log(f'[ext ] {path.name}')
                 rec = _finetune_one(model, c, cfg, tr, va, settings, round(base_loss, 5), command)

@@ -22,7 +22,8 @@ from .long_text import peak_rss_mb
 from .utils import (atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled,
                              read_records)
 from .args import command_line, run_commands
-from .store import check_fields, output_record, write_output
+from .guard import check_fields
+from .store import output_record, write_output
 from .args import command, use_threads
 
 # %% auto #0

@@ -12,10 +12,11 @@ import torch, torch.nn.functional as F
 from .core import list_posencs
 from .model import ModelConfig, Classifier
 from .mlm import BYTE_VOCAB, FT_SIZES, clean_text, subset_indices, _rows
-from .experiments import seed_test, two_level_bootstrap, accuracy_stats, accuracy_score
+from .stats import seed_test, two_level_bootstrap, accuracy_stats, accuracy_score
 from .utils import (atomic_write, provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled,
                              read_records)
-from .store import check_budget, check_range, output_record, write_output
+from .guard import RANGES, check_budget, check_range
+from .store import output_record, write_output
 from .args import command_line, run_commands
 from .args import command, use_threads
 
@@ -390,6 +391,9 @@ def longtext_bpe(*, encoding: str = 'rope', # a registered encoding
         raise ValueError(f"unknown encoding {encoding!r}; choose one of {list_posencs()}")
     use_threads(threads)
     check_budget(steps)
+    check_range('--seed', seed, *RANGES['seed'])        # before the tokenizer and the data: minutes of work
+    if max_len < 1 or n_test < 1:
+        raise ValueError(f"--max-len {max_len} --n-test {n_test}: give at least 1 token per review and 1 test review")
     n_steps = BPE_PLANS[plan]['steps'] if steps is None else steps
     run = plan + (f'-steps{n_steps}' if n_steps != BPE_PLANS[plan]['steps'] else '')   # the record names its budget
     run += f'-test{n_test}' if n_test != 5000 else ''                                   # ... and its test subset

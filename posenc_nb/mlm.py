@@ -22,9 +22,9 @@ from .engine import read_metrics, lr_multiplier, inverse_sqrt
 from .engine import jsonl_logger, autocast_for, precision_name, pick_device, seed_all, fused_adam
 from .classify import ClassifyConfig, ClassifyTask, classification_metrics, predict, GLUE_METRIC
 from .utils import provenance, mean_sd, fmt_mean_sd, format_table, slow_cells_enabled, read_records
-from .store import check_budget, check_fields, lock_folder, output_record, write_output
-from .args import command_line, run_commands
-from .args import command, use_threads
+from .guard import check_budget, check_fields
+from .store import lock_folder, output_record, write_output
+from .args import command_line, run_commands, command, use_threads
 
 # %% auto #0
 __all__ = ['BYTE_OFFSET', 'MASK_ID', 'BYTE_VOCAB', 'MLM_ARMS', 'MLM_CONFIGS', 'FT_SIZES', 'RESULTS', 'MLM_COMMANDS', 'clean_text',

@@ -17,7 +17,7 @@ from .rotary_kernel import apply_rotary, get_rotary_cache
 # %% auto #0
 __all__ = ['HF_SCALINGS', 'ROPE_TYPES', 'rotary_dims', 'RoPE', 'elu_feature_map', 'rope_linear_attention', 'rotary_permutation',
            'permute_rotary_weights', 'hf_rope_params', 'hf_inv_freq', 'HFLengthRule', 'rotary_from_hf',
-           'check_slowest_period', 'check_rotate', 'check_first_negative', 'check_bf16_break']
+           'check_slowest_period', 'check_rotate', 'check_first_negative', 'check_bf16_break', 'check_shift_prediction']
 
 # %% ../nbs/10_rope.ipynb #6306c75e
 from .core import known_range, host_fact, whole_base, note_fact
@@ -397,3 +397,31 @@ def check_bf16_break(m: int # your answer: the smallest position that bf16 round
     apart = not torch.allclose(apply_rotary(x, torch.tensor([m])), apply_rotary(x, torch.tensor([stored])))
     return Verdict(apart, f'bf16 stores position {m} as {stored}, so a bf16 position table puts token {m} at {stored}; '
                                 f'integer positions keep it at {m}')
+
+# %% ../nbs/10_rope.ipynb #d2a39044
+def check_shift_prediction(rope: str, # your prediction for RoPE: 'same' or 'changes'
+                           sinusoidal: str, # your prediction for the sinusoidal table added to q and k
+                           d: int = 64, m: int = 3, n: int = 10, shift: int = 1000, seed: int = 0) -> Verdict:
+    "Exercise 10.5: whether shifting both tokens by `shift` changes the logit, measured for RoPE and sinusoidal."
+    from posenc_nb.baselines import sinusoidal_table
+    answers = {'same', 'changes'}
+    if rope not in answers or sinusoidal not in answers:
+        return Verdict(False, f"predict 'same' or 'changes' for each, got rope={rope!r}, sinusoidal={sinusoidal!r}")
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(2, d, dtype=torch.float64, generator=g)
+    def rope_logit(a, b):
+        return (apply_rotary(q[None, None, None], torch.tensor([a])) * apply_rotary(k[None, None, None],
+                                                                                   torch.tensor([b]))).sum().item()
+    def sin_logit(a, b):
+        pe = sinusoidal_table(torch.tensor([a, b]), d, dtype=torch.float64)
+        return ((q + pe[0]) @ (k + pe[1])).item()
+    seen = {name: (f(m, n), f(m + shift, n + shift)) for name, f in (('rope', rope_logit), ('sinusoidal', sin_logit))}
+    truth = {name: 'same' if abs(a - b) <= 1e-9 * max(1., abs(a)) else 'changes' for name, (a, b) in seen.items()}
+    said = ', '.join(f'{name}: {a:.6f} -> {b:.6f}' for name, (a, b) in seen.items())
+    if rope != truth['rope']:
+        return Verdict(False, f"{said}. RoPE's logit is q^T R_m^T R_n k = q^T R_{{n-m}} k: rotations compose, and only "
+                       'the difference of the positions is left')
+    if sinusoidal != truth['sinusoidal']:
+        return Verdict(False, f'{said}. PE_m . PE_n depends on n - m only (notebook 01), but the cross terms q . PE_n '
+                       'and PE_m . k depend on where the tokens are')
+    return Verdict(True, f'{said}: RoPE sees only n - m; added sinusoids also see the positions themselves')

@@ -8,6 +8,7 @@ import contextlib, json, math, os, statistics, subprocess, sys, time
 from pathlib import Path
 from typing import Optional, Sequence
 import torch, torch.nn.functional as F
+from torch import Tensor
 from .core import Positions, list_posencs
 from .model import ModelConfig, Seq2Seq, label_smoothed_nll
 from .utils import provenance
@@ -16,7 +17,8 @@ from .args import check_device, use_threads
 from .store import output_record, write_output
 
 # %% auto #0
-__all__ = ['METRICS', 'measure_once', 'cpu_peak_mem_mb', 'speed_table', 'format_table', 'speed_run_table', 'speed_run', 'main']
+__all__ = ['METRICS', 'measure_once', 'cpu_peak_mem_mb', 'speed_table', 'format_table', 'speed_run_table', 'speed_run', 'main',
+           'hf_overhead', 'hf_overhead_run']
 
 # %% ../nbs/24_speed.ipynb #d0f2d55f
 import itertools
@@ -265,7 +267,88 @@ def speed_run(*, encodings: str = None, # comma-separated encodings (default: al
 def main(argv=None, # the arguments (default: `sys.argv[1:]`)
         ) -> int:
     """`python -m posenc_nb.speed`: the `speed_run` command line (`run_commands`: one-line errors, status 2 on bad
-    input)."""
+    input); `python -m posenc_nb.speed hf ...`: `hf_overhead_run`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ['hf']: return run_commands(argv[1:], hf_overhead_run, 'python -m posenc_nb.speed hf')
     return run_commands(argv, speed_run, 'python -m posenc_nb.speed')
+
+# %% ../nbs/24_speed.ipynb #56b2ae32
+def _tiny_llama(vocab: int, hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, max_len: int,
+                seed: int = 0):
+    "A random Llama causal LM of this size (no download), the same weights for every `seed`."
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
+                                        num_hidden_layers=layers, num_attention_heads=heads,
+                                        num_key_value_heads=kv_heads, max_position_embeddings=max_len))
+
+def _update_cpu_s(model, ids: Tensor) -> float:
+    "CPU seconds of one forward and backward of `model` on `ids` (no padding, labels = ids)."
+    t = time.process_time()
+    model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss.backward()
+    spent = time.process_time() - t
+    model.zero_grad(set_to_none=True)
+    return spent
+
+def hf_overhead(encodings: Optional[Sequence[str]] = None, # encodings (default: every one an HF model can take)
+                batch: int = 4, # sequences per batch
+                length: int = 512, # tokens per sequence
+                reps: int = 5, # interleaved repetitions (medians are reported)
+                vocab: int = 1000, hidden: int = 128, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+                intermediate: int = 256, # the tiny Llama's size
+               ) -> dict:
+    """Forward+backward CPU time of a tiny random Llama given each encoding by `use_encoding`, as the ratio native time
+    / encoded time against the same Llama with its own rotary, measured in the same run (interleaved repetitions,
+    medians). Returns a JSON-ready dict with `rows` (one per model, 'native' first)."""
+    from posenc_nb.hf import use_encoding
+    from posenc_nb.core import encoding_streams
+    names = [n for n in list_posencs() if not encoding_streams(n)] if encodings is None else list(encodings)
+    bad = [n for n in names if n not in list_posencs() or encoding_streams(n)]
+    if bad: raise ValueError(f"{bad}: not encodings a Hugging Face model can take; choose from "
+                             f"{[n for n in list_posencs() if not encoding_streams(n)]}")
+    for k, v in dict(batch=batch, length=length, reps=reps).items():
+        if v < 1: raise ValueError(f"{k}={v}: give a whole number >= 1")
+    size = (vocab, hidden, layers, heads, kv_heads, intermediate, max(length, 128))
+    models = {'native': _tiny_llama(*size).train()}
+    models.update({n: use_encoding(_tiny_llama(*size), n).train() for n in names})
+    ids = torch.randint(3, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
+    for m in models.values(): _update_cpu_s(m, ids)                                  # warm-up, not timed
+    order, times = list(models), {n: [] for n in models}
+    for r in range(reps):
+        k = r % len(order)
+        for n in order[k:] + order[:k]: times[n].append(_update_cpu_s(models[n], ids))
+    ref = statistics.median(times['native'])
+    rows = [{'encoding': n, 'ms': 1e3 * statistics.median(t), 'ratio': ref / statistics.median(t),
+             'rep_ratios': [a / b for a, b in zip(times['native'], t)], 'reps': len(t)} for n, t in times.items()]
+    return {'reference': 'native', 'rows': rows, 'clock': 'process CPU time',
+            'method': 'forward+backward of one fixed batch per model; repetitions interleave the models (order rotated '
+                      'by one each repetition), medians; the machine is shared, so other jobs run meanwhile',
+            'config': dict(batch=batch, length=length, reps=reps, vocab=vocab, hidden=hidden, layers=layers,
+                           heads=heads, kv_heads=kv_heads, intermediate=intermediate, threads=torch.get_num_threads())}
+
+# %% ../nbs/24_speed.ipynb #d1a64289
+def hf_overhead_run(*, encodings: str = None, # comma-separated encodings (default: every one HF models can take)
+                    batch: int = 4, # sequences per batch
+                    length: int = 512, # tokens per sequence
+                    reps: int = 5, # interleaved repetitions (medians are reported)
+                    threads: int = 1, # CPU threads for torch
+                    out: str = None, # write the result, with its provenance record, to this JSON file
+                   ) -> int:
+    """The cost of `use_encoding`: forward+backward of a tiny Llama per encoding against the native model, as ratios.
+
+    Examples:
+      python -m posenc_nb.speed hf --out results/speed/hf-overhead.json
+      python -m posenc_nb.speed hf --encodings alibi,t5 --reps 3"""
+    use_threads(threads)
+    settings = dict(encodings=encodings, batch=batch, length=length, reps=reps, threads=threads)
+    with output_record(out, settings) if out else contextlib.nullcontext() as done:
+        if done is not None:
+            print(f'{out}: kept, a record of these settings (delete it to measure again)', flush=True)
+            return 0
+        rec = provenance(None, device='cpu', command=command_line(), precision='fp32')
+        res = dict(hf_overhead(encodings.split(',') if encodings else None, batch, length, reps), provenance=rec)
+        for r in res['rows']: print(f"{r['encoding']:>18} {r['ms']:8.1f} ms  ratio {r['ratio']:.2f}", flush=True)
+        if out: write_output(out, res, settings)
+    return 0
 
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())

@@ -581,11 +581,12 @@ def _train_locked(cfg: TrainConfig, out_dir: Path, corpus: Corpus, proc: Process
 def plot_curves(runs, ax=None, title=None):
     "Train/valid loss against step (left axis) and valid BLEU (right axis); `runs`: one out_dir or {label: out_dir}."
     import matplotlib.pyplot as plt
+    from posenc_nb.palette import encoding_color, readable_legend
     if not isinstance(runs, dict): runs = {'': runs}
     if ax is None: _, ax = plt.subplots(figsize=(6, 3.5))
     ax2 = ax.twinx()
     for i, (label, run_dir) in enumerate(runs.items()):
-        recs, color = read_metrics(run_dir), f'C{i}'
+        recs, color = read_metrics(run_dir), encoding_color(label) if label else f'C{i}'   # a label names an encoding
         for key, axis, style in (('loss', ax, '-'), ('valid_loss', ax, 'o--'), ('valid_bleu', ax2, 's:')):
             points = [(r['step'], r[key]) for r in recs if r.get(key) is not None]
             name = {'loss': 'train loss', 'valid_loss': 'valid loss', 'valid_bleu': 'valid BLEU'}[key]
@@ -593,8 +594,7 @@ def plot_curves(runs, ax=None, title=None):
     ax.set_xlabel('update')
     ax.set_ylabel('loss (label-smoothed, per token)')
     ax2.set_ylabel('valid BLEU')
-    handles, labels = ax.get_legend_handles_labels()
-    handles2, labels2 = ax2.get_legend_handles_labels()
-    ax.legend(handles + handles2, labels + labels2, fontsize=8, loc='center right')
+    (h1, l1), (h2, l2) = ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()
+    readable_legend(ax, h1 + h2, l1 + l2, loc='center right')
     if title: ax.set_title(title)
     return ax

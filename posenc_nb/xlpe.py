@@ -26,7 +26,8 @@ from fastcore.basics import patch
 __all__ = ['XL', 'ORDER_MODES', 'ALIGN_OPTIONS', 'is_permutation', 'xl_positions', 'xl_for_subwords', 'xl_stream',
            'XLInputPosEnc', 'xl_head_positions', 'XLHeadPosEnc', 'XLHeadXLPosEnc', 'XLRopePosEnc', 'random_order',
            'aligned_orders', 'synthetic_gold_order', 'XLPositionProvider', 'xl_streams_for', 'eval_xl', 'XLPairs',
-           'train_xl', 'check_subword_xl', 'check_xl_implementation', 'check_mean_shift', 'check_subword_break']
+           'train_xl', 'check_subword_xl', 'check_xl_implementation', 'check_mean_shift', 'check_subword_break',
+           'check_monotone_control']
 
 # %% ../nbs/14_xlpe.ipynb #e2935698
 from .core import known_range
@@ -552,3 +553,27 @@ def check_subword_break(word_ids: list # your word ids per token (ints in 0..2, 
         if 'not contiguous' in str(e): return Verdict(True, f'rejected: {e}')
         return Verdict(False, f'rejected for another reason: {e}')
     return Verdict(False, f"accepted, giving {out}: interrupt one word's pieces with another word")
+
+# %% ../nbs/14_xlpe.ipynb #2accd475
+def check_monotone_control(no_stream: str, # (a): 'same' or 'different' from xl-input without an XL stream
+                           sinusoidal: str, # (b): 'same' or 'different' from the sinusoidal encoding
+                           d: int = 16, L: int = 7, seed: int = 0) -> Verdict:
+    "Exercise 14.5: what `xl-input` adds given the monotone order, against no XL stream and against `sinusoidal`."
+    answers = {'same', 'different'}
+    if no_stream not in answers or sinusoidal not in answers:
+        return Verdict(False, f"predict 'same' or 'different' for each, got {no_stream!r} and {sinusoidal!r}")
+    torch.manual_seed(seed)
+    xl, sin = make_posenc('xl-input', d, 2), make_posenc('sinusoidal', d, 2)
+    x, pos = torch.zeros(1, L, d), torch.arange(L)[None]
+    with torch.no_grad():
+        mono = xl.embed(x, Positions(pos, streams={XL: torch.tensor(xl_positions(list(range(L))))[None]}))
+        plain = Positions(pos)
+        truth = {'a': torch.equal(mono, xl.embed(x, plain)), 'b': torch.allclose(mono, sin.embed(x, plain))}
+    if no_stream != ('same' if truth['a'] else 'different'):
+        return Verdict(False, 'the monotone order gives every word its own position as XL position: xl = pos, which is '
+                       'exactly what xl-input reads when there is no XL stream')
+    if sinusoidal != ('same' if truth['b'] else 'different'):
+        return Verdict(False, 'xl-input adds tanh(PE(pos) U + PE(xl) V), with two learned projections and a tanh, not '
+                       'PE(pos): the monotone arm keeps that machinery and drops only the order')
+    return Verdict(True, 'the monotone arm is xl-input without the order (a: same) but not the sinusoidal model '
+                   '(b: different): predicted against monotone isolates what the order brings')

@@ -1,7 +1,7 @@
 """Every exercise of the method notebooks (a `check_*` whose docstring starts "Exercise N.M") is answerable: its check
 accepts a solution, an accepted answer exists within the check's own limits (found by brute force where the answer
 space is small), the hints say true things, and the named common mistakes get messages that name them."""
-import ast, importlib, itertools, json, math
+import ast, importlib, itertools, json, math, re
 from pathlib import Path
 import pytest
 import torch
@@ -149,6 +149,9 @@ SOLUTIONS = {   # exercise -> a function returning the check's arguments
     '14.2': lambda: (_xl,),
     '14.3': lambda: (_mean_shift(),),
     '14.4': lambda: ([0, 1, 0, 2],),
+    '10.5': lambda: ('same', 'changes'),
+    '11.8': lambda: ('linear',),
+    '14.5': lambda: ('same', 'different'),
     '9.1': lambda: ([2.0 ** -h for h in range(1, 9)] + [2.0 ** (-(2 * h - 1) / 2) for h in range(1, 5)],),
     '9.2': lambda: (next(k for k in range(1, 128) if _t5(k) == _t5(k + 1)),),
     '9.3': lambda: (sum(math.cos(10 * 10000 ** (-2 * i / 64)) for i in range(32)),),
@@ -287,3 +290,50 @@ def test_no_page_gives_an_exercise_answer_away():
     leaks = [(nb.stem, m.group(0)) for nb in sorted((ROOT / 'nbs').glob('*.ipynb'))
              for s in _notebook_markdown(nb.stem) for m in re.finditer(r'.{0,60}answer (of|to) exercise.{0,20}', s)]
     assert not leaks, leaks
+
+
+# ---- conceptual exercises: predict, then run ---------------------------------------------------------------------
+METHOD_PAGES = ('10_rope', '11_floater', '14_xlpe')
+PREDICT = re.compile(r'^\*\*(\d+)\. Predict\b[^*]*\*\*(.*)$', re.S)
+
+
+def _predict_exercises(stem: str) -> list:
+    "(prompt, hint) of each predict-then-run exercise of a notebook."
+    out = []
+    for s in _notebook_markdown(stem):
+        m = PREDICT.match(s)
+        if m: out.append((m.group(2).split('*Hint:*')[0], m.group(2).split('*Hint:*')[1] if '*Hint:*' in s else ''))
+    return out
+
+
+@pytest.mark.parametrize('stem', METHOD_PAGES)
+def test_every_method_page_has_a_conceptual_exercise(stem):
+    "A method page asks at least one prediction, made before running its check and explained after, besides numbers."
+    found = _predict_exercises(stem)
+    assert found, f'{stem}: no "**N. Predict: ...**" exercise'
+    for prompt, hint in found:
+        assert 'explain' in prompt and 'first' in prompt, prompt[:200]        # predict first, then explain
+        assert hint.strip(), f'{stem}: a predict exercise without a hint'
+
+
+@pytest.mark.parametrize('stem', METHOD_PAGES)
+def test_predict_hints_do_not_name_an_answer(stem):
+    "A prediction's hint names none of the answers the prompt offers (the quoted choices, e.g. 'same' or 'changes')."
+    for prompt, hint in _predict_exercises(stem):
+        options = set(re.findall(r"`'([a-z]+)'`", prompt))
+        assert len(options) >= 2, prompt[:200]
+        leaked = [o for o in options if re.search(rf'\b{o}\b', hint)]
+        assert not leaked, (stem, leaked, hint)
+
+
+@pytest.mark.parametrize('number,wrong,named', [('10.5', ('same', 'same'), 'cross terms'),
+                                                ('10.5', ('changes', 'changes'), 'R_{n-m}'),
+                                                ('11.8', ('quadratic',), 'exercise 11.3'),
+                                                ('11.8', ('flat',), 'not reset'),
+                                                ('14.5', ('same', 'same'), 'machinery'),
+                                                ('14.5', ('different', 'different'), 'xl = pos')])
+def test_a_wrong_prediction_is_told_why(number, wrong, named):
+    "Each wrong prediction fails with the reason: the check measures, so a prediction is right only if the run agrees."
+    v = check(number)(*wrong)
+    assert not v and named in v.why, repr(v)
+    assert 'predict' in check(number)(*(['maybe'] * len(wrong))).why          # anything else: the choices named

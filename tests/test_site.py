@@ -274,3 +274,83 @@ def test_figures_get_captions_and_alt_text_from_their_code():
     bad = cs.layout_failures('10_rope.html', {'figs': [{**fig, 'alt': '_images/0411.png', 'caption': ''}],
                                               'verdicts': [], 'codeOverflowing': 0, 'codeBlocks': 0, 'codeChars': None})
     assert len(bad) == 2 and 'alt text' in bad[0] and 'numbered caption' in bad[1]
+
+
+# ---- one colour per encoding, legends a phone can read (posenc_nb.palette) ---------------------------------------
+def test_every_registered_encoding_has_a_colour_of_its_own():
+    "Each registered encoding has a fixed colour in the palette, none shared; the table names no unknown encoding."
+    import importlib
+    from posenc_nb.core import list_posencs
+    from posenc_nb.palette import ENCODING_COLORS
+    for m in ('baselines', 'rope', 'floater', 'recipe', 'xlpe', 'fire', 'dpb', 'kerple', 'prope', 'scaled_sinusoidal'):
+        importlib.import_module(f'posenc_nb.{m}')
+    registered = set(list_posencs())
+    assert registered <= set(ENCODING_COLORS), sorted(registered - set(ENCODING_COLORS))
+    assert len(set(ENCODING_COLORS.values())) == len(ENCODING_COLORS)
+
+
+def _line_colors(fig) -> dict:
+    "{legend label: colour} of every labelled line, bar and marker of `fig`."
+    from matplotlib.colors import to_hex
+    from posenc_nb.palette import _artist_color
+    out = {}
+    for ax in fig.axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if _artist_color(h) is not None: out[lab] = to_hex(_artist_color(h))   # lines and markers; not bar groups
+    return out
+
+
+def test_two_pages_draw_an_encoding_in_one_colour(tmp_path):
+    """The plotting helpers of three pages (06_cli's comparison, 21_multi30k's learning curves, 22_extrapolation's
+    length bins), given the encodings in different orders, draw each encoding in its palette colour, with legends a
+    phone can read (`figure_failures` finds nothing)."""
+    import json as js
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    from posenc_nb.cli import plot_compare
+    from posenc_nb.exp_extrapolation import plot_length_bins
+    from posenc_nb.exp_multi30k import plot_learning_curves
+    from posenc_nb.palette import encoding_color, figure_failures
+    encs = ['t5', 'rope', 'sinusoidal', 'alibi', 'learned', 'shaw']
+    bins = [{'encoding': e, 'seed': 0, 'length_bins': {'1-10': {'bleu': 30. - k}, '11-20': {'bleu': 20. - k}}}
+            for k, e in enumerate(encs)]
+    runs = []
+    for k, e in enumerate(reversed(encs)):
+        d = tmp_path/e
+        d.mkdir()
+        (d/'curve.jsonl').write_text(''.join(js.dumps({'step': s, 'loss': 5. - s / 10 - k, 'wall': s}) + '\n'
+                                             for s in (10, 20)))
+        runs.append({'dir': d, 'encoding': e, 'seed': 0})
+    figs = {'22': plot_length_bins(bins).figure, '21': plot_learning_curves(runs, keys=('loss',))[0].figure,
+            '06': plot_compare([], {e: [(1, 2.), (2, 1.)] for e in encs[1:] + encs[:1]})}
+    for page, fig in figs.items():
+        colors = _line_colors(fig)
+        assert {colors[e] for e in encs} and all(colors[e] == encoding_color(e).lower() for e in encs), (page, colors)
+        assert figure_failures(fig, page) == [], figure_failures(fig, page)
+    plt.close('all')
+
+
+def test_the_build_audits_every_figure(tmp_path):
+    "The executor checks each figure as it renders; the browser check fails on it, except as a note on a pending page."
+    import check_site as cs
+    nb = nbf.v4.new_notebook()
+    nb.cells = [nbf.v4.new_code_cell('import matplotlib.pyplot as plt'),
+                nbf.v4.new_code_cell("fig, ax = plt.subplots(figsize=(9, 3))\nax.plot([1, 2], label='rope')\n"
+                                     "ax.legend(fontsize=8)\nplt.show()"),
+                nbf.v4.new_code_cell("from posenc_nb.palette import encoding_color, readable_legend\n"
+                                     "fig, ax = plt.subplots(figsize=(9, 3))\n"
+                                     "ax.plot([1, 2], color=encoding_color('rope'), label='rope')\n"
+                                     "readable_legend(ax)\nplt.show()")]
+    src, out = tmp_path/'99_figs.ipynb', tmp_path/'out.ipynb'
+    nbf.write(nb, str(src))
+    r = subprocess.run([sys.executable, str(root/'tools'/'build_site.py'), '--execute-one', str(src), str(out)],
+                       capture_output=True, text=True, env={**os.environ, 'MPLBACKEND': 'Agg'})
+    assert r.returncode == 0, r.stderr
+    audit = bs.write_figure_audit({src: out}, tmp_path)
+    assert audit['checked'] == 2 and len(audit['failures']['99_figs']) == 2, audit           # the first figure only
+    assert "99_figs: figure 1: 'rope' drawn in #1f77b4" in audit['failures']['99_figs'][1]
+    fails, notes = cs.figure_audit_failures(audit)
+    assert len(fails) == 2 and notes == []
+    assert cs.figure_audit_failures(audit, pending={'99_figs': 'x'}) == ([], audit['failures']['99_figs'])
+    assert 'missing' in cs.figure_audit_failures(None)[0][0]

@@ -327,7 +327,8 @@ def _record(folder, enc='rope', seed=0):
 
 
 def test_hand_edited_config_is_not_finished(tmp_path):
-    from posenc_nb.store import finished_record, RecordError
+    from posenc_nb.store import finished_record
+    from posenc_nb.guard import RecordError
     rdir = _record(tmp_path)
     (rdir / 'config.json').write_text(json.dumps({'enc_pe': 'rope', 'seed': 0, 'lr': 1}))
     with pytest.raises(RecordError, match='config.json changed after its record was published'):
@@ -335,7 +336,8 @@ def test_hand_edited_config_is_not_finished(tmp_path):
 
 
 def test_replaced_hypotheses_named_by_readers(tmp_path):
-    from posenc_nb.store import load_records, verify_record, RecordError
+    from posenc_nb.store import load_records, verify_record
+    from posenc_nb.guard import RecordError
     rdir = _record(tmp_path / 'ex')
     _record(tmp_path / 'ex', 'sinusoidal')
     assert verify_record(rdir)['files']['test.hyp']
@@ -554,7 +556,7 @@ def test_api_messages(case):
 # issue 50, list 4: the ledger reads records through their manifests
 def test_ledger_names_a_changed_record_file(tmp_path):
     from posenc_nb.referee import read_arm
-    from posenc_nb.store import RecordError
+    from posenc_nb.guard import RecordError
     _record(tmp_path / 'ex', seed=0)
     rdir = _record(tmp_path / 'ex', seed=1)
     arm = read_arm(tmp_path, 'ex/rope-s*/metrics.json', 'bleu')              # verified, read (left out: no commit)

@@ -44,3 +44,41 @@ def test_release_removes_the_solutions(tmp_path):
         if student.is_solution(o): assert 'raise NotImplementedError()' in text(g) and 'assert' not in text(g)
         else: assert text(g) == text(o)
     assert sum(student.is_solution(o) for o in orig) >= 3
+
+
+@pytest.mark.skipif(shutil.which('nbgrader', path=str(Path(sys.executable).parent)) is None,
+                    reason='nbgrader is not installed (make student installs it)')
+def test_released_method_pages_hold_no_solution_text(tmp_path):
+    """The method pages with predict exercises, released: no line that only a solution holds is left anywhere in them,
+    and every exercise prompt is."""
+    stems = ('10_rope', '11_floater', '14_xlpe')
+    released = student.build(tmp_path, [ROOT / 'nbs' / f'{s}.ipynb' for s in stems])
+    assert [p.stem for p in released] == list(stems)
+    text = lambda c: ''.join(c['source']) if isinstance(c['source'], list) else c['source']
+    for p in released:
+        orig = json.loads((ROOT / 'nbs' / p.name).read_text())['cells']
+        elsewhere = {l.strip() for c in orig if not student.is_solution(c) for l in text(c).splitlines()}
+        only_solution = {l.strip() for c in orig if student.is_solution(c) for l in text(c).splitlines()[1:]
+                         if l.strip() and l.strip() not in elsewhere}
+        assert len(only_solution) >= 3, p.name
+        out = '\n'.join(text(c) for c in json.loads(p.read_text())['cells'])
+        leaks = [l for l in only_solution if l in out]
+        assert not leaks, (p.name, leaks[:3])
+        prompts = [text(c) for c in orig if c['cell_type'] == 'markdown' and text(c).startswith('**')]
+        assert prompts and all(s in out for s in prompts)
+
+
+def test_student_site_leaves_out_the_instructor_page(tmp_path, monkeypatch):
+    "The student site is the site's own build, into OUT/site, without the instructor page and with the student note."
+    sys.path.insert(0, str(ROOT / 'tools'))
+    import build_site as bs
+    seen = {}
+    def fake_build(jobs, execute, workers, cache, only, exclude=()):
+        seen.update(src=bs.src_dir, html=bs.html_dir, note=bs.SOLUTION_NOTE, exclude=exclude, execute=execute)
+    before = (bs.src_dir, bs.html_dir, bs.SOLUTION_NOTE)
+    monkeypatch.setattr(bs, 'build', fake_build)
+    assert bs.student_site(tmp_path) == tmp_path / 'site' / 'html'
+    assert seen['src'] == tmp_path / 'site' / 'src' and seen['html'] == tmp_path / 'site' / 'html'
+    assert 'instructor' in seen['exclude'] and seen['execute'] and 'not in the student edition' in seen['note']
+    assert (bs.src_dir, bs.html_dir, bs.SOLUTION_NOTE) == before                    # the teacher's site is untouched
+    assert (ROOT / 'nbs' / 'instructor.ipynb').exists() and 'instructor' in [p.stem for p in bs.discover_notebooks()]

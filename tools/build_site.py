@@ -305,7 +305,8 @@ def make_glossary_linker(terms, prefix=''):
 
 # --- execution ---------------------------------------------------------------------------------------------------
 
-EXECUTOR_VERSION = 1                          # part of the cache key: bump it when execute_here changes what it writes
+EXECUTOR_VERSION = 2                          # part of the cache key: bump it when execute_here changes what it writes
+FIGURE_AUDIT = 'posenc_figure_audit'          # executed notebook's metadata: {'checked': figures, 'failures': [...]}
 
 def skip_flags():
     "The cell flags `nbdev_test` skips unless asked (settings.ini's `tst_flags`: slow and gpu)."
@@ -329,8 +330,26 @@ def deps_digest():
         h.update(f.read_bytes())
     return h.hexdigest()
 
+def audit_figures(name):
+    """From now on, every figure rendered in this process (as a notebook output, or saved) is checked against the
+    palette and the phone legend size (`posenc_nb.palette.figure_failures`); returns the audit, filled as figures render."""
+    audit = {'checked': 0, 'failures': []}
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+        from posenc_nb.palette import figure_failures
+    except ImportError: return audit
+    render = FigureCanvasBase.print_figure
+    def audited(canvas, *a, **kw):
+        audit['checked'] += 1
+        for f in figure_failures(canvas.figure, f"{name}: figure {audit['checked']}"):
+            if f not in audit['failures']: audit['failures'].append(f)
+        return render(canvas, *a, **kw)
+    FigureCanvasBase.print_figure = audited
+    return audit
+
 def execute_here(src, dest):
-    "Run notebook `src` in this process as `nbdev_test` does and write it, with this run's outputs, to `dest`."
+    """Run notebook `src` in this process as `nbdev_test` does and write it, with this run's outputs and the audit of
+    its figures (metadata `FIGURE_AUDIT`), to `dest`."""
     from execnb.nbio import read_nb, write_nb
     from execnb.shell import CaptureShell
     src, flags = Path(src).resolve(), skip_flags()
@@ -343,10 +362,12 @@ def execute_here(src, dest):
         return False
     shell = CaptureShell(src)
     os.chdir(src.parent)
+    audit = audit_figures(src.stem)
     try: shell.run_all(nb, exc_stop=True, preproc=skip)
     except Exception:
         sys.stderr.write(shell.prettytb(fname=src) + '\n')
         return 1
+    nb.metadata[FIGURE_AUDIT] = audit
     write_nb(nb, dest)
     t = os.times()
     print(f'cpu {t.user + t.system + t.children_user + t.children_system:.1f}')   # for the build's summary
@@ -626,10 +647,19 @@ def site_counts(src=src_dir):
                           'figures': len(figs)}
     return counts
 
-def build(jobs='1', execute=True, workers=2, cache=cache_root, only=None):
+def write_figure_audit(executed, out=None):
+    "Collect the executed notebooks' figure audits into _site/figures.json (the browser check reads it); the summary."
+    audits = {p.stem: json.loads(Path(e).read_text()).get('metadata', {}).get(FIGURE_AUDIT) for p, e in executed.items()}
+    summary = {'executed': bool(executed), 'checked': sum(a['checked'] for a in audits.values() if a),
+               'unaudited': sorted(s for s, a in audits.items() if a is None),
+               'failures': {s: a['failures'] for s, a in audits.items() if a and a['failures']}}
+    (Path(out or out_root)/'figures.json').write_text(json.dumps(summary, indent=1))
+    return summary
+
+def build(jobs='1', execute=True, workers=2, cache=cache_root, only=None, exclude=()):
     import nbformat
     t0 = time.time()
-    nbs = discover_notebooks()
+    nbs = [p for p in discover_notebooks() if p.stem not in exclude]
     if only: nbs = [p for p in nbs if p.stem == 'index' or p.stem in only]
     pages = {}
     for p in nbs:
@@ -639,6 +669,7 @@ def build(jobs='1', execute=True, workers=2, cache=cache_root, only=None):
     shutil.rmtree(src_dir, ignore_errors=True)
     src_dir.mkdir(parents=True)
     executed = execute_all(nbs, Path(cache), workers) if execute else {}
+    write_figure_audit(executed, src_dir.parent)
     t_exec = time.time()
     meta, titles, problems = {}, {}, []
     for p in nbs:
@@ -671,14 +702,28 @@ def build(jobs='1', execute=True, workers=2, cache=cache_root, only=None):
            '-j', str(jobs), str(src_dir), str(html_dir)]
     r = subprocess.run(cmd, cwd=root)
     if r.returncode: raise SystemExit(f'sphinx-build failed (exit {r.returncode}); warnings above')
-    counts = site_counts()
-    (out_root/'counts.json').write_text(json.dumps(counts, indent=1))
+    counts = site_counts(src_dir)
+    (src_dir.parent/'counts.json').write_text(json.dumps(counts, indent=1))
     tot = {k: sum(c[k] for c in counts.values()) for k in ('code_cells', 'with_output', 'figures')}
     empty = [s for s, c in counts.items() if not c['with_output']]
-    print(f'site: {len(nbs)} notebooks + {len(mods) + 1} API pages -> {html_dir.relative_to(root)}/index.html '
+    print(f'site: {len(nbs)} notebooks + {len(mods) + 1} API pages -> {os.path.relpath(html_dir, root)}/index.html '
           f'(execute {t_exec - t0:.1f} s, prepare {t1 - t_exec:.1f} s, sphinx {time.time() - t1:.1f} s)')
     print(f"pages: {tot['with_output']} of {tot['code_cells']} code cells shown with an output, {tot['figures']} figures; "
           f"pages without output: {', '.join(empty) or 'none'} (per page: _site/counts.json)")
+
+# The student edition's site: the same pages (executed the same way, so the cache of `make site` serves it) without the
+# instructor page, into _student/site/html/. No page of either site shows a solution; the student site's note says so.
+INSTRUCTOR_PAGES = ('instructor',)
+STUDENT_SOLUTION_NOTE = 'Solution: not in the student edition; the check above says whether an answer is right, and why.'
+
+def student_site(out, jobs='1', workers=2, cache=cache_root, only=None):
+    "Build the student site into OUT/site/html (OUT/site/src for its sources); returns the html folder."
+    global src_dir, html_dir, SOLUTION_NOTE
+    saved = src_dir, html_dir, SOLUTION_NOTE
+    src_dir, html_dir, SOLUTION_NOTE = Path(out)/'site'/'src', Path(out)/'site'/'html', STUDENT_SOLUTION_NOTE
+    try: build(jobs, True, workers, cache, only, exclude=INSTRUCTOR_PAGES)
+    finally: src_dir, html_dir, SOLUTION_NOTE = saved
+    return Path(out)/'site'/'html'
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])

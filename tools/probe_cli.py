@@ -11,7 +11,8 @@ CPU-time limit and an address-space cap, and is classed:
 
 `python tools/probe_cli.py [--jobs 3] [--cpu 60] [--only WORD] [--out probe.jsonl]`; prints the counts, and one line
 per case that did not hold. The cases are tiny (a few updates of the synthetic task); set POSENC_DATA for the cases that
-read real data (they are skipped, not failed, without it)."""
+read real data (they are skipped, not failed, without it). The same table is a test, tests/test_probe.py: the
+cases `is_slow` names (they train, do the work asked, or read real data) run there with POSENC_SLOW=1."""
 import argparse, contextlib, gzip, hashlib, io, json, os, resource, shutil, signal, sys, tempfile, time
 from pathlib import Path
 
@@ -78,15 +79,20 @@ def call(argv, stdin=None) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------- cases
-def C(id, argv, expect='refuse', needle=None, setup=None, guard=None, env=None, hold=None, post=None, data=False):
-    "A case: `argv` with {w} (its folder) and fixture names ({fin}, {cmp}, ...) filled in at run time."
+def C(id, argv, expect='refuse', needle=None, setup=None, guard=None, env=None, hold=None, post=None, data=False,
+      was=None, slow=None):
+    """A case: `argv` with {w} (its folder) and fixture names ({fin}, {cmp}, ...) filled in at run time. `was`: what
+    the probe found before the package held it ('lost', 'mixed', 'hang', 'unhelpful'), for the cases issue 59 named;
+    `slow`: True or False where the rule of `is_slow` misjudges the case (measured: seconds of work before the refusal,
+    or a refusal that only copies a fixture made once per run)."""
     return dict(id=id, argv=argv, expect=expect, needle=needle, setup=setup, guard=guard, env=env or {}, hold=hold,
-                post=post, data=data)
+                post=post, data=data, was=was, slow=slow)
 
 
 def copy_of(name, to='run'):
     "Setup: a copy of fixture `name` as {w}/`to`."
     def setup(w, fx): shutil.copytree(fx.get(name), w / to)
+    setup.trains = name in ('fin', 'lin', 'cmp')          # a fixture trained once, for seconds
     return setup
 
 
@@ -103,6 +109,7 @@ def write(rel, text, gz=False):
 def both(*fs):
     def setup(w, fx):
         for f in fs: f(w, fx)
+    setup.trains = any(getattr(f, 'trains', False) for f in fs)
     return setup
 
 
@@ -203,7 +210,8 @@ def compare_cases() -> list:
 
 def harness_cases() -> list:
     ex = lambda *a: ['experiments', *a]
-    cs = [C('experiments run nosuch', ex('run', 'nosuch', '--steps', '1', '--out', '{w}/r'), needle='nosuch'),
+    cs = [C('experiments run nosuch', ex('run', 'nosuch', '--steps', '1', '--out', '{w}/r'), needle='nosuch',
+            slow=True),
           C('experiments run --steps 0', ex('run', 'multi30k', '--steps', '0', '--out', '{w}/r'),
             needle='--steps'),
           C('experiments run --steps -1', ex('run', 'multi30k', '--steps', '-1', '--out', '{w}/r'),
@@ -284,9 +292,9 @@ def mlm_cases() -> list:
             C('mlm finetune --steps 0', ft('--steps', '0', *o), needle='--steps'),
             C('mlm finetune --task nosuch', ft('--task', 'nosuch', '--steps', '2', *o), needle='nosuch'),
             C('mlm finetune --max-len 0', ft('--max-len', '0', '--steps', '2', *o), needle='max'),
-            C('mlm finetune --n-test -1', ft('--n-test', '-1', '--steps', '2', *o), needle='n'),
+            C('mlm finetune --n-test -1', ft('--n-test', '-1', '--steps', '2', *o), needle='n', slow=True),
             C('mlm finetune --lr -1', ft('--lr', '-1', '--steps', '2', *o), needle='lr'),
-            C('mlm finetune --max-tokens 0', ft('--max-tokens', '0', '--steps', '2', *o), needle='max'),
+            C('mlm finetune --max-tokens 0', ft('--max-tokens', '0', '--steps', '2', *o), needle='max', data=True),
             C('mlm finetune --warmup -1', ft('--warmup', '-1', '--steps', '2', *o), needle='warmup'),
             C('mlm finetune --pretrained with a scratch record', ft('--pretrained', '--steps', '2', *o),
               needle='init_run', guard='r.json', setup=lambda w, fx: __import__('posenc_nb.store').store.write_output(
@@ -318,7 +326,7 @@ def long_text_cases() -> list:
             C('long_text lengths --out with other settings', lt('lengths', '--limits', '64', *o), needle='limits',
               setup=write('b.json', json.dumps({'experiment': 'bpe-lengths', 'vocab_size': 8000,
                                                 'limits': [128, 256, 512]})), guard='b.json'),
-            C('long_text lengths --vocab-size 0', lt('lengths', '--vocab-size', '0', *o), needle='vocab'),
+            C('long_text lengths --vocab-size 0', lt('lengths', '--vocab-size', '0', *o), needle='vocab', data=True),
             C('long_text ngram --Cs -1', lt('ngram', '--Cs', '-1', *o), needle='Cs'),
             C('long_text ngram --Cs 0', lt('ngram', '--Cs', '0', *o), needle='Cs'),
             C('long_text ngram --n-test 0', lt('ngram', '--n-test', '0', *o), needle='n'),
@@ -425,12 +433,13 @@ def other_cases() -> list:
             C('claims --check on the committed results', ['claims', '--root', str(ROOT / 'results'), '--check'],
               expect='ok'),                     # in place: a copy outside git cannot show when claims were registered
             C('claims on a truncated ledger', cl('--check'), needle='claims.json', setup=results('claims.json'),
-              guard='res'),
-            C('claims on a truncated record', cl('--check'), needle='seed0.json', setup=results(mlm_rec), guard='res'),
+              guard='res', slow=True),
+            C('claims on a truncated record', cl('--check'), needle='seed0.json', setup=results(mlm_rec), guard='res',
+              slow=True),
             C('claims on a missing root', ['claims', '--root', '{w}/nosuch'], needle='nosuch'),
             C('claims --register an unknown id', cl('--register', 'nosuch'), needle='nosuch', setup=results(),
-              guard='res'),
-            C('claims on a record whose file changed', cl('--check'), needle='changed', guard='res',
+              guard='res', slow=True),
+            C('claims on a record whose file changed', cl('--check'), needle='changed', guard='res', slow=True,
               setup=results('xl-synthetic-gold-r/xl-input@oracle-gold-s0/metrics.json', '{"encoding": "x"}')),
             C('speed --length 0', sp(*sp_o, '--length', '0'), needle='--length'),
             C('speed --length -1', sp(*sp_o, '--length', '-1'), needle='--length'),
@@ -476,9 +485,125 @@ def api_cases() -> list:
     return cs
 
 
+def committed(*copies):
+    "Setup: {w}/results as a checkout's committed results (a registry.json) with copies of committed folders."
+    def setup(w, fx):
+        (w / 'results').mkdir()
+        shutil.copy(ROOT / 'results' / 'registry.json', w / 'results' / 'registry.json')
+        for c in copies: shutil.copytree(ROOT / 'results' / c, w / 'results' / c)
+    return setup
+
+
+def length_run(steps='2'):
+    "Setup: a smoke length-lab run of rope seed 0 into {w}/a, its checkpoint in {w}/runs (reads POSENC_DATA)."
+    def setup(w, fx):
+        assert call(['length', 'run', '--config', 'smoke', '--encodings', 'rope', '--seeds', '0', '--steps', steps,
+                     '--out', str(w / 'a'), '--runs', str(w / 'runs')]) == 0, 'length run setup'
+    setup.trains = True
+    return setup
+
+
+def corpus_plus_one(w, fx):
+    "Setup: a copy of Tiny Shakespeare under {w}/data that gained one character ('~' is not in it)."
+    src = Path(os.environ['POSENC_DATA']) / 'tinyshakespeare' / 'input.txt'
+    (w / 'data' / 'tinyshakespeare').mkdir(parents=True)
+    (w / 'data' / 'tinyshakespeare' / 'input.txt').write_text(src.read_text() + '~\n')
+
+
+def committed_cases() -> list:
+    "Lost and mixed: committed results, comparison and experiment folders of one design, run folders of one setting."
+    cmp = ['cli', 'compare', '--config', 'synthetic-tiny', *TINY, '--no-plot']
+    ext = ['experiments', 'run', 'extrapolation', '--encodings', 'rope', '--seeds', '5']
+    sample = ['length', 'sample', '--encoding', 'rope', '--seed', '0', '--out', '{w}/s.json', '--runs', '{w}/runs']
+    return [C('train --out results/extrapolation (committed)', TRAIN + ['--out', 'results/extrapolation'],
+              needle='committed results', setup=committed('extrapolation'), guard='results', was='mixed'),
+            C('train --out a new folder in committed results', TRAIN + ['--out', 'results/new'],
+              needle='committed results', setup=committed(), guard='results'),
+            C('compare --out committed results, a run it lacks', cmp + ['--encodings', 'rope', '--seeds', '5',
+                                                                        '--max-steps', '2', '--out',
+                                                                        'results/extrapolation'],
+              needle='committed results', setup=committed('extrapolation'), guard='results', was='mixed'),
+            C('experiments run, other settings, its committed default folder', ext + ['--steps', '2'],
+              needle='committed results', setup=committed('extrapolation'), guard='results', was='mixed'),
+            C('experiments run --set, its committed default folder', ext + ['--set', 'd_model=32'],
+              needle='committed results', setup=committed('extrapolation'), guard='results'),
+            C('experiments run --registered nosuch', ext + ['--registered', 'nosuch'], needle='--registered',
+              setup=committed('extrapolation'), guard='results'),
+            C('experiments compare --out committed results', ['experiments', 'compare', 'results/extrapolation',
+                                                              '--baseline', 'rope', '--samples', '5', '--out',
+                                                              'results/sig.json'],
+              needle='committed results', setup=committed('extrapolation'), guard='results'),
+            C('speed --out committed results', ['speed', '--reps', '1', '--length', '16', '--encodings', 'rope',
+                                                '--out', 'results/s.json'], needle='committed results',
+              setup=committed(), guard='results'),
+            C('length run, new records into committed results', ['length', 'run', '--config', 'smoke', '--encodings',
+                                                                 'rope', '--seeds', '7'],
+              needle='committed results', setup=committed('length'), guard='results'),
+            C('length sample, its own committed record (kept)', ['length', 'sample'], expect='ok',
+              setup=committed('length'), guard='results'),
+            C('compare --out a finished train run', cmp + ['--encodings', 'rope', '--max-steps', '2', '--out',
+                                                           '{w}/run'],
+              needle='training run', setup=copy_of('fin'), guard='run', was='lost', slow=False),
+            C('compare rerun: another --max-steps and an encoding it lacks', cmp + ['--encodings', 'alibi',
+                                                                                    '--max-steps', '3', '--out',
+                                                                                    '{w}/cmp'],
+              needle='max_steps', setup=copy_of('cmp', 'cmp'), guard='cmp', was='mixed'),
+            C('length run: other --steps, another --out, the same --runs', ['length', 'run', '--config', 'smoke',
+                                                                            '--encodings', 'rope', '--seeds', '0',
+                                                                            '--steps', '3', '--out', '{w}/b',
+                                                                            '--runs', '{w}/runs'],
+              needle='steps', setup=length_run(), guard='runs', data=True, was='mixed'),
+            C('length sample: a record of other settings than the checkpoint', sample,
+              needle='other settings', setup=both(length_run(), lambda w, fx: shutil.copy(
+                  ROOT / 'results' / 'length' / 'rope_seed0.json', w / 'rope_seed0.json')), guard='runs', data=True),
+            C('length sample: the corpus gained a character', sample[:-4] + ['--out', '{w}/o/s.json', '--runs',
+                                                                             '{w}/runs'],
+              needle='another corpus', setup=both(length_run(), corpus_plus_one), guard='runs', data=True, was='mixed',
+              env={'POSENC_DATA': '{w}/data'})]
+
+
+def input_cases() -> list:
+    "Inputs checked where they enter: line separators, sizes, seeds, long lines."
+    aligned = ("from posenc_nb.data import load_parallel\np = load_parallel('multi30k', 'train')\n"
+               "assert len(p) == 10 and p[7] == ('e7', 'd7') and '\\u2028' in p[6][0], p[5:8]\n")
+    en = ''.join(f'e{i}' + ('\u2028x\x85y' if i == 6 else '') + '\n' for i in range(10))
+    de = ''.join(f'd{i}' + ('\u2029z' if i == 2 else '') + '\n' for i in range(10))
+    cs = [C('multi30k lines holding U+2028, U+0085, U+2029', api(aligned), expect='ok', env={'POSENC_DATA': '{w}/d'},
+            was='mixed',
+            setup=both(write('d/multi30k/train.en.gz', en, gz=True), write('d/multi30k/train.de.gz', de, gz=True))),
+          C('multi30k language files of other lengths', api("from posenc_nb.data import load_parallel\n"
+                                                            "load_parallel('multi30k', 'train')"),
+            needle='train.de.gz has 2', env={'POSENC_DATA': '{w}/d'},
+            setup=both(write('d/multi30k/train.en.gz', 'a\nb\nc\n', gz=True),
+                       write('d/multi30k/train.de.gz', 'a\nb\n', gz=True))),
+          C('sst2 row without a label', api("from posenc_nb.data import load_labelled\nload_labelled('sst2', 'train')"),
+            needle='row 2', env={'POSENC_DATA': '{w}/d'}, was='unhelpful',
+            setup=write('d/glue/sst2/train.tsv', 'sentence\tlabel\nok\t1\nno label\n')),
+          C('compare --seeds 2**66', ['cli', 'compare', '--config', 'synthetic-tiny', '--encodings', 'rope', '--seeds',
+                                      str(2 ** 66), '--out', '{w}/c'], needle='--seeds', was='unhelpful'),
+          C('length run --seeds 2**66', ['length', 'run', '--config', 'smoke', '--seeds', str(2 ** 66), '--out',
+                                         '{w}/l'], needle='--seeds'),
+          C('translate a 200,000-character line without spaces',
+            ['cli', 'translate', '--ckpt', '{w}/run', '--input', '{w}/long.txt'], needle='characters', was='hang',
+            slow=False, setup=both(copy_of('fin'), write('long.txt', 'a b\n' + 'w' * 200_000 + '\n'))),
+          C('translate 999 words of 200 letters', ['cli', 'translate', '--ckpt', '{w}/run', '--input', '{w}/long.txt'],
+            needle='characters', was='hang',
+            setup=both(copy_of('fin'), write('long.txt', ' '.join(['x' * 200] * 999) + '\n')))]
+    sizes = [('d_model=0', 'd_model'), ('d_model=-64', 'd_model'), ('d_model=64.5', 'd_model'),
+             ('n_heads=0', 'n_heads'), ('max_len=-5', 'max_len')]
+    from posenc_nb.core import list_posencs
+    for kw, needle in sizes:
+        args = {'d_model': '64', 'n_heads': '4', 'max_len': '64', **dict([kw.split('=')])}
+        for enc in list_posencs():
+            cs.append(C(f'make_posenc({enc!r}, {kw})', api(
+                f"from posenc_nb.core import make_posenc\nmake_posenc({enc!r}, d_model={args['d_model']}, "
+                f"n_heads={args['n_heads']}, max_len={args['max_len']})"), needle=needle, was='unhelpful'))
+    return cs
+
+
 def all_cases() -> list:
     groups = [train_cases(), compare_cases(), harness_cases(), mlm_cases(), long_text_cases(), classify_cases(),
-              translate_cases(), other_cases(), api_cases()]
+              translate_cases(), other_cases(), api_cases(), committed_cases(), input_cases()]
     out = []                                   # interleaved, so a partial run covers every entry point
     while any(groups):
         for g in groups:
@@ -494,6 +619,7 @@ def _fill(s: str, w: Path, fx: Fixtures) -> str:
 def _child(case: dict, w: Path, cpu: int):
     "In the forked child: limits, output to files, the entry point run; exits with its status."
     from posenc_nb import store
+    from posenc_nb.args import INPUT_ERRORS
     store._HELD.clear()                                        # the parent's locks are not this process's
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
@@ -511,7 +637,7 @@ def _child(case: dict, w: Path, cpu: int):
             try:
                 exec(compile(argv[1], '<case>', 'exec'), {})
                 rc = 0
-            except (ValueError, TypeError) as e:
+            except INPUT_ERRORS as e:                   # the package's own bad-input errors: a one-line refusal
                 print(f'error: {e}', file=sys.stderr)
                 rc = 2
         else: rc = call(argv, stdin='')
@@ -569,6 +695,32 @@ def finish(st: dict, status, timed_out: bool) -> dict:
     return dict(id=case['id'], cls=cls, why=why, rc=rc, seconds=round(time.time() - st['t0'], 1))
 
 
+def is_slow(case: dict) -> bool:
+    "A case that trains, does the work asked, or reads real data: seconds each (the table-driven test runs it with "
+    "POSENC_SLOW=1); a case's own `slow` overrides the rule."
+    if case['slow'] is not None: return case['slow']
+    return (case['data'] or case['expect'] != 'refuse' or getattr(case['setup'], 'trains', False)
+            or case['hold'] is not None)
+
+
+def preload():
+    "Import every entry point once, in this process: the forked cases inherit the modules instead of importing them."
+    import posenc_nb.cli, posenc_nb.experiments, posenc_nb.mlm, posenc_nb.long_text, posenc_nb.classify  # noqa
+    import posenc_nb.length, posenc_nb.claims, posenc_nb.speed, posenc_nb.linear_lm  # noqa
+
+
+def run_one(case: dict, w: Path, fx: Fixtures, cpu: int = 60, wall: int = 300) -> dict:
+    "Set one case up, run it in its own forked child to its end, and classify it (the table-driven test's entry)."
+    st, t0 = start(case, w, fx, cpu), time.time()
+    while True:
+        pid, status = os.waitpid(st['pid'], os.WNOHANG)
+        if pid: return finish(st, status, False)
+        if time.time() - t0 > wall:
+            os.kill(st['pid'], signal.SIGKILL)
+            os.waitpid(st['pid'], 0)
+            return finish(st, None, True)
+        time.sleep(0.05)
+
 CLASSES = ('held', 'lost', 'mixed', 'hang', 'crash', 'unhelpful', 'setup failed')
 
 
@@ -605,8 +757,7 @@ def main(argv=None) -> int:
         print(f'{len(cases)} cases')
         return 0
     if not os.environ.get('POSENC_DATA'): cases = [c for c in cases if not c['data']]
-    import posenc_nb.cli, posenc_nb.experiments, posenc_nb.mlm, posenc_nb.long_text, posenc_nb.classify  # noqa
-    import posenc_nb.length, posenc_nb.claims, posenc_nb.speed, posenc_nb.linear_lm  # noqa
+    preload()
     base = Path(tempfile.mkdtemp(prefix='probe-'))
     fx, todo, running, results = Fixtures(base / 'fixtures'), list(enumerate(cases)), {}, []
     with open(args.out, 'a') as log:

@@ -10,7 +10,11 @@ nbgrader's stub (`# YOUR CODE HERE`, `raise NotImplementedError()`). The noteboo
 keep no cell metadata (`nbdev_clean`), so the markers are added here. Copy the released notebooks into `nbs/` of a
 checkout to run them (they read the records and modules from there).
 
-Usage: python tools/student.py [--out _student] [NOTEBOOK ...]   (default: every notebook with a solution)
+With `--site`, the student site follows: the site's own build (tools/build_site.py) without the instructor page, into
+`OUT/site/html/`. It executes the notebooks from `nbs/` as the site does (their solutions run but no page shows one),
+so after `make site` every executed page comes from its cache and only Sphinx runs.
+
+Usage: python tools/student.py [--out _student] [--site] [NOTEBOOK ...]   (default: every notebook with a solution)
 """
 import argparse, copy, json, re, shutil, subprocess, sys
 from pathlib import Path
@@ -69,12 +73,17 @@ def build(out: Path, nbs=None) -> list:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--out', default=str(root / '_student'), help='course folder (default: _student)')
+    ap.add_argument('--site', action='store_true', help='then build the student site into OUT/site/html')
     ap.add_argument('notebooks', nargs='*', help='notebooks (default: every notebook with a solution cell)')
     a = ap.parse_args(argv)
     released = build(Path(a.out), a.notebooks or None)
     n = sum(sum(map(is_solution, json.loads(p.read_text())['cells'])) for p in with_solutions(a.notebooks or None))
     print(f'student edition: {len(released)} notebooks, {n} solutions replaced by nbgrader stubs -> '
           f'{Path(a.out) / "release" / "course"}')
+    if a.site:
+        sys.path.insert(0, str(root / 'tools'))
+        import build_site
+        print(f'student site -> {build_site.student_site(Path(a.out))}/index.html')
     return 0
 
 

@@ -3,7 +3,7 @@ that `pyright` checks in basic mode (`make typecheck`; pyrightconfig.json lists 
 Run: `python tools/user_script.py` (seconds on a CPU); the Hugging Face part runs where transformers is installed."""
 from __future__ import annotations
 import importlib.util
-from typing import Optional
+from typing import Optional, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -12,7 +12,7 @@ from posenc_nb.core import PosEnc, Positions, Site, list_posencs, make_posenc
 from posenc_nb.model import ModelConfig, Seq2Seq
 from posenc_nb.baselines import (ShawPosEnc, T5PosEnc, alibi_slopes, alibi_score_mod, shaw_score_mod, t5_lut,
                                  t5_score_mod)
-from posenc_nb.interop import bias_encodings, fused_qkv_bias, position_bias, position_score_mod
+from posenc_nb.interop import EncodingPlug, bias_encodings, fused_qkv_bias, position_bias, position_score_mod
 from posenc_nb.rotary import RotaryCache
 from posenc_nb.rotary_kernel import apply_rotary
 from posenc_nb.rope import rotary_from_hf
@@ -128,6 +128,9 @@ class FusedQKV(Plug):
         return qkv + fused_qkv_bias(self.enc, pos, proj.weight, layer)
 
 
+AnyPlug = Union['Plug', EncodingPlug]        # a hand-written plug, or the package's ready one
+
+
 class KVCache:
     "Per layer: keys and values (B,H,L,dh) with their position ids and padding flags (B,L), grown by each forward."
     def __init__(self):
@@ -143,7 +146,7 @@ class KVCache:
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, d: int, n_heads: int, layer: int, plug: Plug):
+    def __init__(self, d: int, n_heads: int, layer: int, plug: AnyPlug):
         super().__init__()
         self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
         self.n_heads, self.layer, self.plug = n_heads, layer, plug
@@ -164,7 +167,7 @@ class SelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d: int, n_heads: int, layer: int, plug: Plug):
+    def __init__(self, d: int, n_heads: int, layer: int, plug: AnyPlug):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.attn = SelfAttention(d, n_heads, layer, plug)
@@ -176,7 +179,7 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab: int, d: int, n_heads: int, n_layers: int, plug: Plug):
+    def __init__(self, vocab: int, d: int, n_heads: int, n_layers: int, plug: AnyPlug):
         super().__init__()
         self.tok, self.plug = nn.Embedding(vocab, d), plug
         self.blocks = nn.ModuleList(Block(d, n_heads, i, plug) for i in range(n_layers))
@@ -222,6 +225,11 @@ def own_model(ids: Tensor, pos: Tensor, mask: Tensor) -> None:
             err = (cached_decode(gpt, ids, pos, mask) - full)[mask].abs().max().item()
         assert err < 1e-5, (name, err)
     assert {'alibi', 't5', 'shaw'} <= set(bias_encodings())
+    for name in ('rope', 'alibi', 't5', 'sinusoidal'):                  # the ready plug: one line per encoding
+        gpt = GPT(V, D, H, N_LAYERS, EncodingPlug(make_posenc(name, D, H, causal=True))).eval()
+        with torch.no_grad():
+            err = (cached_decode(gpt, ids, pos, mask) - gpt(ids, pos, mask))[mask].abs().max().item()
+        assert err < 1e-5, (name, err)
 
 
 def bias_api(pos: Tensor) -> None:
