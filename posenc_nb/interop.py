@@ -206,11 +206,14 @@ class EncodingPlug(nn.Module):
     """A plug for a GPT of one's own (this page's `Plug`: `embed`, `qkv`, `qk`, `bias`): encoding `pe` enters wherever
     its hooks act (hooks 2-5 at the sites it acts at, `pe.acts_at`), a no-op elsewhere. Attention is causal
     self-attention ('dec' sites) when `pe.causal`, else 'enc'."""
-    def __init__(self, pe: PosEnc): # an encoding from `make_posenc` (one that reads no extra position stream)
+    def __init__(self, pe: PosEnc): # from `make_posenc`: no extra position stream, no bias of the keys
         super().__init__()
         if pe.reads_streams:
             raise ValueError(f"{type(pe).__name__} reads the position streams {pe.reads_streams}, which a GPT's "
                              "plug does not have; use an encoding without them")
+        if pe.bias_reads:
+            raise ValueError(f"{type(pe).__name__}'s bias reads the keys' content ({', '.join(pe.bias_reads)}), which "
+                             "a GPT's plug does not hand it; use the package's Attention, or a bias of positions")
         self.pe, self.kind = pe, 'dec' if pe.causal else 'enc'
 
     def _acts(self, hook: str, layer: int) -> bool:
