@@ -166,6 +166,7 @@ class HFPositions:
             raise Refusal(f"its {type(module).__name__} is called without hidden_states, which the encoding's "
                           "token values are computed from")
         new = self.pe.token_values(h, Positions(self.last(h.shape[1])), self.site(layer))
+        if new is None: return None                 # no values at this site
         old = self.values.get(layer) if self.past else None
         if old is not None and old.shape[-1] != self.past:
             raise ValueError(f"{self.arch}'s cache holds {self.past} tokens but the encoding saw {old.shape[-1]}; "
