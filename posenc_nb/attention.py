@@ -10,12 +10,12 @@ from typing import Callable, Optional, Union
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 import torch.utils.weak
-from .core import BiasRows, PosEnc, Positions, Site, host_fact, whole_base
+from .core import BiasRows, PosEnc, Positions, Site, bias_inputs, host_fact, whole_base
 
 # %% auto #0
-__all__ = ['BIAS_BLOCK_ELEMENTS', 'attention_mask', 'row_block', 'shared_rows', 'column_offsets', 'dense_logit_bias',
-           'row_attention', 'banded_bias_attention', 'causal_mask_mod', 'padding_mask_mod', 'flex_block_mask',
-           'flex_available', 'flex_attend', 'head_input_proj', 'Attention']
+__all__ = ['BIAS_BLOCK_ELEMENTS', 'BIAS_BLOCK_ELEMENTS_NO_GRAD', 'attention_mask', 'row_block', 'shared_rows', 'column_offsets',
+           'dense_logit_bias', 'row_attention', 'banded_bias_attention', 'causal_mask_mod', 'padding_mask_mod',
+           'flex_block_mask', 'flex_available', 'flex_attend', 'head_input_proj', 'Attention']
 
 # %% ../nbs/01_attention.ipynb #da194cbe
 def attention_mask(q_len: int, k_mask: Optional[Tensor], causal: bool, self_attn: bool,
@@ -59,6 +59,12 @@ def _extend_cache(cache: dict, k, v, k_pos, k_mask):
     cache.update(k=k, v=v, k_pos=k_pos, k_mask=k_mask)
     return k, v, k_pos, k_mask
 
+def _extend_values(cache: dict, values: Tensor) -> Tensor:
+    "Append a chunk's token values (hook 3b, (B,H,L)) to `cache`'s; return all of them."
+    if 'k_values' in cache: values = torch.cat([cache['k_values'], values], -1)
+    cache['k_values'] = values
+    return values
+
 # %% ../nbs/01_attention.ipynb #9db8552e
 def _attend(q, k, v, bias, allowed, k_mask, drop: float = 0.0):
     "softmax(q k^T/sqrt(dh) + bias, masked by `allowed`) v, on the fused causal kernel when only a causal mask applies."
@@ -71,6 +77,7 @@ def _attend(q, k, v, bias, allowed, k_mask, drop: float = 0.0):
 
 # %% ../nbs/01_attention.ipynb #88e710ab
 BIAS_BLOCK_ELEMENTS = 1 << 22      # elements of one block's (B,H,rows,Lk) bias: sets the rows per block
+BIAS_BLOCK_ELEMENTS_NO_GRAD = 1 << 20   # the same where nothing needs a gradient (evaluation, decoding)
 
 def row_block(batch: int, # B
               heads: int, # H
@@ -130,7 +137,7 @@ def _rows_of(t: Optional[Tensor], s: int, e: int, k0: int = 0, k1: Optional[int]
 def _masked_rows(bias: BiasRows, q: Tensor, s: int, e: int, allowed: Optional[Tensor], k0: int = 0,
                  k1: Optional[int] = None) -> Tensor:
     "Rows s:e, columns k0:k1 of the bias in q's dtype, -inf where `allowed` is False: the additive mask of one block."
-    b = bias.rows(q, s, e, k0, k1).to(q.dtype)
+    b = bias.block(q, s, e, k0, k1).to(q.dtype)
     a = _rows_of(allowed, s, e, k0, k1)
     return b if a is None else torch.where(a, b, float('-inf'))
 
@@ -205,6 +212,7 @@ class _RowAttention(torch.autograd.Function):
     def backward(ctx, dout):
         q, k, v, out, lse, allowed, *params = ctx.saved_tensors
         bias, block, scale, need = ctx.bias, ctx.block, ctx.scale, ctx.needs_input_grad[7:]
+        if bias.takes_params: params = [t.detach().requires_grad_(n) for t, n in zip(params, need)]   # local leaves
         wants = [t for t, n in zip(params, need) if n]
         bias_grad = bool(wants) or (bias.uses_q and ctx.needs_input_grad[0])
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
@@ -221,7 +229,7 @@ class _RowAttention(torch.autograd.Function):
             fused = _fused_cpu(q) and not bias_grad                    # no gradient for the bias: the fused backward
             with torch.enable_grad():
                 qg = qs.detach().requires_grad_(bias.uses_q and bias_grad)
-                b = None if fused else bias.rows(qg, s, e, k0, k1)
+                b = None if fused else bias.block(qg, s, e, k0, k1, params)
                 fl, fr = bias.far(qg, s, e) if s in far else (None, None)
             outs, grads_out = [b], []
             if fused:
@@ -271,7 +279,9 @@ def row_attention(q: Tensor, # queries (B,H,Lq,dh)
     no tensor of (B,H,Lq,Lk) is ever held. Gradients reach q, k, v and the bias's `params` (and q through the bias
     when `bias.uses_q`). A bias with `reach` is dense only on each block's band: `allowed` must then pad nothing (far
     keys are not masked)."""
-    if block is None: block = row_block(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    if block is None:
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *bias.params))
+        block = row_block(q.shape[0], q.shape[1], q.shape[2], k.shape[2], None if grad else BIAS_BLOCK_ELEMENTS_NO_GRAD)
     if bias.reach is not None and not (_fused_cpu(q) and q.shape[2] == k.shape[2]): bias = replace(bias, reach=None)
     return _RowAttention.apply(q, k, v, allowed, bias, block, causal, *bias.params)
 
@@ -331,6 +341,9 @@ def banded_bias_attention(q: Tensor, # queries (B,H,L,dh), on the CPU
     if bias.reach is None or bias.far is None:
         raise ValueError("banded_bias_attention needs a bias with reach and far (positions given as column offsets); "
                          "use row_attention otherwise")
+    if bias.takes_params:
+        raise ValueError("banded_bias_attention computes the bias's rows from the params it captured; a bias whose "
+                         "rows take them (takes_params) runs on row_attention")
     if not (_fused_cpu(q) and q.shape[2] == k.shape[2]):
         raise ValueError(f"banded_bias_attention runs causal self-attention on the CPU's fused kernels, got q on "
                          f"{q.device} {q.dtype} with {q.shape[2]} queries and {k.shape[2]} keys; use row_attention")
@@ -398,7 +411,7 @@ def _attend_rows(q, k, v, rows: BiasRows, allowed, k_mask, causal: bool, self_at
         return flex_attend(q, k, v, rows.score_mod, block_mask)
     if k_mask is not None: rows = replace(rows, reach=None)                # far keys are never masked: no reach
     if q.device.type == 'cpu': return row_attention(q, k, v, rows, allowed, causal=causal)
-    return _attend(q, k, v, rows.rows(q, 0, q.shape[2], 0, k.shape[2]), allowed, k_mask)
+    return _attend(q, k, v, rows.block(q, 0, q.shape[2], 0, k.shape[2]), allowed, k_mask)
 
 # %% ../nbs/01_attention.ipynb #e6d8e25b
 def head_input_proj(x: Tensor, # the projection's shared input (B,L,D)
@@ -493,6 +506,7 @@ class Attention(nn.Module):
         ob = pe.qkv_out_bias(p, kv_p, site, self.in_proj) if acts else None
         bq, bk, bv = (pe.qkv_bias(p, kv_p, site) if acts and ob is None else None) or (None, None, None)
         q_pos = pe.head_positions(p, site) if 'head_positions' in own else p.pos[:, None]
+        values = pe.token_values(x, p, site) if 'token_values' in own and self_attn else None      # hook 3b
         # cross-attention memory already projected
         cached = cache is not None and not self_attn and 'k' in cache
         if self_attn and bq is None and bk is None and bv is None:
@@ -518,10 +532,12 @@ class Attention(nn.Module):
             if cache is not None: cache.update(k=k, v=v, k_pos=k_pos, k_mask=k_mask)     # before hook 4
         if 'transform_qk' in own: q, k = pe.transform_qk(q, k, q_pos, k_pos, site)
         if self_attn and cache is not None: k, v, k_pos, k_mask = _extend_cache(cache, k, v, k_pos, k_mask)
+        if values is not None and cache is not None: values = _extend_values(cache, values)
         drop = self.dropout if self.training else 0.0
         by_rows = 'logit_bias_rows' in own and not (drop or _DENSE_BIAS[0] or torch.compiler.is_compiling())
-        rows = pe.logit_bias_rows(q, q_pos, k_pos, site) if by_rows else None
-        bias = pe.logit_bias(q, q_pos, k_pos, site) if rows is None and 'logit_bias' in own else None
+        reads = bias_inputs(pe, k, values) if own else {}          # {} unless the bias reads keys (`bias_reads`)
+        rows = pe.logit_bias_rows(q, q_pos, k_pos, site, **reads) if by_rows else None
+        bias = pe.logit_bias(q, q_pos, k_pos, site, **reads) if rows is None and 'logit_bias' in own else None
         allowed = attention_mask(q.shape[2], k_mask, site.causal and self_attn, self_attn, x.device, k_len=k.shape[2])
         if rows is not None: out = _attend_rows(q, k, v, rows, allowed, k_mask, site.causal and self_attn, self_attn)
         else: out = _attend(q, k, v, bias, allowed, k_mask, drop)

@@ -14,9 +14,9 @@ from torch import Tensor
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SITE_KINDS', 'HOOKS', 'ENTRY_POINT_GROUP', 'Positions', 'host_fact', 'note_fact', 'whole_base', 'known_range',
-           'positions_max', 'assert_below', 'HostReads', 'Site', 'BiasRows', 'PosEnc', 'register_posenc',
-           'registering_modules', 'import_registering', 'list_posencs', 'make_posenc', 'check_sizes',
+__all__ = ['SITE_KINDS', 'HOOKS', 'BIAS_READS', 'ENTRY_POINT_GROUP', 'Positions', 'host_fact', 'note_fact', 'whole_base',
+           'known_range', 'positions_max', 'assert_below', 'HostReads', 'Site', 'BiasRows', 'PosEnc', 'bias_inputs',
+           'register_posenc', 'registering_modules', 'import_registering', 'list_posencs', 'make_posenc', 'check_sizes',
            'encoding_streams']
 
 # %% ../nbs/00_core.ipynb #28c4ebe3
@@ -236,9 +236,19 @@ class BiasRows:
     score_mod: Optional[Callable] = None    # the same bias as a FlexAttention score_mod, or None
     reach: Optional[int] = None             # bias constant beyond column offsets +-reach (see above), or None
     far: Optional[Callable] = None          # (q rows, start, end) -> (bias left of -reach, right of +reach)
+    # rows(q, start, end, k_start, k_end, *params): computed from the params handed in, not from captured ones, so
+    # that params computed by the model (the keys) are differentiated within the block alone
+    takes_params: bool = False
 
-HOOKS = ('embed', 'qkv_bias', 'qkv_out_bias', 'head_positions', 'transform_qk', 'logit_bias', 'logit_bias_rows',
-         'decoding_step')
+    def block(self, q: Tensor, start: int, end: int, k_start: int = 0, k_end: Optional[int] = None,
+              params: Optional[Union[tuple, list]] = None) -> Tensor:
+        "`rows(q, start, end, k_start, k_end)`, with `params` (default: `self.params`) handed in where `takes_params`."
+        if not self.takes_params: return self.rows(q, start, end, k_start, k_end)
+        return self.rows(q, start, end, k_start, k_end, *(self.params if params is None else params))
+
+HOOKS = ('embed', 'qkv_bias', 'qkv_out_bias', 'head_positions', 'token_values', 'transform_qk', 'logit_bias',
+         'logit_bias_rows', 'decoding_step')
+BIAS_READS = ('k', 'k_values')      # what hook 5 may read besides q and positions (`PosEnc.bias_reads`)
 
 def _defined_in(cls: type, name: str) -> type:
     "The class of `cls`'s MRO whose own namespace defines `name`."
@@ -262,6 +272,9 @@ class PosEnc(nn.Module):
     derived_buffers: tuple = ()
     reads_streams: tuple = ()       # names of the extra `Positions.streams` it reads (it must also work without them)
     max_len_source: str = 'max_len' # the option a range error asks to raise (a model sets its config's field)
+    # what hook 5 reads besides q and positions, passed by keyword (`bias_inputs`): 'k' the keys (B,H,Lk,dh) after
+    # hook 4, 'k_values' the keys' `token_values` (B,H,Lk); () for a bias of positions (and q) alone
+    bias_reads: tuple = ()
     own_hooks: frozenset            # set in __init__: the overridden hooks among 3-5 and `decoding_step`
     def __init__(self, d_model:int, # model width D
                  n_heads:int, # attention heads H
@@ -277,8 +290,9 @@ class PosEnc(nn.Module):
             max_len,
             causal,
         )
-        hooks = ('head_positions', 'transform_qk', 'logit_bias', 'logit_bias_rows', 'decoding_step')
+        hooks = ('head_positions', 'token_values', 'transform_qk', 'logit_bias', 'logit_bias_rows', 'decoding_step')
         self.own_hooks = frozenset(filter(self.has_hook, hooks))   # callers skip the base no-ops
+        _check_bias_reads(self)
 
     def embed(self, x: Tensor, p: Positions) -> Tensor:
         "Hook 1: `x` (B,L,D) with position information added; called once per stack, after the token embedding."
@@ -290,11 +304,16 @@ class PosEnc(nn.Module):
     def head_positions(self, p: Positions, site: Site) -> Tensor:
         "Hook 3: positions each head reads, (B,1,L) or (B,H,L). Default: the absolute stream for all heads."
         return p.pos[:, None]
+    def token_values(self, x: Tensor, p: Positions, site: Site) -> Optional[Tensor]:
+        """Hook 3b, at self-attention sites: one value per head and token computed from the layer's input `x` (B,L,D),
+        (B,H,L) (0 on padding); cached with the keys, and handed to hook 5 as `k_values` where `bias_reads` asks."""
+        return None
     def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> tuple:
         "Hook 4: transformed `(q, k)`, each (B,H,L,dh), every query and key by its own position only (keys are cached)."
         return q, k
     def logit_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[Tensor]:
-        "Hook 5: additive attention-logit bias broadcastable to (B,H,Lq,Lk), or None."
+        """Hook 5: additive attention-logit bias broadcastable to (B,H,Lq,Lk), or None. An encoding with `bias_reads`
+        also takes those inputs by keyword (its bias depends on the keys' content, not on positions alone)."""
         return None
     def logit_bias_rows(self, q: Tensor, q_pos: Tensor, k_pos: Tensor, site: Site) -> Optional[BiasRows]:
         """Hook 5 by rows, asked before `logit_bias`: a `BiasRows` giving the rows of `logit_bias(q, q_pos, k_pos,
@@ -352,6 +371,24 @@ class PosEnc(nn.Module):
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_heads={self.n_heads}, max_len={self.max_len}, causal={self.causal}"
+
+# %% ../nbs/00_core.ipynb #6943eb20
+def _check_bias_reads(pe: PosEnc):
+    "`pe.bias_reads` names inputs from `BIAS_READS`, and 'k_values' only where the encoding computes them."
+    name = getattr(pe, 'registry_name', type(pe).__name__)
+    bad = [r for r in pe.bias_reads if r not in BIAS_READS]
+    if bad: raise ValueError(f"{name!r}: bias_reads {bad} unknown; use names from {BIAS_READS}")
+    if 'k_values' in pe.bias_reads and 'token_values' not in pe.own_hooks:
+        raise ValueError(f"{name!r} reads 'k_values' in its bias but does not override token_values; define it")
+
+def bias_inputs(pe: PosEnc, # the encoding whose hook 5 is called
+                k: Tensor, # the keys after hook 4, (B,H,Lk,dh), cached ones included
+                k_values: Optional[Tensor] = None # the keys' `token_values`, (B,H,Lk), cached ones included
+               ) -> dict:
+    """The keyword inputs hook 5 of `pe` reads (`pe.bias_reads`): `{}` for every encoding whose bias is a function of
+    positions (and q) alone, so their calls stay exactly `logit_bias(q, q_pos, k_pos, site)`."""
+    if not pe.bias_reads: return {}
+    return {n: {'k': k, 'k_values': k_values}[n] for n in pe.bias_reads}
 
 # %% ../nbs/00_core.ipynb #8aca1de2
 @patch

@@ -4,14 +4,14 @@
 
 # %% ../nbs/17_hf.ipynb #ff29fb22
 from __future__ import annotations
-import contextlib, copy, functools, inspect, json
+import copy, functools, inspect, json
 from pathlib import Path
 from typing import Any, Optional, TypeVar, overload
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch import Tensor
 from .core import Positions, PosEnc, Site, encoding_streams, list_posencs, make_posenc
-from .attention import _DENSE_BIAS, banded_bias_attention
-from .interop import reads_query
+from .attention import _DENSE_BIAS
+from .hf_bias import _SDPA_GQA, _gqa, _masked_bias, _repeat_kv, _softcapped_attention, posenc_mask
 from .utils import require
 
 ATTN_NAME = 'posenc_nb'     # the name `use_encoding` registers with Hugging Face's attention and mask interfaces
@@ -24,8 +24,8 @@ Model = TypeVar('Model', bound=nn.Module)      # `use_encoding` returns the mode
 
 # %% auto #0
 __all__ = ['ATTN_NAME', 'QKV_NAMES', 'POSITION_TABLES', 'IGNORED_KWARGS', 'Model', 'PROBE_LEN', 'Encoding', 'Refusal',
-           'HFPositions', 'posenc_attention', 'posenc_mask', 'RotaryIdentity', 'LayerTypeRoPE', 'use_encoding',
-           'encoding_of', 'load_encoded']
+           'HFPositions', 'posenc_attention', 'RotaryIdentity', 'LayerTypeRoPE', 'use_encoding', 'encoding_of',
+           'load_encoded']
 
 # %% ../nbs/17_hf.ipynb #58b72722
 class Refusal(ValueError):
@@ -60,6 +60,7 @@ class HFPositions:
         self.pos, self.qkv, self.plain, self.native, self.inside = None, {}, False, False, False
         self.shared: dict = {}                  # this forward's biases shared by every layer: (mask, sizes) -> bias
         self.calls: Optional[list] = None           # (layer, q, k, extra arguments) while a probe records
+        self.past, self.values = 0, {}              # cached tokens; layer -> hook 3b's values of every token seen
 
     def start(self, module, args, kwargs):
         "The model's forward pre-hook: checks the call, sets the positions (B|1, T) of the past and the new tokens."
@@ -70,7 +71,8 @@ class HFPositions:
         cache = kwargs.get('past_key_values', kwargs.get('cache'))
         past = cache.get_seq_length() if cache is not None and hasattr(cache, 'get_seq_length') else 0
         self.pos = self._positions(x.shape[1], past, mask, kwargs.get('position_ids'), x.device)
-        self.qkv, self.inside, self.shared = {}, True, {}
+        self.qkv, self.inside, self.shared, self.past = {}, True, {}, past
+        if not past: self.values = {}
         self.place_hooks()
         if self.plain: return None
         if self.pe.has_hook('qkv_bias'):       # every layer's, here: outside any gradient-checkpointed layer
@@ -155,18 +157,27 @@ class HFPositions:
         b = self.qkv.get(layer, (None,) * 3)[i]
         return None if b is None else (args[0] + b.to(args[0].dtype), *args[1:])
 
+    def token_input(self, layer: int, module, args, kwargs):
+        """Forward pre-hook of layer `layer`'s attention module: hook 3b's values of its new tokens, from the hidden
+        states it attends over, appended to those of the tokens in the cache."""
+        if self.plain or layer in self.bare: return None
+        h = kwargs.get('hidden_states', args[0] if args else None)
+        if not isinstance(h, Tensor):
+            raise Refusal(f"its {type(module).__name__} is called without hidden_states, which the encoding's "
+                          "token values are computed from")
+        new = self.pe.token_values(h, Positions(self.last(h.shape[1])), self.site(layer))
+        if new is None: return None                 # no values at this site
+        old = self.values.get(layer) if self.past else None
+        if old is not None and old.shape[-1] != self.past:
+            raise ValueError(f"{self.arch}'s cache holds {self.past} tokens but the encoding saw {old.shape[-1]}; "
+                             "continue a cache only from a forward of this model")
+        self.values[layer] = new if old is None else torch.cat([old, new], -1)
+        return None
+
     def record(self, layer: int, query: Tensor, key: Tensor, kwargs: dict):
         "The retrofit's probe forward: which layers called `posenc_attention`, with what q, k and extra arguments."
         extra = sorted(k for k, v in kwargs.items() if v is not None and k not in IGNORED_KWARGS)
         if self.calls is not None: self.calls.append((layer, query.detach(), key.detach(), extra))
-
-# %% ../nbs/17_hf.ipynb #d4a5050a
-_SDPA_GQA = tuple(int(v) for v in torch.__version__.split('.')[:2]) >= (2, 5)   # SDPA takes enable_gqa
-def _gqa(on: bool) -> dict: return {'enable_gqa': True} if on else {}
-
-def _repeat_kv(t: Tensor, n: int) -> Tensor:
-    "(B,Hkv,L,d) -> (B,Hkv*n,L,d), kv head h serving query heads h*n..h*n+n-1 (grouped-query attention)."
-    return t if n == 1 else t[:, :, None].expand(t.shape[0], t.shape[1], n, *t.shape[2:]).flatten(1, 2)
 
 # %% ../nbs/17_hf.ipynb #dfc348e9
 def _encode(state: HFPositions, layer: int, query: Tensor, key: Tensor) -> tuple:
@@ -180,46 +191,6 @@ def _encode(state: HFPositions, layer: int, query: Tensor, key: Tensor) -> tuple
     k_pos = q_pos if k_ids is q_ids else head(k_ids)
     if 'transform_qk' in pe.own_hooks: query, key = pe.transform_qk(query, key, q_pos, k_pos, site)
     return query, key, q_pos, k_pos
-
-# %% ../nbs/17_hf.ipynb #baf49cbb
-def _softcapped_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor], scale: float,
-                          dropout: float, softcap: float) -> Tensor:
-    "Attention with soft-capped logits, softcap * tanh(s / softcap), before the mask and bias (Gemma 2)."
-    s = torch.tanh(query @ key.transpose(2, 3) * scale / softcap) * softcap
-    if mask is None and query.shape[2] > 1: mask = _with_causal(torch.zeros((), dtype=s.dtype), *s.shape[2:])
-    if mask is not None: s = s + mask
-    w = F.dropout(F.softmax(s, dim=-1, dtype=torch.float32).to(query.dtype), p=dropout, training=dropout > 0)
-    return w @ value
-
-def _with_causal(bias: Tensor, q_len: int, k_len: int) -> Tensor:
-    "`bias` with -inf where a query (the last `q_len` of `k_len` tokens) would see a later key."
-    later = torch.ones(q_len, k_len, dtype=torch.bool, device=bias.device).triu(k_len - q_len + 1)
-    return bias.masked_fill(later, float('-inf'))
-
-def _masked_bias(state: HFPositions, layer: int, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor],
-                 q_pos: Tensor, k_pos: Tensor, scale: float, plain: bool) -> tuple:
-    """Hook 5 at `layer`: (the attention output, or None; else the additive mask with the bias in it). The bias of an
-    encoding that shares it across layers (`layer_shared_bias`: T5, ALiBi) is built once per forward where no gradient
-    flows through that tensor; on the CPU without padding, a bias with `reach` runs on the fused kernels
-    (`banded_bias_attention`), its gradient from the band. `plain`: no dropout, soft-capping, tracing or
-    `dense_logit_bias`."""
-    pe, site, (lq, lk) = state.pe, state.site(layer), (query.shape[2], key.shape[2])
-    banded = plain and mask is None and lq == lk > 1 and query.device.type == 'cpu' and pe.has_hook('logit_bias_rows')
-    rows = pe.logit_bias_rows(query, q_pos, k_pos, site) if banded else None
-    if rows is not None and (rows.reach is None or rows.far is None): rows = None
-    grad = torch.is_grad_enabled() and (any(p.requires_grad for p in pe.parameters())
-                                        or (reads_query(pe) and query.requires_grad))
-    fixed = rows is not None or not grad                # the dense bias needs no gradient of its own
-    shared = plain and fixed and getattr(pe, 'layer_shared_bias', False)
-    dense = state.shared.get((id(mask), lq, lk, query.dtype), (None, None))[1] if shared else None
-    if dense is None:
-        with torch.no_grad() if fixed else contextlib.nullcontext():
-            bias = pe.logit_bias(query, q_pos, k_pos, site)
-            dense = query.new_zeros(1, 1, lq, lk) if bias is None else bias.to(query.dtype)
-            if mask is not None: dense = mask.to(query.dtype) + dense
-            elif lq > 1: dense = _with_causal(dense, lq, lk)
-        if shared: state.shared[(id(mask), lq, lk, query.dtype)] = (mask, dense)   # the mask kept: its id stays its own
-    return (None, dense) if rows is None else (banded_bias_attention(query, key, value, dense, rows, scale=scale), None)
 
 # %% ../nbs/17_hf.ipynb #0cf63f4a
 def posenc_attention(module: nn.Module, # a Hugging Face attention module (its `layer_idx` names the layer)
@@ -248,7 +219,8 @@ def posenc_attention(module: nn.Module, # a Hugging Face attention module (its `
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
     if biased:
         plain = not (dropout or softcap is not None or _DENSE_BIAS[0] or torch.compiler.is_compiling())
-        out, mask = _masked_bias(state, layer, query, key, value, mask, q_pos, k_pos, scale, plain)
+        out, mask = _masked_bias(state.pe, state.site(layer), state.shared, query, key, value, mask, q_pos, k_pos,
+                                 scale, plain, state.values.get(layer))
     elif mask is not None: mask = mask.to(query.dtype)
     if out is not None: pass
     elif softcap is not None: out = _softcapped_attention(query, key, value, mask, scale, dropout, softcap)
@@ -257,14 +229,6 @@ def posenc_attention(module: nn.Module, # a Hugging Face attention module (its `
     return out.transpose(1, 2).contiguous(), None
 
 # %% ../nbs/17_hf.ipynb #c0ba841f
-def posenc_mask(*args, dtype: torch.dtype = torch.float32, **kwargs) -> Optional[Tensor]:
-    """Hugging Face mask function (`AttentionMaskInterface`): None where the causal kernel alone is exact (`sdpa_mask`'s
-    rule: no padding, queries as many as keys or one), else the additive float mask (0 allowed, `dtype`'s minimum)."""
-    from transformers.masking_utils import sdpa_mask
-    allowed = sdpa_mask(*args, **kwargs)
-    if allowed is None: return None
-    return torch.where(allowed, torch.zeros((), device=allowed.device, dtype=dtype), torch.finfo(dtype).min)
-
 def _register():
     "Register `posenc_attention` and the mask it reads with Hugging Face, once."
     require('transformers', "posenc_nb.hf's use_encoding")
@@ -356,7 +320,7 @@ def _layer_type_rope(config, d: int, n_heads: int) -> Optional[LayerTypeRoPE]:
 def _build(name: str, config, n_heads: int, head_dim: int, options: dict) -> PosEnc:
     "The encoding for `config`'s model: width hidden_size where it adds to the residual stream, else H*head_dim."
     probe = make_posenc(name, 8, 2, max_len=8)
-    cls, adds = type(probe), probe.has_hook('embed') or probe.has_hook('qkv_bias')
+    cls, adds = type(probe), any(map(probe.has_hook, ('embed', 'qkv_bias', 'token_values')))
     d = config.hidden_size if adds else n_heads * head_dim
     if name == 'rope' and not options:
         per_type = _layer_type_rope(config, d, n_heads)
@@ -427,6 +391,9 @@ def _retrofit(model: nn.Module, name: str, options: dict, undo: list) -> HFPosit
                       "attention does not dispatch through Hugging Face's attention interface")
     if pe.has_hook('qkv_bias'): _check_qkv(attns)
     if pe.has_hook('qkv_bias'): state.qkv_sites = [[att, i, None] for att in attns for i in range(3)]
+    if pe.has_hook('token_values'):               # hook 3b reads each attention's input: a pre-hook per layer
+        handles += [att.register_forward_pre_hook(functools.partial(state.token_input, att.layer_idx),
+                                                  with_kwargs=True) for att in attns]
     state.place_hooks()
     undo.append(state.remove_hooks)
     for att in attns: att.__dict__['_posenc_state'] = state
@@ -520,7 +487,8 @@ def use_encoding(model: Model, # a Hugging Face decoder-only model (Llama, Qwen2
     """Give a Hugging Face decoder-only model the position encoding `name` through Hugging Face's public extension
     points: the model's rotary embedding made the identity and absolute position tables zeroed (forward hooks), an
     attention function and its mask registered as 'posenc_nb', forward hooks on the token embeddings (hook 1) and
-    pre-hooks on q/k/v projections (hook 2); positions come from `attention_mask` (left padding) or the cache's length.
+    pre-hooks on q/k/v projections (hook 2) and on the attention modules (hook 3b, per-token values); positions come
+    from `attention_mask` (left padding) or the cache's length.
     Probe forwards then check the result; a model it cannot serve exactly is refused, unchanged, in one line.
 
     model: a Hugging Face decoder-only model, changed in place and returned. name: a registered encoding

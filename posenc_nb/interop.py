@@ -20,12 +20,14 @@ __all__ = ['bias_encodings', 'reads_query', 'position_bias', 'position_score_mod
 _BIAS_NAMES: dict = {}     # (name, registered class) pairs -> the bias encodings among them
 
 def bias_encodings() -> list:
-    """Names of the registered encodings that add an attention-logit bias (they override hook 5, `logit_bias`); each
-    encoding is built once, not on every call (the answer is kept until the registry changes)."""
+    """Names of the registered encodings that add an attention-logit bias computed from positions (they override hook
+    5, `logit_bias`, and read no keys: `bias_reads` empty); each encoding is built once, not on every call (the answer
+    is kept until the registry changes)."""
     key = tuple((n, _REGISTRY[n]) for n in list_posencs())
     if key not in _BIAS_NAMES:
         _BIAS_NAMES.clear()
-        _BIAS_NAMES[key] = [n for n, _ in key if make_posenc(n, 8, 2).has_hook('logit_bias')]
+        built = ((n, make_posenc(n, 8, 2)) for n, _ in key)
+        _BIAS_NAMES[key] = [n for n, pe in built if pe.has_hook('logit_bias') and not pe.bias_reads]
     return list(_BIAS_NAMES[key])
 
 # %% ../nbs/15_own_model.ipynb #e1fc6693
@@ -66,6 +68,10 @@ def _check_bias_encoding(pe, layer: int):
     name = getattr(pe, 'registry_name', type(pe).__name__)
     if 'logit_bias' not in pe.own_hooks:
         raise ValueError(f"{name!r} adds no attention-logit bias; use one of {bias_encodings()} (RoPE: apply_rotary)")
+    if pe.bias_reads:
+        reads = ', '.join(pe.bias_reads)
+        raise ValueError(f"the {name!r} bias depends on the keys' content ({reads}), not on positions alone; call the "
+                         f"model's Attention, or use one of {bias_encodings()}")
     if not isinstance(layer, int) or layer < 0:       # past n_layers: the encodings with per-layer tables say so
         raise ValueError(f"layer must be an attention layer's index (an int >= 0), got {layer!r}")
 
@@ -200,11 +206,14 @@ class EncodingPlug(nn.Module):
     """A plug for a GPT of one's own (this page's `Plug`: `embed`, `qkv`, `qk`, `bias`): encoding `pe` enters wherever
     its hooks act (hooks 2-5 at the sites it acts at, `pe.acts_at`), a no-op elsewhere. Attention is causal
     self-attention ('dec' sites) when `pe.causal`, else 'enc'."""
-    def __init__(self, pe: PosEnc): # an encoding from `make_posenc` (one that reads no extra position stream)
+    def __init__(self, pe: PosEnc): # from `make_posenc`: no extra position stream, no bias of the keys
         super().__init__()
         if pe.reads_streams:
             raise ValueError(f"{type(pe).__name__} reads the position streams {pe.reads_streams}, which a GPT's "
                              "plug does not have; use an encoding without them")
+        if pe.bias_reads:
+            raise ValueError(f"{type(pe).__name__}'s bias reads the keys' content ({', '.join(pe.bias_reads)}), which "
+                             "a GPT's plug does not hand it; use the package's Attention, or a bias of positions")
         self.pe, self.kind = pe, 'dec' if pe.causal else 'enc'
 
     def _acts(self, hook: str, layer: int) -> bool:

@@ -23,13 +23,13 @@ from .args import command, command_line, run_commands, use_threads, CLIError
 from .exercises import Verdict, check_close
 
 # %% auto #0
-__all__ = ['ARMS', 'ARM_SETS', 'LENGTH_CONFIGS', 'CKPT_EVERY', 'RESULTS', 'RUNS', 'MEMORY_PROBE', 'LENGTH_COMMANDS',
-           'arm_encoding', 'LengthConfig', 'eval_lengths', 'model_config', 'build_model', 'encode_text',
-           'batch_offsets', 'lr_at', 'train_precision', 'train_steps', 'window_losses', 'summarize_positions',
-           'sliding_loss', 'evaluate_lengths', 'peak_memory_mb', 'check_checkpoint', 'train_arm', 'load_checkpoint',
-           'best_arm', 'sample_record', 'parse_arms', 'length_run', 'length_extend', 'main', 'length_sample',
-           'read_length', 'length_table', 'format_length_table', 'plot_lengths', 'plot_positions', 'check_window_count',
-           'check_loss_beyond', 'check_pi_angle']
+__all__ = ['ARMS', 'ARM_SETS', 'LENGTH_CONFIGS', 'CKPT_EVERY', 'SLIDING_FACTORS', 'RESULTS', 'RUNS', 'MEMORY_PROBE',
+           'LENGTH_COMMANDS', 'arm_encoding', 'LengthConfig', 'eval_lengths', 'model_config', 'build_model',
+           'encode_text', 'batch_offsets', 'lr_at', 'train_precision', 'train_steps', 'window_losses',
+           'summarize_positions', 'sliding_loss', 'add_sliding', 'evaluate_lengths', 'peak_memory_mb',
+           'check_checkpoint', 'train_arm', 'load_checkpoint', 'best_arm', 'sample_record', 'parse_arms', 'length_run',
+           'length_extend', 'main', 'length_sample', 'read_length', 'length_table', 'format_length_table',
+           'plot_lengths', 'plot_positions', 'check_window_count', 'check_loss_beyond', 'check_pi_angle']
 
 # %% ../nbs/30_length.ipynb #1cb4526c
 # arm -> (registered encoding, its options); 'learned' gets a table of L_train rows (see `model_config`)
@@ -38,7 +38,7 @@ ARMS = {'none': ('none', {}), 'sinusoidal': ('sinusoidal', {}), 'learned': ('lea
         'alibi': ('alibi', {}), 't5': ('t5', {}), 'shaw': ('shaw', {}), 'floater': ('floater', {'kinds': ('dec',)})}
 # sets of arms named at once on the command line
 ARM_SETS = {'lab': tuple(ARMS), 'board': (*ARMS, 'kerple_log', 'kerple_power', 'fire', 'dpb', 'scaled_sinusoidal',
-                                          'p_rope')}
+                                          'p_rope', 'cope', 'forget')}
 
 def arm_encoding(arm: str # a preset of `ARMS`, or 'name:key=value:...' (a preset's name: its options, then these)
                 ) -> tuple: # (registered encoding, options)
@@ -206,6 +206,19 @@ def sliding_loss(model: CausalLM, ids: torch.Tensor, # the evaluation text's ids
     return total / count
 
 
+# %% ../nbs/30_length.ipynb #e571ab0e
+SLIDING_FACTORS = (2, 4)      # lengths (x L_train) of every arm's sliding-window loss, stride L_train (`30_extend`'s)
+
+def add_sliding(model: CausalLM, valid: torch.Tensor, # the evaluation text's ids
+                cfg: LengthConfig, ev: dict # `evaluate_lengths(...)['eval']`, updated in place
+               ) -> dict:
+    "The sliding-window loss (stride L_train) at SLIDING_FACTORS x L_train into `ev`, where the arm has a loss there."
+    for f in SLIDING_FACTORS:
+        L = cfg.L_train * f
+        if (ev.get(str(L)) or {}).get('loss') is not None:
+            ev[str(L)]['sliding'] = round(sliding_loss(model, valid, L, cfg.L_train, cfg.eval_tokens), 5)
+    return ev
+
 # %% ../nbs/30_length.ipynb #e69f5ca8
 def evaluate_lengths(model: CausalLM, valid: torch.Tensor, cfg: LengthConfig, bounded_at: Optional[int] = None) -> dict:
     """`eval` (length -> loss, loss_beyond), the loss by position at the longest length and seconds per length;
@@ -316,6 +329,7 @@ def train_arm(cfg: LengthConfig, out: Path = RESULTS, runs: Path = RUNS, text: O
         ckpt = lock.folder / 'model.pt'
         _save_checkpoint(ckpt, model, cfg, cfg.steps, vocab)
         ev = evaluate_lengths(model, va, cfg, cfg.L_train if model.pe.bounded else None)
+        add_sliding(model, va, cfg, ev['eval'])
         Lmax = eval_lengths(cfg)[-1]
         mem = None if model.pe.bounded else peak_memory_mb(ckpt, Lmax, device)
         amp = train_precision(cfg, device)

@@ -3,7 +3,7 @@ trace into one graph (`torch._dynamo.explain` finds 0 graph breaks) with tensor 
 offsets, and the compiled step (AOTAutograd, forward and backward) equals eager."""
 import warnings
 import pytest, torch, torch.nn as nn, torch.nn.functional as F
-from posenc_nb.core import Positions, Site, list_posencs, make_posenc
+from posenc_nb.core import Positions, Site, bias_inputs, list_posencs, make_posenc
 from posenc_nb.attention import Attention
 
 torch.set_num_threads(1)
@@ -34,8 +34,10 @@ def hooks(pe, x, q, k, pos, mask):
     out = [pe.embed(x, p)]
     out += [t for t in (pe.qkv_bias(p, p, site) or ()) if t is not None]
     hp = pe.head_positions(p, site)
+    values = pe.token_values(x, p, site)                            # hook 3b: None unless the encoding has it
+    if values is not None: out.append(values)
     out += list(pe.transform_qk(q, k, hp, hp, site))
-    bias = pe.logit_bias(q, hp, hp, site)
+    bias = pe.logit_bias(q, hp, hp, site, **bias_inputs(pe, k, values))   # keys and values where bias_reads asks
     if bias is not None: out.append(bias)
     return sum(o.float().sum() for o in out)
 

@@ -81,6 +81,8 @@ def test_every_causal_encoding_is_an_arm(name, tmp_path, small_lab):
     assert main([str(a) for a in argv]) == 0
     rec = json.loads((out / f'{name}_seed0.json').read_text())
     assert rec['encoding'] == name and rec['steps'] == 2 and rec['eval']['16']['loss'] > 0
+    for L in ('32', '64'):                                # the sliding-window loss where the arm is defined
+        assert (rec['eval'][L]['loss'] is None) == ('sliding' not in rec['eval'][L]), (L, rec['eval'][L])
     assert rec['command'].startswith('python -m posenc_nb.length run --encodings ')
 
 

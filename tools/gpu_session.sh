@@ -22,8 +22,9 @@
 #            into /tmp/rebase for its checkpoint), and seeds 3-4 of floater-migrated and sinusoidal-continued (issue #35)
 #   bpe      per encoding: BPE long text (notebook 27's BPE_PLANS['gpu']) at 256 and 128 tokens, 3 seeds, from scratch
 #   lm-control  per variant: the linear LM's absolute-encoding controls linear+sinusoidal, linear+learned (notebook 28)
-#   length   per seed: the length lab at nanoGPT scale (notebook 30's 'gpu' config: 6 layers, 384 wide, L_train 256), all 9
-#            arms then the RoPE extensions, into results/length-gpu/ (needs .gpu/data/tinyshakespeare)
+#   length   per seed: the length lab at nanoGPT scale (notebook 30's 'gpu' config: 6 layers, 384 wide, L_train 256), every
+#            arm of the board (ARM_SETS['board']: the 9 first arms and the 8 encodings of notebooks 18_*) then the RoPE
+#            extensions, into results/length-gpu/ (needs .gpu/data/tinyshakespeare)
 # LANES picks them (default: "mlm", since floater-recipe-1h has its records; gpu_check --no-bench always runs beside, niced); LANES_AFTER (e.g. "long") starts when they finish. A lane killed at the deadline loses only
 # its unfinished run: every finished run has its record under results/.
 # Seen on the first lent H200 (2026-12-04, 540 s): with all four kinds at once (about 25 processes) the GPU was the bottleneck
@@ -68,7 +69,7 @@ lanes() {   # $1, $2: extra arguments of every FLOATER / RoFormer run (smoke: a 
   [[ " $LANES " == *" long "* ]] && for e in rope sinusoidal learned alibi t5 none; do $RR longtext --encodings $e $rx > /tmp/logs/long-$e.log 2>&1 & done
   [[ " $LANES " == *" lm "* ]] && for v in linear linear-rope softmax-rope; do $RR linear --encodings $v $rx > /tmp/logs/lm-$v.log 2>&1 & done
   [[ " $LANES " == *" length "* ]] && for s in 0 1 2; do ( python3 -m posenc_nb.length run --config gpu --device cuda --seeds $s \
-    --out results/length-gpu --runs runs/length-gpu $rx && python3 -m posenc_nb.length extend --device cuda --seeds $s \
+    --encodings board --out results/length-gpu --runs runs/length-gpu $rx && python3 -m posenc_nb.length extend --device cuda --seeds $s \
     --out results/length-gpu/extend --runs runs/length-gpu ) > /tmp/logs/length-$s.log 2>&1 & done   # notebook 30, nanoGPT scale
   [[ " $LANES " == *" biascost "* ]] && python3 benchmarks/biascost.py --device cuda ${3:---reps 5} \
     --out results/gpu/biascost-cuda.json > /tmp/logs/biascost.log 2>&1 &    # alone on the GPU, or timings mean nothing
