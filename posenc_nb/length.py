@@ -28,7 +28,7 @@ __all__ = ['ARMS', 'ARM_SETS', 'LENGTH_CONFIGS', 'CKPT_EVERY', 'SLIDING_FACTORS'
            'encode_text', 'batch_offsets', 'lr_at', 'train_precision', 'train_steps', 'window_losses',
            'summarize_positions', 'sliding_loss', 'add_sliding', 'evaluate_lengths', 'peak_memory_mb',
            'check_checkpoint', 'train_arm', 'load_checkpoint', 'best_arm', 'sample_record', 'parse_arms', 'length_run',
-           'length_extend', 'main', 'length_sample', 'read_length', 'length_table', 'format_length_table',
+           'length_extend', 'main', 'length_sample', 'read_length', 'length_table', 'format_length_table', 'arm_colors',
            'plot_lengths', 'plot_positions', 'check_window_count', 'check_loss_beyond', 'check_pi_angle']
 
 # %% ../nbs/30_length.ipynb #1cb4526c
@@ -522,34 +522,56 @@ def format_length_table(table: dict) -> str:
     return '\n'.join(rows)
 
 # %% ../nbs/30_length.ipynb #bcf4f415
+def arm_colors(labels: list # legend labels: arms ('rope', 'fire', 'rope:scaling=xpos') or other names ('ntk-x4')
+              ) -> dict: # label -> '#rrggbb'
+    """One colour per label of a figure: an arm in its encoding's colour on every page (`encoding_color`; an arm with
+    options in its preset's colour if it is one, else its base encoding's); a label that names no encoding (an
+    extension method) in the next spare colour that no arm of the figure uses, so the figure's lines stay apart."""
+    from posenc_nb.palette import encoding_color, label_encoding, ENCODING_COLORS, SPARE_COLORS
+    out, rest = {}, []
+    for a in labels:
+        name = a.split(':')[0]
+        preset = next((p for p, v in ARMS.items() if v == arm_encoding(a)), None) if ':' in a else None
+        enc = preset or (name if name in ENCODING_COLORS or name in ARMS else label_encoding(a))
+        if enc: out[a] = encoding_color(enc)
+        else: rest.append(a)
+    spare = [c for c in SPARE_COLORS if c not in out.values()]
+    out.update({a: spare[i % len(spare)] for i, a in enumerate(rest)})
+    return {a: out[a] for a in labels}
+
 def plot_lengths(table: dict, ax=None, title: str = 'validation loss against evaluation length'):
     "The ALiBi-style figure: loss against evaluation length (log axis), a line per arm, mean ± sd band."
     import matplotlib.pyplot as plt
+    from posenc_nb.palette import readable_legend
     ax = ax or plt.subplots(figsize=(7, 4.5))[1]
+    colors = arm_colors(list(table))
     for a, d in table.items():
         pts = [(L, v) for L, v in d.items() if v is not None]
         if not pts: continue
         L, m, s = np.array([p[0] for p in pts]), np.array([p[1][0] for p in pts]), np.array([p[1][1] for p in pts])
-        ax.plot(L, m, marker='o', label=a)
-        ax.fill_between(L, m - s, m + s, alpha=0.2)
+        ax.plot(L, m, marker='o', label=a, color=colors[a])
+        ax.fill_between(L, m - s, m + s, alpha=0.2, color=colors[a])
     ax.set_xscale('log', base=2)
     ax.set(xlabel='evaluation length (characters)', ylabel='loss (nats/char)', title=title)
-    ax.legend(fontsize=8)
+    readable_legend(ax)
     return ax
 
 def plot_positions(recs: list, key: str = 'encoding', L: int = 4096, ax=None):
     "Loss by position inside one window of L (mean over seeds), a line per arm: where each one breaks."
     import matplotlib.pyplot as plt
+    from posenc_nb.palette import readable_legend
     ax = ax or plt.subplots(figsize=(7, 4.5))[1]
     by = {}
     for r in recs:
         if r.get(f'loss_by_position_{L}'): by.setdefault(r[key], []).append(r[f'loss_by_position_{L}'])
+    colors = arm_colors(list(by))
     for a, cs in by.items():
         c = np.mean(np.array(cs), 0)
-        ax.plot((np.arange(len(c)) + 0.5) * L / len(c), c, label=a)
+        ax.plot((np.arange(len(c)) + 0.5) * L / len(c), c, label=a, color=colors[a])
     ax.set(xlabel=f'position in a window of {L}', ylabel='loss (nats/char)', title='loss by position')
-    ax.legend(fontsize=8)
+    readable_legend(ax)
     return ax
+
 
 # %% ../nbs/30_length.ipynb #c82e6e00
 def check_window_count(n: int, # your answer: windows of L predicted tokens over a text of `chars` characters
