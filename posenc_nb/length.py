@@ -29,7 +29,8 @@ __all__ = ['ARMS', 'ARM_SETS', 'LENGTH_CONFIGS', 'CKPT_EVERY', 'SLIDING_FACTORS'
            'summarize_positions', 'sliding_loss', 'add_sliding', 'evaluate_lengths', 'peak_memory_mb',
            'check_checkpoint', 'train_arm', 'load_checkpoint', 'best_arm', 'sample_record', 'parse_arms', 'length_run',
            'length_extend', 'main', 'length_sample', 'read_length', 'length_table', 'format_length_table', 'arm_colors',
-           'plot_lengths', 'plot_positions', 'check_window_count', 'check_loss_beyond', 'check_pi_angle']
+           'plot_lengths', 'plot_positions', 'rotary_turns', 'unturned_pairs', 'check_unturned_pairs',
+           'check_window_count', 'check_loss_beyond', 'check_pi_angle']
 
 # %% ../nbs/30_length.ipynb #1cb4526c
 # arm -> (registered encoding, its options); 'learned' gets a table of L_train rows (see `model_config`)
@@ -572,6 +573,43 @@ def plot_positions(recs: list, key: str = 'encoding', L: int = 4096, ax=None):
     readable_legend(ax)
     return ax
 
+
+# %% ../nbs/30_length.ipynb #c2f524ab
+def rotary_turns(model: CausalLM, # a lab model of a RoPE arm
+                 L: int, # a window length: the model sees distances 0..L-1 in it
+                ) -> np.ndarray: # (d/2,) full turns of each rotary pair, fastest first
+    "Full turns each rotary pair of `model` makes over the largest distance in a window of L tokens: (L-1) θ_i / 2π."
+    cache = getattr(model.pe, 'cache', None)
+    if not hasattr(cache, 'inv_freq64'):
+        raise ValueError(f"rotary_turns needs a model of a RoPE arm, got {type(model.pe).__name__}: build one with "
+                         "encoding='rope'")
+    return (L - 1) * cache.inv_freq64.double().numpy() / (2 * math.pi)
+
+def unturned_pairs(d: int, # head size (rotary dimensions): d/2 pairs
+                   base: float, # RoPE's base b
+                   L: int, # window length: distances 0..L-1
+                  ) -> int:
+    """How many pairs never complete a turn within a window of L: pair i turns once 2π b^(2i/d) <= L - 1, that is
+    for i <= (d/2) log_b((L-1)/2π); the rest, the slowest pairs, never do."""
+    turned = math.floor(d / 2 * math.log((L - 1) / (2 * math.pi)) / math.log(base)) + 1 if L - 1 >= 2 * math.pi else 0
+    return d // 2 - min(max(turned, 0), d // 2)
+
+def check_unturned_pairs(n: int, # your prediction: pairs that never complete a full turn within a window of L
+                         d: int = 32, base: float = 10000., L: int = 256) -> Verdict:
+    "Exercise 30.4: how many of RoPE's d/2 rotary pairs never complete a full turn within a window of L tokens."
+    want, pairs = unturned_pairs(d, base, L), d // 2
+    if n == want:
+        return Verdict(True, f'{want} of {pairs} pairs, the slowest (i = {pairs - want}..{pairs - 1}): their wavelength '
+                             f'2π b^(2i/d) is longer than the largest distance in a window, {L - 1}')
+    if n == pairs - want:
+        return Verdict(False, 'that counts the pairs that do complete a turn (the fast ones); the question asks for '
+                              'the others')
+    if n in (2 * want, 2 * (pairs - want)):
+        return Verdict(False, f'count pairs, not dimensions: a head of {d} dimensions has {pairs} rotary pairs')
+    if n in (0, pairs):
+        return Verdict(False, 'the pairs turn at rates spread over four orders of magnitude: some wrap many times '
+                              'in one window, others barely move')
+    return Verdict(False, f'got {n}: count the pairs i whose wavelength 2π b^(2i/d) is longer than L - 1 = {L - 1}')
 
 # %% ../nbs/30_length.ipynb #c82e6e00
 def check_window_count(n: int, # your answer: windows of L predicted tokens over a text of `chars` characters
