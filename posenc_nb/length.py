@@ -26,11 +26,12 @@ from .exercises import Verdict, check_close
 __all__ = ['ARMS', 'ARM_SETS', 'LENGTH_CONFIGS', 'CKPT_EVERY', 'SLIDING_FACTORS', 'RESULTS', 'RUNS', 'MEMORY_PROBE',
            'LENGTH_COMMANDS', 'arm_encoding', 'LengthConfig', 'eval_lengths', 'model_config', 'build_model',
            'encode_text', 'batch_offsets', 'lr_at', 'train_precision', 'train_steps', 'window_losses',
-           'summarize_positions', 'sliding_loss', 'add_sliding', 'evaluate_lengths', 'peak_memory_mb',
-           'check_checkpoint', 'train_arm', 'load_checkpoint', 'best_arm', 'sample_record', 'parse_arms', 'length_run',
-           'length_extend', 'main', 'length_sample', 'read_length', 'length_table', 'format_length_table', 'arm_colors',
-           'plot_lengths', 'plot_positions', 'rotary_turns', 'unturned_pairs', 'check_unturned_pairs',
-           'check_window_count', 'check_loss_beyond', 'check_pi_angle']
+           'summarize_positions', 'sliding_loss', 'add_sliding', 'tail_losses', 'context_gain', 'evaluate_lengths',
+           'peak_memory_mb', 'check_checkpoint', 'train_arm', 'load_checkpoint', 'best_arm', 'sample_record',
+           'parse_arms', 'length_run', 'length_extend', 'main', 'length_sample', 'read_length', 'length_table',
+           'format_length_table', 'format_context_table', 'arm_colors', 'plot_lengths', 'plot_positions',
+           'rotary_turns', 'unturned_pairs', 'check_unturned_pairs', 'check_window_count', 'check_loss_beyond',
+           'check_pi_angle']
 
 # %% ../nbs/30_length.ipynb #1cb4526c
 # arm -> (registered encoding, its options); 'learned' gets a table of L_train rows (see `model_config`)
@@ -220,10 +221,45 @@ def add_sliding(model: CausalLM, valid: torch.Tensor, # the evaluation text's id
             ev[str(L)]['sliding'] = round(sliding_loss(model, valid, L, cfg.L_train, cfg.eval_tokens), 5)
     return ev
 
+# %% ../nbs/30_length.ipynb #0f7095e8
+@torch.no_grad()
+def tail_losses(model: CausalLM, ids: torch.Tensor, # the evaluation text's ids
+                L: int, # window length (the windows of `window_losses`)
+                L_train: int, # the trained length: the cut context keeps this many characters
+                sums: torch.Tensor, # `window_losses(model, ids, L)`'s per-position sums (L,) ...
+                n: int, # ... and its number of windows
+                eval_tokens: int = 16384, # predicted tokens per batch
+                device=None) -> dict:
+    """The context probe: the mean loss of the last L_train // 2 targets of each window of L, predicted from the whole
+    window (`tail_full`, from `sums`) and from the window's last L_train characters only (`tail_cut`)."""
+    k = L_train // 2
+    if not (0 < k and L_train < L):
+        raise ValueError(f"the context probe needs 2 <= L_train < L, got L_train={L_train}, L={L}")
+    if len(sums) != L:
+        raise ValueError(f"sums has {len(sums)} positions for windows of {L}: pass window_losses(model, ids, {L})")
+    device = device or next(model.parameters()).device
+    model.eval()
+    total, span, per = 0.0, torch.arange(L_train + 1), max(1, eval_tokens // L_train)
+    for i in range(0, n, per):
+        starts = torch.arange(i, min(n, i + per)) * L + (L - L_train)      # each window's last L_train inputs
+        b = ids[starts[:, None] + span].to(device)
+        loss = F.cross_entropy(model(b[:, :-1]).float().transpose(1, 2), b[:, 1:], reduction='none')
+        total += loss[:, -k:].double().sum().item()
+    return {'tail_full': (sums[-k:].sum() / (n * k)).item(), 'tail_cut': total / (n * k)}
+
+def context_gain(ev: dict, # a record's `eval` entry at one length
+                ) -> Optional[float]:
+    "tail_cut - tail_full: what the context beyond the last L_train characters buys (None: not recorded there)."
+    if ev is None or ev.get('tail_cut') is None or ev.get('tail_full') is None: return None
+    return ev['tail_cut'] - ev['tail_full']
+
 # %% ../nbs/30_length.ipynb #e69f5ca8
-def evaluate_lengths(model: CausalLM, valid: torch.Tensor, cfg: LengthConfig, bounded_at: Optional[int] = None) -> dict:
-    """`eval` (length -> loss, loss_beyond), the loss by position at the longest length and seconds per length;
-    lengths past `bounded_at` (a learned table) are recorded as None: undefined beyond it."""
+def evaluate_lengths(model: CausalLM, valid: torch.Tensor, cfg: LengthConfig, bounded_at: Optional[int] = None,
+                     context: bool = True, # the context probe (`tail_losses`) at every length past L_train
+                    ) -> dict:
+    """`eval` (length -> loss, loss_beyond and, past L_train, the context probe's tail_full and tail_cut), the loss by
+    position at the longest length and seconds per length; lengths past `bounded_at` (a learned table) are recorded
+    as None: undefined beyond it."""
     ev, curve, secs = {}, None, {}
     for L in eval_lengths(cfg):
         if bounded_at is not None and L > bounded_at:
@@ -231,8 +267,9 @@ def evaluate_lengths(model: CausalLM, valid: torch.Tensor, cfg: LengthConfig, bo
             continue
         t = time.time()
         last = L == eval_lengths(cfg)[-1]
-        s = summarize_positions(*window_losses(model, valid, L, cfg.eval_tokens), cfg.L_train,
-                                cfg.pos_bins if last else 0)
+        sums, n = window_losses(model, valid, L, cfg.eval_tokens)
+        s = summarize_positions(sums, n, cfg.L_train, cfg.pos_bins if last else 0)
+        if context and L > cfg.L_train: s.update(tail_losses(model, valid, L, cfg.L_train, sums, n, cfg.eval_tokens))
         secs[str(L)] = round(time.time() - t, 2)
         curve = [round(x, 5) for x in s.pop('by_position', [])] or curve
         ev[str(L)] = {k: (round(v, 5) if v is not None else None) for k, v in s.items()}
@@ -522,6 +559,22 @@ def format_length_table(table: dict) -> str:
         rows.append(f'| {a} | ' + ' | '.join(cell(d.get(L)) if L in d else '' for L in Ls) + ' |')
     return '\n'.join(rows)
 
+def format_context_table(recs: list, key: str = 'encoding') -> str:
+    """Markdown table: arm x length past L_train, the context probe's gain `tail_cut - tail_full` (mean over the seeds
+    that have it, and how many); '-' where no record has it (records written before the probe, undefined lengths)."""
+    by = {}
+    for r in recs:
+        for L, v in r['eval'].items():
+            if int(L) > r['L_train']: by.setdefault(r[key], {}).setdefault(int(L), []).append(context_gain(v))
+    Ls = sorted({L for d in by.values() for L in d})
+    rows = ['| arm | ' + ' | '.join(f'gain at {L}' for L in Ls) + ' |', '|---|' + '---|' * len(Ls)]
+    for a, d in by.items():
+        def cell(xs):
+            xs = [x for x in xs or [] if x is not None]
+            return f'{np.mean(xs):+.3f} ({len(xs)})' if xs else '-'
+        rows.append(f'| {a} | ' + ' | '.join(cell(d.get(L)) for L in Ls) + ' |')
+    return '\n'.join(rows)
+
 # %% ../nbs/30_length.ipynb #bcf4f415
 def arm_colors(labels: list # legend labels: arms ('rope', 'fire', 'rope:scaling=xpos') or other names ('ntk-x4')
               ) -> dict: # label -> '#rrggbb'
@@ -599,8 +652,8 @@ def check_unturned_pairs(n: int, # your prediction: pairs that never complete a 
     "Exercise 30.4: how many of RoPE's d/2 rotary pairs never complete a full turn within a window of L tokens."
     want, pairs = unturned_pairs(d, base, L), d // 2
     if n == want:
-        return Verdict(True, f'{want} of {pairs} pairs, the slowest (i = {pairs - want}..{pairs - 1}): their wavelength '
-                             f'2π b^(2i/d) is longer than the largest distance in a window, {L - 1}')
+        return Verdict(True, f'{want} of {pairs} pairs, the slowest (i = {pairs - want}..{pairs - 1}): their '
+                             f'wavelength 2π b^(2i/d) is longer than the largest distance in a window, {L - 1}')
     if n == pairs - want:
         return Verdict(False, 'that counts the pairs that do complete a turn (the fast ones); the question asks for '
                               'the others')
