@@ -21,17 +21,16 @@ from .utils import provenance, state_hash, order_hash, atomic_save
 from .engine import pick_device, Learner, Budget, Checkpointer, ProgressBar, fit, restore
 from .args import command, command_line, run_commands, use_threads, CLIError
 from .exercises import Verdict, check_close
+from .length_probe import tail_losses, context_gain, format_context_table
 
 # %% auto #0
 __all__ = ['ARMS', 'ARM_SETS', 'LENGTH_CONFIGS', 'CKPT_EVERY', 'SLIDING_FACTORS', 'RESULTS', 'RUNS', 'MEMORY_PROBE',
            'LENGTH_COMMANDS', 'arm_encoding', 'LengthConfig', 'eval_lengths', 'model_config', 'build_model',
            'encode_text', 'batch_offsets', 'lr_at', 'train_precision', 'train_steps', 'window_losses',
-           'summarize_positions', 'sliding_loss', 'add_sliding', 'tail_losses', 'context_gain', 'evaluate_lengths',
-           'peak_memory_mb', 'check_checkpoint', 'train_arm', 'load_checkpoint', 'best_arm', 'sample_record',
-           'parse_arms', 'length_run', 'length_extend', 'main', 'length_sample', 'read_length', 'length_table',
-           'format_length_table', 'format_context_table', 'arm_colors', 'plot_lengths', 'plot_positions',
-           'rotary_turns', 'unturned_pairs', 'check_unturned_pairs', 'check_window_count', 'check_loss_beyond',
-           'check_pi_angle']
+           'summarize_positions', 'sliding_loss', 'add_sliding', 'evaluate_lengths', 'peak_memory_mb',
+           'check_checkpoint', 'train_arm', 'load_checkpoint', 'best_arm', 'sample_record', 'parse_arms', 'length_run',
+           'length_extend', 'main', 'length_sample', 'read_length', 'length_table', 'format_length_table', 'arm_colors',
+           'plot_lengths', 'plot_positions', 'check_loss_beyond']
 
 # %% ../nbs/30_length.ipynb #1cb4526c
 # arm -> (registered encoding, its options); 'learned' gets a table of L_train rows (see `model_config`)
@@ -220,38 +219,6 @@ def add_sliding(model: CausalLM, valid: torch.Tensor, # the evaluation text's id
         if (ev.get(str(L)) or {}).get('loss') is not None:
             ev[str(L)]['sliding'] = round(sliding_loss(model, valid, L, cfg.L_train, cfg.eval_tokens), 5)
     return ev
-
-# %% ../nbs/30_length.ipynb #0f7095e8
-@torch.no_grad()
-def tail_losses(model: CausalLM, ids: torch.Tensor, # the evaluation text's ids
-                L: int, # window length (the windows of `window_losses`)
-                L_train: int, # the trained length: the cut context keeps this many characters
-                sums: torch.Tensor, # `window_losses(model, ids, L)`'s per-position sums (L,) ...
-                n: int, # ... and its number of windows
-                eval_tokens: int = 16384, # predicted tokens per batch
-                device=None) -> dict:
-    """The context probe: the mean loss of the last L_train // 2 targets of each window of L, predicted from the whole
-    window (`tail_full`, from `sums`) and from the window's last L_train characters only (`tail_cut`)."""
-    k = L_train // 2
-    if not (0 < k and L_train < L):
-        raise ValueError(f"the context probe needs 2 <= L_train < L, got L_train={L_train}, L={L}")
-    if len(sums) != L:
-        raise ValueError(f"sums has {len(sums)} positions for windows of {L}: pass window_losses(model, ids, {L})")
-    device = device or next(model.parameters()).device
-    model.eval()
-    total, span, per = 0.0, torch.arange(L_train + 1), max(1, eval_tokens // L_train)
-    for i in range(0, n, per):
-        starts = torch.arange(i, min(n, i + per)) * L + (L - L_train)      # each window's last L_train inputs
-        b = ids[starts[:, None] + span].to(device)
-        loss = F.cross_entropy(model(b[:, :-1]).float().transpose(1, 2), b[:, 1:], reduction='none')
-        total += loss[:, -k:].double().sum().item()
-    return {'tail_full': (sums[-k:].sum() / (n * k)).item(), 'tail_cut': total / (n * k)}
-
-def context_gain(ev: dict, # a record's `eval` entry at one length
-                ) -> Optional[float]:
-    "tail_cut - tail_full: what the context beyond the last L_train characters buys (None: not recorded there)."
-    if ev is None or ev.get('tail_cut') is None or ev.get('tail_full') is None: return None
-    return ev['tail_cut'] - ev['tail_full']
 
 # %% ../nbs/30_length.ipynb #e69f5ca8
 def evaluate_lengths(model: CausalLM, valid: torch.Tensor, cfg: LengthConfig, bounded_at: Optional[int] = None,
@@ -559,22 +526,6 @@ def format_length_table(table: dict) -> str:
         rows.append(f'| {a} | ' + ' | '.join(cell(d.get(L)) if L in d else '' for L in Ls) + ' |')
     return '\n'.join(rows)
 
-def format_context_table(recs: list, key: str = 'encoding') -> str:
-    """Markdown table: arm x length past L_train, the context probe's gain `tail_cut - tail_full` (mean over the seeds
-    that have it, and how many); '-' where no record has it (records written before the probe, undefined lengths)."""
-    by = {}
-    for r in recs:
-        for L, v in r['eval'].items():
-            if int(L) > r['L_train']: by.setdefault(r[key], {}).setdefault(int(L), []).append(context_gain(v))
-    Ls = sorted({L for d in by.values() for L in d})
-    rows = ['| arm | ' + ' | '.join(f'gain at {L}' for L in Ls) + ' |', '|---|' + '---|' * len(Ls)]
-    for a, d in by.items():
-        def cell(xs):
-            xs = [x for x in xs or [] if x is not None]
-            return f'{np.mean(xs):+.3f} ({len(xs)})' if xs else '-'
-        rows.append(f'| {a} | ' + ' | '.join(cell(d.get(L)) for L in Ls) + ' |')
-    return '\n'.join(rows)
-
 # %% ../nbs/30_length.ipynb #bcf4f415
 def arm_colors(labels: list # legend labels: arms ('rope', 'fire', 'rope:scaling=xpos') or other names ('ntk-x4')
               ) -> dict: # label -> '#rrggbb'
@@ -627,55 +578,6 @@ def plot_positions(recs: list, key: str = 'encoding', L: int = 4096, ax=None):
     return ax
 
 
-# %% ../nbs/30_length.ipynb #c2f524ab
-def rotary_turns(model: CausalLM, # a lab model of a RoPE arm
-                 L: int, # a window length: the model sees distances 0..L-1 in it
-                ) -> np.ndarray: # (d/2,) full turns of each rotary pair, fastest first
-    "Full turns each rotary pair of `model` makes over the largest distance in a window of L tokens: (L-1) θ_i / 2π."
-    cache = getattr(model.pe, 'cache', None)
-    if not hasattr(cache, 'inv_freq64'):
-        raise ValueError(f"rotary_turns needs a model of a RoPE arm, got {type(model.pe).__name__}: build one with "
-                         "encoding='rope'")
-    return (L - 1) * cache.inv_freq64.double().numpy() / (2 * math.pi)
-
-def unturned_pairs(d: int, # head size (rotary dimensions): d/2 pairs
-                   base: float, # RoPE's base b
-                   L: int, # window length: distances 0..L-1
-                  ) -> int:
-    """How many pairs never complete a turn within a window of L: pair i turns once 2π b^(2i/d) <= L - 1, that is
-    for i <= (d/2) log_b((L-1)/2π); the rest, the slowest pairs, never do."""
-    turned = math.floor(d / 2 * math.log((L - 1) / (2 * math.pi)) / math.log(base)) + 1 if L - 1 >= 2 * math.pi else 0
-    return d // 2 - min(max(turned, 0), d // 2)
-
-def check_unturned_pairs(n: int, # your prediction: pairs that never complete a full turn within a window of L
-                         d: int = 32, base: float = 10000., L: int = 256) -> Verdict:
-    "Exercise 30.4: how many of RoPE's d/2 rotary pairs never complete a full turn within a window of L tokens."
-    want, pairs = unturned_pairs(d, base, L), d // 2
-    if n == want:
-        return Verdict(True, f'{want} of {pairs} pairs, the slowest (i = {pairs - want}..{pairs - 1}): their '
-                             f'wavelength 2π b^(2i/d) is longer than the largest distance in a window, {L - 1}')
-    if n == pairs - want:
-        return Verdict(False, 'that counts the pairs that do complete a turn (the fast ones); the question asks for '
-                              'the others')
-    if n in (2 * want, 2 * (pairs - want)):
-        return Verdict(False, f'count pairs, not dimensions: a head of {d} dimensions has {pairs} rotary pairs')
-    if n in (0, pairs):
-        return Verdict(False, 'the pairs turn at rates spread over four orders of magnitude: some wrap many times '
-                              'in one window, others barely move')
-    return Verdict(False, f'got {n}: count the pairs i whose wavelength 2π b^(2i/d) is longer than L - 1 = {L - 1}')
-
-# %% ../nbs/30_length.ipynb #c82e6e00
-def check_window_count(n: int, # your answer: windows of L predicted tokens over a text of `chars` characters
-                       chars: int = 111540, L: int = 4096) -> Verdict:
-    "Exercise 30.1: how many non-overlapping evaluation windows of L predicted tokens fit in `chars` characters."
-    want = (chars - 1) // L
-    if n == want: return Verdict(True, f'{want} windows: each reads L inputs and predicts L targets, shifted by one')
-    if n == chars // L: return Verdict(False, 'a window of L predictions needs L + 1 characters: the last target '
-                                              'is one past the last input')
-    if n == -(-chars // L) or n == -(-(chars - 1) // L):
-        return Verdict(False, 'the incomplete tail is dropped: every window must have all L targets')
-    return Verdict(False, f'expected {want}; count windows of L + 1 characters that start every L characters')
-
 # %% ../nbs/30_length.ipynb #eac917d5
 def check_loss_beyond(fn, # your function (per-position loss sums (L,), windows n, L_train) -> mean loss beyond L_train
                       ) -> Verdict:
@@ -691,16 +593,6 @@ def check_loss_beyond(fn, # your function (per-position loss sums (L,), windows 
         return Verdict(False, 'these are sums over n windows: divide by n too')
     if abs(got - sums.sum().item() / (n * 64)) < 1e-9: return Verdict(False, 'that is the loss over every position')
     return check_close(got, want, 'the loss beyond L_train', rtol=1e-9)
-
-# %% ../nbs/30_length.ipynb #30966f3c
-def check_pi_angle(angle: float, # your answer: the angle of rotary pair i at position m after PI by `factor`
-                   m: int = 1000, i: int = 3, factor: int = 4, d: int = 32) -> Verdict:
-    "Exercise 30.3: position interpolation's rotary angle of pair i at position m (RoPE, base 1e4)."
-    th = 10000. ** (-2 * i / d)
-    want = m / factor * th
-    if abs(angle - m * th) < 1e-6: return Verdict(False, 'that is the unscaled angle: PI divides every position by s')
-    if abs(angle - m * factor * th) < 1e-6: return Verdict(False, 'PI squeezes positions: divide by s, not multiply')
-    return check_close(angle, want, 'the interpolated angle', rtol=1e-6)
 
 # %% ../nbs/30_length.ipynb #33f851b1
 # last: every command (and everything they call) is defined when `python -m posenc_nb.length` runs

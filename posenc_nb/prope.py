@@ -47,7 +47,7 @@ def check_frozen_prediction(answer: str, # 'yes' (p freezes every pair that neve
     "Exercise 18.1: whether p-RoPE's kept share p freezes every rotary pair that never turns in a window of L."
     import math
     from posenc_nb.exercises import Verdict
-    if answer not in ('yes', 'no'): return Verdict(False, f"answer 'yes' or 'no', got {answer!r}")
+    if answer not in ('yes', 'no'): return Verdict(False, f"predict 'yes' or 'no', got {answer!r}")
     turns = (L - 1) * rope_inv_freq(d, base) / (2 * math.pi)
     never = {int(i) for i in torch.nonzero(turns < 1)}
     frozen = {int(i) for i in torch.nonzero(p_rope_inv_freq(d, p, base) == 0)}

@@ -106,7 +106,9 @@ def test_recorded_command_reruns_its_record(tmp_path, small_lab):
 
 class _Near(torch.nn.Module):
     "A model that cannot see far: its logits at a position read that position's character only."
-    def __init__(self, vocab): super().__init__(); self.table = torch.nn.Embedding(vocab, vocab)
+    def __init__(self, vocab):
+        super().__init__()
+        self.table = torch.nn.Embedding(vocab, vocab)
     def forward(self, x): return self.table(x)
 
 
