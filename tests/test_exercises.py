@@ -166,6 +166,7 @@ SOLUTIONS = {   # exercise -> a function returning the check's arguments
     '18.4': lambda: ('smaller',),
     '18.5': lambda: ('offset',),
     '18.6': lambda: ('same',),
+    '18.7': lambda: ('outside',),
     '18.1': lambda: ('no', sum((255 * 10000 ** (-2 * i / 32)) < 2 * math.pi for i in range(16)) - 16 // 4),
 }
 
@@ -302,7 +303,7 @@ def test_no_page_gives_an_exercise_answer_away():
 
 
 # ---- conceptual exercises: predict, then run ---------------------------------------------------------------------
-METHOD_PAGES = ('10_rope', '11_floater', '14_xlpe', '18_prope', '18_kerple', '18_forget', '18_fire', '18_scaled_sinusoidal', '18_cope')
+METHOD_PAGES = ('10_rope', '11_floater', '14_xlpe', '18_prope', '18_kerple', '18_forget', '18_fire', '18_scaled_sinusoidal', '18_cope', '18_dpb')
 PREDICT = re.compile(r'^\*\*(\d+)\. Predict\b[^*]*\*\*(.*)$', re.S)
 
 
@@ -348,7 +349,8 @@ def test_predict_hints_do_not_name_an_answer(stem):
                                                 ('18.3', ('fades',), 'however far'),
                                                 ('18.4', ('same',), 'grows with the query'),
                                                 ('18.5', ('absolute',), 'how loud'),
-                                                ('18.6', ('different',), 'shut gate')])
+                                                ('18.6', ('different',), 'shut gate'),
+                                                ('18.7', ('inside',), 'without bound')])
 def test_a_wrong_prediction_is_told_why(number, wrong, named):
     "Each wrong prediction fails with the reason: the check measures, so a prediction is right only if the run agrees."
     v = check(number)(*wrong)
