@@ -201,8 +201,7 @@ CLAIMS = [
              'xl-input@monotone', 'xl-input@predicted', '25_xl_translation, index'),
     mt_claim('xl-input-enja-2400', 'XL-PE', XL_MT, 'xl-enja-2400',
              ENJA + ', 2,400 updates; input fusion, reorderer orders', 'xl-input@monotone', 'xl-input@predicted',
-             '25_xl_translation, index'),
-]
+             '25_xl_translation, index')]
 
 # %% ../nbs/29_claims.ipynb #3228f25d
 NGRAM_REF = Regime('the bag-of-n-grams logistic regression on the same 5,000 test reviews, less 10 accuracy points',
@@ -228,8 +227,7 @@ REGIMES_CLAIMS = [
             where='28_linear_lm')
       for size, scale in LIN_SCALES for v in ('linear+sinusoidal', 'linear+learned')],
     *[Claim(f'roformer-mlm-control-{size}-vs-{e}', 'RoFormer', RF_MLM, 'roformer-mlm', scale, MLM_LOSS,
-            _mlm(size, e), _mlm(size, 'rope'), -1, f'roformer-mlm-control-{size}', mlm_gate(size),
-            where='26_mlm')
+            _mlm(size, e), _mlm(size, 'rope'), -1, f'roformer-mlm-control-{size}', mlm_gate(size), where='26_mlm')
       for size, scale in MLM_SCALES for e in ('none', 'learned-bert')],
     # the learning-rate sweep of the absolute arms (registered before its runs): RoPE at the config's rate against
     # each absolute arm at another peak rate
@@ -286,8 +284,7 @@ REGIMES_CLAIMS = [
              family='xl-enja-2400-orders'),
     mt_claim('xl-input-enja-2400-vs-random', 'XL-PE',
              XL_MT + '; the reorderer\'s orders against random orders (no information)', 'xl-enja-2400', ENJA_2400,
-             'xl-input@random', 'xl-input@predicted', '25_xl_translation', family='xl-enja-2400-orders'),
-]
+             'xl-input@random', 'xl-input@predicted', '25_xl_translation', family='xl-enja-2400-orders')]
 CLAIMS.extend(REGIMES_CLAIMS)
 
 # %% ../nbs/29_claims.ipynb #d257d12c
@@ -373,8 +370,7 @@ REGISTERED_CLAIMS = [
                       AL_EXT + '; sinusoidal at 8 x more than 0.05 nats above 256, 1,600 updates',
                       ('sinusoidal', 256), ('sinusoidal', 2048), +1, margin=0.05),
     length_1600_claim('length-1600-none-vs-rope-4x', 'NoPE', NOPE_EXT + '; at 4 x the training length, 1,600 updates',
-                      ('rope', 1024), ('none', 1024), -1),
-]
+                      ('rope', 1024), ('none', 1024), -1)]
 
 # %% ../nbs/29_claims.ipynb #a8b3a9af
 PAPER_CLAIMS = {   # family -> the paper claim it tests, quoted; every claim quoting it is in its family
@@ -405,8 +401,11 @@ PREDECESSORS = {f'length-1600-{x}': f'length-{x}' for x in ('rope-vs-sinusoidal-
 
 def register_claims(claims: Sequence[Claim], # claims defined in a later notebook (each quoting one of PAPER_CLAIMS)
                     registered: Optional[str] = None, # the commit whose registry holds their fingerprints
+                    papers: Optional[dict] = None, # papers they add to `PAPERS` (name -> citation)
+                    paper_claims: Optional[dict] = None, # paper claims they add to `PAPER_CLAIMS` (family -> quote)
                    ) -> list:
-    "Add `claims` to `CLAIMS`, each in its paper claim's family; a later notebook's module calls this at import."
+    "Add `claims` to `CLAIMS`, each in its paper claim's family (with their papers); later modules call this at import."
+    for known, new in ((PAPERS, papers), (PAPER_CLAIMS, paper_claims)): known.update(new or {})
     new = [replace(in_paper_family(c), registered=registered) for c in claims]
     known = {c.id: c for c in CLAIMS}
     clash = [c.id for c in new if c.id in known and known[c.id] != c]
@@ -419,6 +418,7 @@ def all_claims() -> list:
     import_registering('register_claims')
     canon = importlib.import_module('posenc_nb.claims')      # under `python -m`, this module runs as __main__
     if canon.CLAIMS is not CLAIMS:
+        for known, new in ((PAPERS, canon.PAPERS), (PAPER_CLAIMS, canon.PAPER_CLAIMS)): known.update(new)
         known = {c.id for c in CLAIMS}
         CLAIMS.extend(c for c in canon.CLAIMS if c.id not in known)
     return CLAIMS

@@ -8,7 +8,7 @@ import contextlib
 from typing import Optional
 import torch, torch.nn.functional as F
 from torch import Tensor
-from .core import PosEnc, Site, bias_inputs
+from .core import BiasRows, PosEnc, Site, bias_inputs
 from .attention import banded_bias_attention
 from .interop import reads_query
 
@@ -38,6 +38,10 @@ def _with_causal(bias: Tensor, q_len: int, k_len: int) -> Tensor:
     later = torch.ones(q_len, k_len, dtype=torch.bool, device=bias.device).triu(k_len - q_len + 1)
     return bias.masked_fill(later, float('-inf'))
 
+def _causal_additive(q_len: int, k_len: int, dtype: torch.dtype, device) -> Tensor:
+    "(q_len, k_len): 0 where a query (the last `q_len` of `k_len` tokens) may see a key, -inf on the later keys."
+    return torch.full((q_len, k_len), float('-inf'), dtype=dtype, device=device).triu_(k_len - q_len + 1)
+
 
 # %% ../nbs/17_hf_bias.ipynb #fbc001a4
 def _bias_reads(pe: PosEnc, # the encoding whose hook 5 is called
@@ -50,6 +54,25 @@ def _bias_reads(pe: PosEnc, # the encoding whose hook 5 is called
     if not pe.bias_reads: return {}
     return bias_inputs(pe, _repeat_kv(key, query.shape[1] // key.shape[1]),
                        None if values is None else values[..., -key.shape[2]:])
+
+def _dense_from_band(rows: BiasRows, # a self-attention's bias by rows, with `reach` and `far` (`column_offsets`)
+                     query: Tensor, # (B,H,L,d)
+                     block: int = 64 # query rows per block of the band
+                    ) -> Tensor: # (B|1,H,L,L), -inf above the diagonal
+    """The causally masked dense bias of a bias with `reach`: every row's value left of the band (`far`) everywhere,
+    then the band within `reach` of the diagonal written block by block; the numbers of `logit_bias` without a bias
+    computed, and gathered, for every pair of tokens (Shaw's reads the queries: one per sequence and layer)."""
+    L, H = query.shape[2], query.shape[1]
+    causal = _causal_additive(L, L, query.dtype, query.device)
+    left = rows.far(query, 0, L)[0].to(query.dtype)
+    first = rows.block(query[:, :, :min(block, L)], 0, min(block, L), 0, min(block, L))
+    batch = max(left.shape[0] if left.dim() == 3 else 1, first.shape[0])
+    dense = (left.reshape(*left.shape, 1) + causal).expand(batch, H, L, L).contiguous()
+    for s in range(0, L, block):
+        e, k0 = min(s + block, L), max(0, s - rows.reach)
+        b = first if s == 0 else rows.block(query[:, :, s:e], s, e, k0, e)
+        dense[:, :, s:e, k0:e] = b.to(query.dtype) + causal[s:e, k0:e]
+    return dense
 
 def _masked_bias(pe: PosEnc, site: Site, # the encoding and the layer's site
                  shared: dict, # this forward's biases shared by every layer: (mask, sizes) -> (mask, bias)
@@ -78,10 +101,12 @@ def _masked_bias(pe: PosEnc, site: Site, # the encoding and the layer's site
     dense = shared.get((id(mask), lq, lk, query.dtype), (None, None))[1] if share else None
     if dense is None:
         with torch.no_grad() if fixed else contextlib.nullcontext():
-            bias = pe.logit_bias(query, q_pos, k_pos, site, **reads)
-            dense = query.new_zeros(1, 1, lq, lk) if bias is None else bias.to(query.dtype)
-            if mask is not None: dense = mask.to(query.dtype) + dense
-            elif lq > 1: dense = _with_causal(dense, lq, lk)
+            if rows is not None: dense = _dense_from_band(rows, query)
+            else:
+                bias = pe.logit_bias(query, q_pos, k_pos, site, **reads)
+                dense = query.new_zeros(1, 1, lq, lk) if bias is None else bias.to(query.dtype)
+                if mask is not None: dense = mask.to(query.dtype) + dense
+                elif lq > 1: dense = dense + _causal_additive(lq, lk, query.dtype, query.device)
         if share: shared[(id(mask), lq, lk, query.dtype)] = (mask, dense)   # the mask kept: its id stays its own
     return (None, dense) if rows is None else (banded_bias_attention(query, key, value, dense, rows, scale=scale), None)
 

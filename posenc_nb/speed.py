@@ -17,8 +17,8 @@ from .args import check_device, use_threads
 from .store import output_record, write_output
 
 # %% auto #0
-__all__ = ['METRICS', 'measure_once', 'cpu_peak_mem_mb', 'speed_table', 'format_table', 'speed_run_table', 'speed_run', 'main',
-           'hf_overhead', 'hf_overhead_run']
+__all__ = ['METRICS', 'FROZEN', 'measure_once', 'cpu_peak_mem_mb', 'speed_table', 'format_table', 'speed_run_table', 'speed_run',
+           'main', 'hf_overhead', 'hf_overhead_run']
 
 # %% ../nbs/24_speed.ipynb #d0f2d55f
 import itertools
@@ -290,6 +290,8 @@ def _update_cpu_s(model, ids: Tensor) -> float:
     model.zero_grad(set_to_none=True)
     return spent
 
+FROZEN = ' (frozen)'     # added to an encoding's name: its model with the encoding's parameters frozen
+
 def hf_overhead(encodings: Optional[Sequence[str]] = None, # encodings (default: every one an HF model can take)
                 batch: int = 4, # sequences per batch
                 length: int = 512, # tokens per sequence
@@ -299,8 +301,10 @@ def hf_overhead(encodings: Optional[Sequence[str]] = None, # encodings (default:
                ) -> dict:
     """Forward+backward CPU time of a tiny random Llama given each encoding by `use_encoding`, as the ratio native time
     / encoded time against the same Llama with its own rotary, measured in the same run (interleaved repetitions,
-    medians). Returns a JSON-ready dict with `rows` (one per model, 'native' first)."""
-    from posenc_nb.hf import use_encoding
+    medians). An encoding with parameters is timed a second time with them frozen (`ms_frozen`, `ratio_frozen`): the
+    difference is what the encoding's own gradient costs (T5's bias gradient, FLOATER's ODE solved and differentiated).
+    Returns a JSON-ready dict with `rows` (one per encoding, 'native' first)."""
+    from posenc_nb.hf import encoding_of, use_encoding
     from posenc_nb.core import encoding_streams
     names = [n for n in list_posencs() if not encoding_streams(n)] if encodings is None else list(encodings)
     bad = [n for n in names if n not in list_posencs() or encoding_streams(n)]
@@ -311,6 +315,10 @@ def hf_overhead(encodings: Optional[Sequence[str]] = None, # encodings (default:
     size = (vocab, hidden, layers, heads, kv_heads, intermediate, max(length, 128))
     models = {'native': _tiny_llama(*size).train()}
     models.update({n: use_encoding(_tiny_llama(*size), n).train() for n in names})
+    for n in names:
+        if any(p.requires_grad for p in encoding_of(models[n]).parameters()):
+            models[n + FROZEN] = m = use_encoding(_tiny_llama(*size), n).train()
+            encoding_of(m).requires_grad_(False)
     ids = torch.randint(3, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
     for m in models.values(): _update_cpu_s(m, ids)                                  # warm-up, not timed
     order, times = list(models), {n: [] for n in models}
@@ -318,8 +326,11 @@ def hf_overhead(encodings: Optional[Sequence[str]] = None, # encodings (default:
         k = r % len(order)
         for n in order[k:] + order[:k]: times[n].append(_update_cpu_s(models[n], ids))
     ref = statistics.median(times['native'])
-    rows = [{'encoding': n, 'ms': 1e3 * statistics.median(t), 'ratio': ref / statistics.median(t),
-             'rep_ratios': [a / b for a, b in zip(times['native'], t)], 'reps': len(t)} for n, t in times.items()]
+    def row(t): return {'ms': 1e3 * statistics.median(t), 'ratio': ref / statistics.median(t),
+                           'rep_ratios': [a / b for a, b in zip(times['native'], t)], 'reps': len(t)}
+    def frozen_of(n): return {} if n + FROZEN not in times else {
+        f'{k}_frozen': v for k, v in row(times[n + FROZEN]).items() if k in ('ms', 'ratio')}
+    rows = [dict(encoding=n, **row(t), **frozen_of(n)) for n, t in times.items() if not n.endswith(FROZEN)]
     return {'reference': 'native', 'rows': rows, 'clock': 'process CPU time',
             'method': 'forward+backward of one fixed batch per model; repetitions interleave the models (order rotated '
                       'by one each repetition), medians; the machine is shared, so other jobs run meanwhile',
@@ -347,7 +358,9 @@ def hf_overhead_run(*, encodings: str = None, # comma-separated encodings (defau
             return 0
         rec = provenance(None, device='cpu', command=command_line(), precision='fp32')
         res = dict(hf_overhead(encodings.split(',') if encodings else None, batch, length, reps), provenance=rec)
-        for r in res['rows']: print(f"{r['encoding']:>18} {r['ms']:8.1f} ms  ratio {r['ratio']:.2f}", flush=True)
+        for r in res['rows']:
+            frozen = f"  frozen {r['ratio_frozen']:.2f}" if 'ratio_frozen' in r else ''
+            print(f"{r['encoding']:>18} {r['ms']:8.1f} ms  ratio {r['ratio']:.2f}{frozen}", flush=True)
         if out: write_output(out, res, settings)
     return 0
 

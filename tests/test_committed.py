@@ -2,7 +2,7 @@
 results (a `results/` holding `registry.json`) with one line, before any work, except a registered design's own
 command reproducing its own records; one design and one budget per comparison or experiment folder; summaries read
 the folder's design only; a run folder belongs to one set of settings, and what reads it checks that."""
-import hashlib, importlib, io, json, shutil, sys
+import hashlib, json, shutil
 from pathlib import Path
 import pytest
 
@@ -10,18 +10,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ['--set', 'data_options={"n": 400}', '--set', 'test_max_sents=5', '--set', 'beam=1', '--set',
         'eval_bleu_sents=0', '--set', 'log_every=1', '--set', 'd_model=16', '--set', 'n_heads=2', '--set', 'd_ff=32',
         '--set', 'n_enc=1', '--set', 'n_dec=1']
-
-
-def call(argv, cwd, monkeypatch, capsys) -> tuple:
-    "Run an entry point in this process from `cwd`: (exit status, the last line of stderr)."
-    monkeypatch.chdir(cwd)
-    monkeypatch.setattr(sys, 'stdin', io.StringIO(''))
-    mod = importlib.import_module(f'posenc_nb.{argv[0]}')
-    capsys.readouterr()
-    try: rc = int(mod.main(argv[1:]) or 0)
-    except SystemExit as e: rc = e.code if isinstance(e.code, int) else 0
-    err = capsys.readouterr().err.strip().splitlines()
-    return rc, (err[-1] if err else '')
 
 
 def snapshot(folder: Path) -> dict:
@@ -78,7 +66,7 @@ WRITERS = {
 
 
 @pytest.mark.parametrize('name', list(WRITERS))
-def test_writers_refuse_committed_results(name, committed, tmp_path, monkeypatch, capsys):
+def test_writers_refuse_committed_results(name, committed, tmp_path, call):
     "Each writer pointed inside committed results: one line naming them, exit 2, not a file changed or added."
     w = tmp_path / 'work'
     (w / 'runs' / 'rope_seed0').mkdir(parents=True)
@@ -90,29 +78,28 @@ def test_writers_refuse_committed_results(name, committed, tmp_path, monkeypatch
                   text=('abcd' * 300, 'abdc' * 100, 'abcd'), device='cpu')
     before = snapshot(committed)
     argv = [a.replace('{r}', str(committed)).replace('{w}', str(w)) for a in WRITERS[name]]
-    rc, last = call(argv, tmp_path, monkeypatch, capsys)
+    rc, last = call(argv, tmp_path)
     assert rc == 2 and 'committed results' in last, (rc, last)
     assert snapshot(committed) == before
 
 
-def test_default_outputs_from_the_project_root(committed, monkeypatch, capsys):
+def test_default_outputs_from_the_project_root(committed, call):
     """From a checkout's root, commands whose default output is under results/: with other settings, or a record
     that is not there, refused; the design's own command finds its own record and keeps it as it is."""
     before = snapshot(committed)
     rc, last = call(['experiments', 'run', 'extrapolation', '--encodings', 'rope', '--seeds', '5', '--steps', '2'],
-                    committed.parent, monkeypatch, capsys)
+                    committed.parent)
     assert rc == 2 and 'results/extrapolation lies in the committed results' in last, last
-    rc, last = call(['length', 'run', '--config', 'smoke', '--encodings', 'rope', '--seeds', '7'], committed.parent,
-                    monkeypatch, capsys)
+    rc, last = call(['length', 'run', '--config', 'smoke', '--encodings', 'rope', '--seeds', '7'], committed.parent)
     assert rc == 2 and 'results/length/rope_seed7.json lies in the committed results' in last, last
-    rc, last = call(['linear_lm', 'train', '--seed', '99'], committed.parent, monkeypatch, capsys)
+    rc, last = call(['linear_lm', 'train', '--seed', '99'], committed.parent)
     assert rc == 2 and 'committed results' in last, last
-    rc, last = call(['length', 'sample'], committed.parent, monkeypatch, capsys)    # its own record: kept
+    rc, last = call(['length', 'sample'], committed.parent)    # its own record: kept
     assert rc == 0, last
     assert snapshot(committed) == before
 
 
-def test_registered_design_reproduces_its_own_records(committed, tmp_path, monkeypatch, capsys):
+def test_registered_design_reproduces_its_own_records(committed, tmp_path, monkeypatch, call):
     """The exception: an experiment's own design into its own folder (any of its encodings and seeds) finds its
     records finished and keeps them; a design id of the registry opens the folder too. Nothing else does."""
     from posenc_nb.experiments import EXPERIMENTS, Experiment, run_experiment
@@ -124,15 +111,15 @@ def test_registered_design_reproduces_its_own_records(committed, tmp_path, monke
     before = snapshot(committed)
     monkeypatch.setitem(EXPERIMENTS, 'toy-design', toy)
     own = ['experiments', 'run', 'toy-design', '--work', str(tmp_path / 'w'), '--out', str(committed / 'toy-design')]
-    rc, last = call(own, tmp_path, monkeypatch, capsys)
+    rc, last = call(own, tmp_path)
     assert rc == 0, last
     design = next(iter(json.loads((committed / 'registry.json').read_text())))
-    rc, last = call(own + ['--registered', design], tmp_path, monkeypatch, capsys)
+    rc, last = call(own + ['--registered', design], tmp_path)
     assert rc == 0, last
-    rc, last = call(own + ['--steps', '3'], tmp_path, monkeypatch, capsys)            # not its design: refused
+    rc, last = call(own + ['--steps', '3'], tmp_path)            # not its design: refused
     assert rc == 2 and 'committed results' in last, last
     assert snapshot(committed) == before
-    rc, last = call(own + ['--encodings', 'rope', '--seeds', '1'], tmp_path, monkeypatch, capsys)   # a replicate
+    rc, last = call(own + ['--encodings', 'rope', '--seeds', '1'], tmp_path)   # a replicate
     assert rc == 0, last
     after = snapshot(committed)
     assert {k: after[k] for k in before} == before and any(k.startswith('toy-design/rope-s1/') for k in after)
@@ -141,11 +128,11 @@ def test_registered_design_reproduces_its_own_records(committed, tmp_path, monke
         with own_records(committed / 'extrapolation', 'nosuch'): pass
 
 
-def test_train_into_the_real_committed_results_is_refused(monkeypatch, capsys):
+def test_train_into_the_real_committed_results_is_refused(call):
     "The case as a user meets it: `posenc train --out results/multi30k` from the project root."
     before = snapshot(ROOT / 'results' / 'multi30k')
     rc, last = call(['cli', 'train', '--config', 'synthetic-tiny', '--max-steps', '2', *TINY, '--out',
-                     'results/multi30k'], ROOT, monkeypatch, capsys)
+                     'results/multi30k'], ROOT)
     assert rc == 2 and 'committed results' in last, last
     assert snapshot(ROOT / 'results' / 'multi30k') == before
     assert not (ROOT / 'results' / 'multi30k' / '.lock').exists()
@@ -162,25 +149,19 @@ def finished_compare(tmp_path_factory):
     return d
 
 
-def test_compare_never_writes_into_a_training_run(finished_compare, tmp_path, monkeypatch, capsys):
-    run = tmp_path / 'run'
-    shutil.copytree(finished_compare / 'run', run)
-    before = snapshot(run)
-    rc, last = call(['cli', 'compare', '--config', 'synthetic-tiny', '--encodings', 'rope', '--max-steps', '2', *TINY,
-                     '--no-plot', '--out', str(run)], tmp_path, monkeypatch, capsys)
-    assert rc == 2 and 'is the folder of a training run' in last, last
-    assert snapshot(run) == before
-
-
-def test_compare_holds_one_budget(finished_compare, tmp_path, monkeypatch, capsys):
-    "A rerun with another --max-steps and an encoding the folder lacks: refused, naming the budget; nothing added."
-    cmp = tmp_path / 'cmp'
-    shutil.copytree(finished_compare / 'cmp', cmp)
-    before = snapshot(cmp)
-    rc, last = call(['cli', 'compare', '--config', 'synthetic-tiny', '--encodings', 'alibi', '--max-steps', '3', *TINY,
-                     '--no-plot', '--out', str(cmp)], tmp_path, monkeypatch, capsys)
-    assert rc == 2 and 'max_steps: 2 vs 3' in last, last
-    assert snapshot(cmp) == before
+@pytest.mark.parametrize('folder, encoding, steps, says', [
+    ('run', 'rope', '2', 'is the folder of a training run'),     # a training run's folder: never a comparison's
+    ('cmp', 'alibi', '3', 'max_steps: 2 vs 3'),                  # another budget, an encoding the folder lacks
+])
+def test_compare_refuses_a_folder_not_its_own(folder, encoding, steps, says, finished_compare, tmp_path, call):
+    "`compare` into a training run's folder, or into a comparison with another --max-steps: refused, nothing added."
+    out = tmp_path / folder
+    shutil.copytree(finished_compare / folder, out)
+    before = snapshot(out)
+    rc, last = call(['cli', 'compare', '--config', 'synthetic-tiny', '--encodings', encoding, '--max-steps', steps,
+                     *TINY, '--no-plot', '--out', str(out)], tmp_path)
+    assert rc == 2 and says in last, last
+    assert snapshot(out) == before
 
 
 def test_summarize_reads_the_folders_design_only(committed, tmp_path, monkeypatch, capsys):
@@ -227,7 +208,7 @@ def test_length_runs_folder_keyed_and_checked(tmp_path, monkeypatch, capsys):
         length.sample_record('rope', 0, tmp_path / 'runs', prompt=4, total=8, text=text, records=tmp_path / 'c')
 
 
-def test_the_suite_writes_its_own_records_and_nothing_else(committed, monkeypatch, capsys):
+def test_the_suite_writes_its_own_records_and_nothing_else(committed, monkeypatch, call):
     """`python -m posenc_nb.confirm run` is the registered design's own command for results/confirm: what its parts
     write there is published; `posenc train --out results/confirm/mt` from the same checkout is refused, and so is a
     suite record made outside the suite's run."""
@@ -237,25 +218,24 @@ def test_the_suite_writes_its_own_records_and_nothing_else(committed, monkeypatc
     write = lambda threads, log: confirm._one_record(rec, {'steps': 1}, lambda: {'loss': 1.0})
     monkeypatch.setitem(confirm.PARTS, 'probe', write)
     monkeypatch.setattr(confirm, '_clean_tree', lambda: None)        # this copy of a checkout is not a git worktree
-    rc, last = call(['confirm', 'run', '--parts', 'probe'], committed.parent, monkeypatch, capsys)
+    rc, last = call(['confirm', 'run', '--parts', 'probe'], committed.parent)
     assert rc == 0 and json.loads((committed.parent / rec).read_text())['loss'] == 1.0, (rc, last)
     before = snapshot(committed)
     rc, last = call(['cli', 'train', '--config', 'synthetic-tiny', '--max-steps', '2', *TINY, '--out',
-                     'results/confirm/mt'], committed.parent, monkeypatch, capsys)
+                     'results/confirm/mt'], committed.parent)
     assert rc == 2 and 'results/confirm/mt lies in the committed results' in last, last
     with pytest.raises(CommittedResults, match='lies in the committed results'):
         confirm._one_record(confirm.SUITE / 'mt' / 'probe_seed1.json', {'steps': 1}, lambda: {'loss': 2.0})
     assert snapshot(committed) == before
 
 
-def test_length_run_adds_to_its_own_design_only(committed, tmp_path, monkeypatch, capsys):
+def test_length_run_adds_to_its_own_design_only(committed, tmp_path, monkeypatch, call):
     """`length run` into a committed folder of the lab: another arm or seed of the folder's own design (its config and
     budget) is written there; another budget, an arm off the lab's board, or a folder without records is refused."""
     from posenc_nb import length
     monkeypatch.setattr(length, 'load_text', lambda name: ('abcd' * 300, 'abdc' * 100, 'abcd'))
     run = ['length', 'run', '--config', 'smoke', '--steps', '2', '--runs', str(tmp_path / 'runs')]
-    rc, last = call(run + ['--encodings', 'rope', '--seeds', '0', '--out', str(tmp_path / 'made')], tmp_path,
-                    monkeypatch, capsys)
+    rc, last = call(run + ['--encodings', 'rope', '--seeds', '0', '--out', str(tmp_path / 'made')], tmp_path)
     assert rc == 0, last
     shutil.copytree(tmp_path / 'made', committed / 'length-mini')
     before = snapshot(committed)
@@ -263,11 +243,10 @@ def test_length_run_adds_to_its_own_design_only(committed, tmp_path, monkeypatch
                'an arm off the board': (['--encodings', 'rope:scaling=xpos'], 'length-mini'),
                'a folder without records': (['--encodings', 'alibi'], 'length-new')}
     for why, (argv, folder) in refused.items():
-        rc, last = call(run + argv + ['--seeds', '0', '--out', str(committed / folder)], tmp_path, monkeypatch, capsys)
+        rc, last = call(run + argv + ['--seeds', '0', '--out', str(committed / folder)], tmp_path)
         assert rc == 2 and 'committed results' in last, (why, last)
     assert snapshot(committed) == before
-    rc, last = call(run + ['--encodings', 'alibi', '--seeds', '1', '--out', str(committed / 'length-mini')], tmp_path,
-                    monkeypatch, capsys)
+    rc, last = call(run + ['--encodings', 'alibi', '--seeds', '1', '--out', str(committed / 'length-mini')], tmp_path)
     assert rc == 0, last
     after = snapshot(committed)
     assert {k: after[k] for k in before} == before and 'length-mini/alibi_seed1.json' in after

@@ -1,23 +1,12 @@
 """Inputs checked where they enter: corpora split on '\\n' only, parallel files of equal length, data-file errors
 naming the file and row, sizes and seeds checked with one line, and `translate` capping a line before decoding."""
-import gzip, importlib, io, sys
+import gzip
 from pathlib import Path
 import pytest
 
 TINY = ['--set', 'data_options={"n": 400}', '--set', 'test_max_sents=5', '--set', 'beam=1', '--set',
         'eval_bleu_sents=0', '--set', 'log_every=1', '--set', 'd_model=16', '--set', 'n_heads=2', '--set', 'd_ff=32',
         '--set', 'n_enc=1', '--set', 'n_dec=1']
-
-
-def call(argv, monkeypatch, capsys) -> tuple:
-    "(exit status, the last line of stderr) of an entry point run in this process."
-    monkeypatch.setattr(sys, 'stdin', io.StringIO(''))
-    mod = importlib.import_module(f'posenc_nb.{argv[0]}')
-    capsys.readouterr()
-    try: rc = int(mod.main(argv[1:]) or 0)
-    except SystemExit as e: rc = e.code if isinstance(e.code, int) else 0
-    err = capsys.readouterr().err.strip().splitlines()
-    return rc, (err[-1] if err else '')
 
 
 def _gz(path: Path, text: str):
@@ -84,9 +73,9 @@ def test_make_posenc_sizes(kw, says):
 @pytest.mark.parametrize('argv,says', [
     (['cli', 'compare', '--config', 'synthetic-tiny', '--encodings', 'rope', '--seeds', str(2 ** 66)], '--seeds'),
     (['length', 'run', '--seeds', str(2 ** 66), '--config', 'smoke'], '--seeds')])
-def test_huge_seeds_are_one_line(argv, says, tmp_path, monkeypatch, capsys):
+def test_huge_seeds_are_one_line(argv, says, tmp_path, monkeypatch, call):
     monkeypatch.chdir(tmp_path)
-    rc, last = call(argv + ['--out', str(tmp_path / 'o')], monkeypatch, capsys)
+    rc, last = call(argv + ['--out', str(tmp_path / 'o')])
     assert rc == 2 and says in last and 'Overflow' not in last, last
 
 
@@ -99,9 +88,8 @@ def tiny_run(tmp_path_factory):
 
 
 @pytest.mark.parametrize('line', ['w' * 200_000, ' '.join(['x' * 200] * 999)])
-def test_translate_caps_a_long_line_before_decoding(line, tiny_run, tmp_path, monkeypatch, capsys):
+def test_translate_caps_a_long_line_before_decoding(line, tiny_run, tmp_path, call):
     "200,000 characters without a space, or 999 words of 200 letters: refused at once, naming the line."
     (tmp_path / 'in.txt').write_text('a b\n' + line + '\n')
-    rc, last = call(['cli', 'translate', '--ckpt', str(tiny_run), '--input', str(tmp_path / 'in.txt')], monkeypatch,
-                    capsys)
+    rc, last = call(['cli', 'translate', '--ckpt', str(tiny_run), '--input', str(tmp_path / 'in.txt')])
     assert rc == 2 and 'line 2 has' in last and 'characters' in last, last
