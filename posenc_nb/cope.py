@@ -10,7 +10,8 @@ from torch import Tensor
 from .core import PosEnc, Site, BiasRows, register_posenc
 
 # %% auto #0
-__all__ = ['COPE_POSITIONS', 'COPE_PAIR_CHUNK', 'cope_gates', 'cope_positions', 'cope_interpolate', 'cope_bias', 'CoPEPosEnc']
+__all__ = ['COPE_POSITIONS', 'COPE_PAIR_CHUNK', 'cope_gates', 'cope_positions', 'cope_interpolate', 'cope_bias', 'CoPEPosEnc',
+           'check_sentence_prediction']
 
 # %% ../nbs/18_cope.ipynb #9a33287c
 COPE_POSITIONS = 64         # learned position embeddings per layer: contextual positions are clamped below it
@@ -85,3 +86,18 @@ class CoPEPosEnc(PosEnc):
             parts = [cope_bias(qr[:, :, a - s:b - s], kk, emb, first + a - k0) for a, b in ends]
             return parts[0] if len(parts) == 1 else torch.cat(parts, -2)
         return BiasRows(rows, (k, self.layer_emb(site)), uses_q=True, takes_params=True)
+
+# %% ../nbs/18_cope.ipynb #770f4792
+def check_sentence_prediction(answer: str, # your prediction: 'same' or 'different'
+                              n: int = 50, stops=(5,), keys=(46, 9)):
+    "Exercise 18.6: whether two keys in the query's sentence get one contextual position when gates open on stops."
+    from posenc_nb.exercises import Verdict
+    if answer not in ('same', 'different'): return Verdict(False, f"predict 'same' or 'different', got {answer!r}")
+    gates = torch.zeros(1, n)                                   # one query, the last token; gates open on stops only
+    gates[0, list(stops)] = 1.0
+    pos = cope_positions(gates)[0, list(keys)]
+    seen = ', '.join(f'token {k}: position {p:.0f}' for k, p in zip(keys, pos.tolist()))
+    truth = 'same' if pos[0] == pos[1] else 'different'
+    if answer == truth:
+        return Verdict(True, f'{seen}: both spans hold no open gate; CoPE counts sentences here, not tokens')
+    return Verdict(False, f'{seen}: a shut gate adds nothing, so tokens without a stop between them are one place')

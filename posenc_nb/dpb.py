@@ -11,7 +11,7 @@ from .core import PosEnc, Site, BiasRows, register_posenc
 from .attention import shared_rows, column_offsets
 
 # %% auto #0
-__all__ = ['DPB_WIDTH', 'DPB_PAIR_CHUNK', 'log_distance', 'dpb_mlp', 'dpb_bias', 'DynamicPositionBias']
+__all__ = ['DPB_WIDTH', 'DPB_PAIR_CHUNK', 'log_distance', 'dpb_mlp', 'dpb_bias', 'DynamicPositionBias', 'check_range_prediction']
 
 # %% ../nbs/18_dpb.ipynb #525eefa0
 DPB_WIDTH = 32                  # hidden units of each MLP layer
@@ -68,3 +68,16 @@ class DynamicPositionBias(PosEnc):
             parts = [dpb_bias(qp[..., a:min(a + step, e)], kp[..., k0:k1], mlp) for a in range(s, e, step)]
             return parts[0] if len(parts) == 1 else torch.cat(parts, -2)
         return BiasRows(rows, tuple(self.mlp.parameters()))
+
+# %% ../nbs/18_dpb.ipynb #54f65801
+def check_range_prediction(answer: str, # your prediction: 'inside' or 'outside'
+                           L_train: int = 256, L: int = 4096):
+    "Exercise 18.7: whether DPB's input for the farthest key of a longer window stays in the trained range."
+    from posenc_nb.exercises import Verdict
+    if answer not in ('inside', 'outside'): return Verdict(False, f"predict 'inside' or 'outside', got {answer!r}")
+    lo, far = (log_distance(torch.tensor([1 - n])).item() for n in (L_train, L))
+    seen = f'trained inputs {lo:.2f} to 0, the farthest key of {L:,} at {far:.2f}'
+    truth = 'inside' if far >= lo else 'outside'
+    if answer == truth:
+        return Verdict(True, f'{seen}: the log compresses the new range to {lo - far:.2f} units but does not close it')
+    return Verdict(False, f'{seen}: log(1 + d) grows without bound, only slowly; nothing divides it by the length')

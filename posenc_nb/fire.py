@@ -12,7 +12,7 @@ from .core import PosEnc, Site, BiasRows, register_posenc
 from .attention import shared_rows
 
 # %% auto #0
-__all__ = ['FIRE_WIDTH', 'FIRE_PAIR_CHUNK', 'fire_inputs', 'fire_mlp', 'fire_bias', 'FIREPosEnc']
+__all__ = ['FIRE_WIDTH', 'FIRE_PAIR_CHUNK', 'fire_inputs', 'fire_mlp', 'fire_bias', 'FIREPosEnc', 'check_fire_input_prediction']
 
 # %% ../nbs/18_fire.ipynb #1f2ce9a0
 FIRE_WIDTH = 32                  # hidden units of the MLP (the paper's)
@@ -93,3 +93,19 @@ class FIREPosEnc(PosEnc):
             parts = [fire_bias(qp[..., a:min(a + step, e)], kk, c, L, mlp, self.both_ways) for a in range(s, e, step)]
             return parts[0] if len(parts) == 1 else torch.cat(parts, -2)
         return BiasRows(rows, (self.c, self.scale, self.w1, self.b1, self.w2, self.b2))
+
+# %% ../nbs/18_fire.ipynb #a69092b9
+def check_fire_input_prediction(answer: str, # your prediction: 'same' or 'smaller'
+                                distance: int = 100, near: int = 300, far: int = 3000,
+                                c: float = 0.1, threshold: float = 512.):
+    "Exercise 18.4: whether FIRE's MLP input for a key at a fixed distance changes when the query moves farther on."
+    from posenc_nb.exercises import Verdict
+    if answer not in ('same', 'smaller'): return Verdict(False, f"predict 'same' or 'smaller', got {answer!r}")
+    q = torch.tensor([[[near, far]]])
+    x = fire_inputs(q, q - distance, torch.tensor(c), torch.tensor(threshold))[0, [0, 1], [0, 1], 0]
+    seen = f'input {x[0].item():.4f} for the query at {near}, {x[1].item():.4f} at {far}'
+    truth = 'same' if abs(x[0] - x[1]).item() <= 1e-6 else 'smaller'
+    if answer == truth:
+        return Verdict(True, f'{seen}: past the threshold the distance is measured against the query\'s own position')
+    return Verdict(False, f'{seen}: below the threshold the divisor is psi(L), past it psi(i), which grows with the '
+                          'query')

@@ -12,7 +12,7 @@ from .core import PosEnc, Positions, Site, BiasRows, register_posenc
 from .baselines import alibi_slopes
 
 # %% auto #0
-__all__ = ['forget_values', 'forget_bias', 'alibi_gate_bias', 'ForgetGatePosEnc']
+__all__ = ['forget_values', 'forget_bias', 'alibi_gate_bias', 'ForgetGatePosEnc', 'check_forgetting_prediction']
 
 # %% ../nbs/18_forget.ipynb #9dc94f5b
 def forget_values(x: Tensor, # the layer's input (B,L,D)
@@ -69,3 +69,21 @@ class ForgetGatePosEnc(PosEnc):
         first = c.shape[-1] - q.shape[2]
         def rows(qr, s, e, k0, k1, c): return forget_bias(c[..., first + s:first + e], c[..., k0:k1], site.causal)
         return BiasRows(rows, (c,), takes_params=True)
+
+# %% ../nbs/18_forget.ipynb #617d3308
+def check_forgetting_prediction(answer: str, # your prediction: 'same' or 'fades'
+                                far: int = 504, forget_at: int = 3, gate: float = 0.01, keep: float = 0.99):
+    "Exercise 18.3: whether what a forgetting token costs a key's logit fades for queries farther past it."
+    from posenc_nb.exercises import Verdict
+    if answer not in ('same', 'fades'): return Verdict(False, f"predict 'same' or 'fades', got {answer!r}")
+    def bias(g):
+        logs = torch.full((far + 1,), math.log(keep), dtype=torch.float64)
+        logs[forget_at] = math.log(g)
+        c = logs.cumsum(0)[None, None]                                    # the running sum of the log-gates
+        return forget_bias(c[..., [forget_at + 1, far]], c[..., :1])[0, 0, :, 0]
+    cost = bias(keep) - bias(gate)
+    seen = f'cost {cost[0].item():.4f} nats at position {forget_at + 1}, {cost[1].item():.4f} at {far}'
+    truth = 'same' if abs(cost[0] - cost[1]).item() <= 1e-9 else 'fades'
+    if answer == truth: return Verdict(True, f'{seen}: the forgetting token is one term of every sum that spans it')
+    return Verdict(False, f'{seen}: the bias is a sum of log-gates, and every query past the token counts it once, '
+                          'however far')

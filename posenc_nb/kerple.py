@@ -11,7 +11,8 @@ from .core import PosEnc, Site, BiasRows, register_posenc
 from .attention import shared_rows
 
 # %% auto #0
-__all__ = ['KERPLE_KINDS', 'KERPLE_FLOOR', 'kerple_bias', 'KerplePosEnc', 'KerpleLogPosEnc', 'KerplePowerPosEnc']
+__all__ = ['KERPLE_KINDS', 'KERPLE_FLOOR', 'kerple_bias', 'KerplePosEnc', 'KerpleLogPosEnc', 'KerplePowerPosEnc',
+           'check_far_gap_prediction']
 
 # %% ../nbs/18_kerple.ipynb #e52b113d
 KERPLE_KINDS = ('log', 'power')
@@ -67,3 +68,26 @@ class KerpleLogPosEnc(KerplePosEnc):
 class KerplePowerPosEnc(KerplePosEnc):
     "Kerple, power kernel: bias -r1 |i-j|^r2, 0 < r2 <= 2 (Chi et al. 2022)."
     kind = 'power'
+
+# %% ../nbs/18_kerple.ipynb #9c4cc443
+def check_far_gap_prediction(alibi: str, # your prediction for ALiBi's line: 'same' or 'shrinks'
+                             kerple: str, # your prediction for Kerple's logarithmic kernel (r1 = r2 = 1)
+                             gap: int = 10, near: int = 10, far: int = 1000):
+    "Exercise 18.2: whether the logit difference of two keys `gap` apart shrinks when both move far from the query."
+    from posenc_nb.exercises import Verdict
+    answers = {'same', 'shrinks'}
+    if alibi not in answers or kerple not in answers:
+        return Verdict(False, f"predict 'same' or 'shrinks' for each, got alibi={alibi!r}, kerple={kerple!r}")
+    q, one = torch.zeros(1, 1, 1), torch.tensor([1.0])
+    def difference(kind):
+        k = torch.tensor([[[near, near + gap, far, far + gap]]])
+        b = kerple_bias(q, k, one, one, kind)[0, 0, 0]
+        return (b[0] - b[1]).item(), (b[2] - b[3]).item()
+    seen = {'alibi': difference('power'), 'kerple': difference('log')}
+    truth = {k: 'same' if abs(a - b) <= 1e-6 * abs(a) else 'shrinks' for k, (a, b) in seen.items()}
+    said = ', '.join(f'{k}: {a:.4f} near, {b:.4f} far' for k, (a, b) in seen.items())
+    if (alibi, kerple) == (truth['alibi'], truth['kerple']):
+        return Verdict(True, f'{said}: a line penalizes every step alike, a logarithm less the farther it is')
+    if alibi != truth['alibi']:
+        return Verdict(False, f'{said}: ALiBi\'s bias is a line, and a line has one slope at every distance')
+    return Verdict(False, f'{said}: the logarithm flattens, its slope r1 r2 / (1 + r2 d) falls with the distance')

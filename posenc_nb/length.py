@@ -21,6 +21,7 @@ from .utils import provenance, state_hash, order_hash, atomic_save
 from .engine import pick_device, Learner, Budget, Checkpointer, ProgressBar, fit, restore
 from .args import command, command_line, run_commands, use_threads, CLIError
 from .exercises import Verdict, check_close
+from .length_probe import tail_losses, context_gain, format_context_table
 
 # %% auto #0
 __all__ = ['ARMS', 'ARM_SETS', 'LENGTH_CONFIGS', 'CKPT_EVERY', 'SLIDING_FACTORS', 'RESULTS', 'RUNS', 'MEMORY_PROBE',
@@ -28,8 +29,8 @@ __all__ = ['ARMS', 'ARM_SETS', 'LENGTH_CONFIGS', 'CKPT_EVERY', 'SLIDING_FACTORS'
            'encode_text', 'batch_offsets', 'lr_at', 'train_precision', 'train_steps', 'window_losses',
            'summarize_positions', 'sliding_loss', 'add_sliding', 'evaluate_lengths', 'peak_memory_mb',
            'check_checkpoint', 'train_arm', 'load_checkpoint', 'best_arm', 'sample_record', 'parse_arms', 'length_run',
-           'length_extend', 'main', 'length_sample', 'read_length', 'length_table', 'format_length_table',
-           'plot_lengths', 'plot_positions', 'check_window_count', 'check_loss_beyond', 'check_pi_angle']
+           'length_extend', 'main', 'length_sample', 'read_length', 'length_table', 'format_length_table', 'arm_colors',
+           'plot_lengths', 'plot_positions', 'check_loss_beyond']
 
 # %% ../nbs/30_length.ipynb #1cb4526c
 # arm -> (registered encoding, its options); 'learned' gets a table of L_train rows (see `model_config`)
@@ -220,9 +221,12 @@ def add_sliding(model: CausalLM, valid: torch.Tensor, # the evaluation text's id
     return ev
 
 # %% ../nbs/30_length.ipynb #e69f5ca8
-def evaluate_lengths(model: CausalLM, valid: torch.Tensor, cfg: LengthConfig, bounded_at: Optional[int] = None) -> dict:
-    """`eval` (length -> loss, loss_beyond), the loss by position at the longest length and seconds per length;
-    lengths past `bounded_at` (a learned table) are recorded as None: undefined beyond it."""
+def evaluate_lengths(model: CausalLM, valid: torch.Tensor, cfg: LengthConfig, bounded_at: Optional[int] = None,
+                     context: bool = True, # the context probe (`tail_losses`) at every length past L_train
+                    ) -> dict:
+    """`eval` (length -> loss, loss_beyond and, past L_train, the context probe's tail_full and tail_cut), the loss by
+    position at the longest length and seconds per length; lengths past `bounded_at` (a learned table) are recorded
+    as None: undefined beyond it."""
     ev, curve, secs = {}, None, {}
     for L in eval_lengths(cfg):
         if bounded_at is not None and L > bounded_at:
@@ -230,8 +234,9 @@ def evaluate_lengths(model: CausalLM, valid: torch.Tensor, cfg: LengthConfig, bo
             continue
         t = time.time()
         last = L == eval_lengths(cfg)[-1]
-        s = summarize_positions(*window_losses(model, valid, L, cfg.eval_tokens), cfg.L_train,
-                                cfg.pos_bins if last else 0)
+        sums, n = window_losses(model, valid, L, cfg.eval_tokens)
+        s = summarize_positions(sums, n, cfg.L_train, cfg.pos_bins if last else 0)
+        if context and L > cfg.L_train: s.update(tail_losses(model, valid, L, cfg.L_train, sums, n, cfg.eval_tokens))
         secs[str(L)] = round(time.time() - t, 2)
         curve = [round(x, 5) for x in s.pop('by_position', [])] or curve
         ev[str(L)] = {k: (round(v, 5) if v is not None else None) for k, v in s.items()}
@@ -522,46 +527,56 @@ def format_length_table(table: dict) -> str:
     return '\n'.join(rows)
 
 # %% ../nbs/30_length.ipynb #bcf4f415
+def arm_colors(labels: list # legend labels: arms ('rope', 'fire', 'rope:scaling=xpos') or other names ('ntk-x4')
+              ) -> dict: # label -> '#rrggbb'
+    """One colour per label of a figure: an arm in its encoding's colour on every page (`encoding_color`; an arm with
+    options in its preset's colour if it is one, else its base encoding's); a label that names no encoding (an
+    extension method) in the next spare colour that no arm of the figure uses, so the figure's lines stay apart."""
+    from posenc_nb.palette import encoding_color, label_encoding, ENCODING_COLORS, SPARE_COLORS
+    out, rest = {}, []
+    for a in labels:
+        name = a.split(':')[0]
+        preset = next((p for p, v in ARMS.items() if v == arm_encoding(a)), None) if ':' in a else None
+        enc = preset or (name if name in ENCODING_COLORS or name in ARMS else label_encoding(a))
+        if enc: out[a] = encoding_color(enc)
+        else: rest.append(a)
+    spare = [c for c in SPARE_COLORS if c not in out.values()]
+    out.update({a: spare[i % len(spare)] for i, a in enumerate(rest)})
+    return {a: out[a] for a in labels}
+
 def plot_lengths(table: dict, ax=None, title: str = 'validation loss against evaluation length'):
     "The ALiBi-style figure: loss against evaluation length (log axis), a line per arm, mean ± sd band."
     import matplotlib.pyplot as plt
+    from posenc_nb.palette import readable_legend
     ax = ax or plt.subplots(figsize=(7, 4.5))[1]
+    colors = arm_colors(list(table))
     for a, d in table.items():
         pts = [(L, v) for L, v in d.items() if v is not None]
         if not pts: continue
         L, m, s = np.array([p[0] for p in pts]), np.array([p[1][0] for p in pts]), np.array([p[1][1] for p in pts])
-        ax.plot(L, m, marker='o', label=a)
-        ax.fill_between(L, m - s, m + s, alpha=0.2)
+        ax.plot(L, m, marker='o', label=a, color=colors[a])
+        ax.fill_between(L, m - s, m + s, alpha=0.2, color=colors[a])
     ax.set_xscale('log', base=2)
     ax.set(xlabel='evaluation length (characters)', ylabel='loss (nats/char)', title=title)
-    ax.legend(fontsize=8)
+    readable_legend(ax)
     return ax
 
 def plot_positions(recs: list, key: str = 'encoding', L: int = 4096, ax=None):
     "Loss by position inside one window of L (mean over seeds), a line per arm: where each one breaks."
     import matplotlib.pyplot as plt
+    from posenc_nb.palette import readable_legend
     ax = ax or plt.subplots(figsize=(7, 4.5))[1]
     by = {}
     for r in recs:
         if r.get(f'loss_by_position_{L}'): by.setdefault(r[key], []).append(r[f'loss_by_position_{L}'])
+    colors = arm_colors(list(by))
     for a, cs in by.items():
         c = np.mean(np.array(cs), 0)
-        ax.plot((np.arange(len(c)) + 0.5) * L / len(c), c, label=a)
+        ax.plot((np.arange(len(c)) + 0.5) * L / len(c), c, label=a, color=colors[a])
     ax.set(xlabel=f'position in a window of {L}', ylabel='loss (nats/char)', title='loss by position')
-    ax.legend(fontsize=8)
+    readable_legend(ax)
     return ax
 
-# %% ../nbs/30_length.ipynb #c82e6e00
-def check_window_count(n: int, # your answer: windows of L predicted tokens over a text of `chars` characters
-                       chars: int = 111540, L: int = 4096) -> Verdict:
-    "Exercise 30.1: how many non-overlapping evaluation windows of L predicted tokens fit in `chars` characters."
-    want = (chars - 1) // L
-    if n == want: return Verdict(True, f'{want} windows: each reads L inputs and predicts L targets, shifted by one')
-    if n == chars // L: return Verdict(False, 'a window of L predictions needs L + 1 characters: the last target '
-                                              'is one past the last input')
-    if n == -(-chars // L) or n == -(-(chars - 1) // L):
-        return Verdict(False, 'the incomplete tail is dropped: every window must have all L targets')
-    return Verdict(False, f'expected {want}; count windows of L + 1 characters that start every L characters')
 
 # %% ../nbs/30_length.ipynb #eac917d5
 def check_loss_beyond(fn, # your function (per-position loss sums (L,), windows n, L_train) -> mean loss beyond L_train
@@ -578,16 +593,6 @@ def check_loss_beyond(fn, # your function (per-position loss sums (L,), windows 
         return Verdict(False, 'these are sums over n windows: divide by n too')
     if abs(got - sums.sum().item() / (n * 64)) < 1e-9: return Verdict(False, 'that is the loss over every position')
     return check_close(got, want, 'the loss beyond L_train', rtol=1e-9)
-
-# %% ../nbs/30_length.ipynb #30966f3c
-def check_pi_angle(angle: float, # your answer: the angle of rotary pair i at position m after PI by `factor`
-                   m: int = 1000, i: int = 3, factor: int = 4, d: int = 32) -> Verdict:
-    "Exercise 30.3: position interpolation's rotary angle of pair i at position m (RoPE, base 1e4)."
-    th = 10000. ** (-2 * i / d)
-    want = m / factor * th
-    if abs(angle - m * th) < 1e-6: return Verdict(False, 'that is the unscaled angle: PI divides every position by s')
-    if abs(angle - m * factor * th) < 1e-6: return Verdict(False, 'PI squeezes positions: divide by s, not multiply')
-    return check_close(angle, want, 'the interpolated angle', rtol=1e-6)
 
 # %% ../nbs/30_length.ipynb #33f851b1
 # last: every command (and everything they call) is defined when `python -m posenc_nb.length` runs

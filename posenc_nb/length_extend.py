@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Optional
 from .rope import rotary_from_hf
-from .rotary import RotaryCache
+from .rotary import RotaryCache, yarn_mscale
 from .store import finished_output, write_output, lock_folder
 from .guard import check_uncommitted
 from .utils import provenance, state_hash, order_hash
@@ -23,7 +23,7 @@ __all__ = ['EXTEND_METHODS', 'EXTEND_FACTORS', 'FINETUNED', 'extension_cache', '
            'finetune_name', 'extension_finetunes']
 
 # %% ../nbs/30_extend.ipynb #1faa087f
-EXTEND_METHODS = ('linear', 'ntk', 'dynamic', 'yarn', 'llama3')
+EXTEND_METHODS = ('linear', 'ntk', 'dynamic', 'yarn', 'llama3', 'yarn-temp')   # the last: an ablation of YaRN
 EXTEND_FACTORS = (2, 4, 8, 16)
 FINETUNED = ('linear', 'yarn')     # fine-tuned at 4 x L_train
 
@@ -32,10 +32,13 @@ def extension_cache(method: str, # one of EXTEND_METHODS, or 'default' (unscaled
                     head_dim: int, orig_len: int, base: float = 10000.) -> RotaryCache:
     """The rotary tables of one extension method, through one code path: a HF-style rope config handed to
     `rotary_from_hf` (linear = PI, dynamic = dynamic NTK, yarn, llama3); HF has no static NTK type, so 'ntk' is the
-    package's `RotaryCache(scaling='ntk')`. Use with style='half' (the lab's rope arm)."""
+    package's `RotaryCache(scaling='ntk')`, and 'yarn-temp' (YaRN's attention temperature alone: the unscaled
+    frequencies, cos and sin times YaRN's `yarn_mscale(factor)`) is no HF type either. Use with style='half'."""
     if method not in EXTEND_METHODS + ('default',):
         raise ValueError(f"unknown extension method {method!r}; choose from {', '.join(EXTEND_METHODS)}")
     if method == 'ntk': return RotaryCache(head_dim, base, scaling='ntk', factor=factor, angle_dtype='float32')
+    if method == 'yarn-temp':
+        return RotaryCache(head_dim, base, angle_dtype='float32', attention_factor=yarn_mscale(factor))
     rs = {'rope_type': method, 'factor': float(factor)}
     if method in ('yarn', 'llama3'): rs['original_max_position_embeddings'] = orig_len
     if method == 'llama3': rs.update(low_freq_factor=1.0, high_freq_factor=4.0)

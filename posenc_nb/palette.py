@@ -20,7 +20,7 @@ ENCODING_COLORS = {
     'floater-input': '#661100', 'block-bias': '#999933', 'learned-bert': '#88CCEE', 'xl-input': '#332288',
     'xl-head': '#44AA99', 'xl-headxl': '#117733', 'xl-rope': '#AA4499', 'kerple_log': '#CC6677',
     'kerple_power': '#DDCC77', 'fire': '#EE3377', 'dpb': '#33BBEE', 'p_rope': '#EE7733',
-    'scaled_sinusoidal': '#0077BB', 'xpos': '#009988',
+    'scaled_sinusoidal': '#222255', 'xpos': '#009988', 'cope': '#666633', 'forget': '#BBCC33',
 }
 # colours for names the table does not hold, picked by checksum (Tol's muted and vibrant schemes)
 SPARE_COLORS = ('#332288', '#117733', '#44AA99', '#88CCEE', '#DDCC77', '#CC6677', '#AA4499', '#999933', '#6699CC',

@@ -11,7 +11,7 @@ from .rope import RoPE
 from .rotary import RotaryCache, rope_inv_freq
 
 # %% auto #0
-__all__ = ['p_rope_inv_freq', 'PRoPE']
+__all__ = ['p_rope_inv_freq', 'PRoPE', 'check_frozen_prediction']
 
 # %% ../nbs/18_prope.ipynb #1a0007ac
 def p_rope_inv_freq(head_dim: int, # the rotated width (even)
@@ -39,3 +39,25 @@ class PRoPE(RoPE):
         cache = RotaryCache(dh, base, inv_freq=p_rope_inv_freq(dh, p, base))
         super().__init__(d_model, n_heads, n_layers, max_len, causal, style=style, rotary=cache)
         self.p, self.kept = p, round(p * dh / 2)
+
+# %% ../nbs/18_prope.ipynb #c4d49eeb
+def check_frozen_prediction(answer: str, # 'yes' (p freezes every pair that never turns) or 'no'
+                            rotating: int, # how many pairs that never turn within a window of L still rotate
+                            d: int = 32, base: float = 10000., L: int = 256, p: float = 0.75):
+    "Exercise 18.1: whether p-RoPE's kept share p freezes every rotary pair that never turns in a window of L."
+    import math
+    from posenc_nb.exercises import Verdict
+    if answer not in ('yes', 'no'): return Verdict(False, f"predict 'yes' or 'no', got {answer!r}")
+    turns = (L - 1) * rope_inv_freq(d, base) / (2 * math.pi)
+    never = {int(i) for i in torch.nonzero(turns < 1)}
+    frozen = {int(i) for i in torch.nonzero(p_rope_inv_freq(d, p, base) == 0)}
+    want = len(never - frozen)
+    if (answer, rotating) == ('yes' if want == 0 else 'no', want):
+        return Verdict(True, f'{len(never)} pairs never turn within {L} positions; p = {p} freezes {len(frozen)}, so '
+                             f'{want} of them still rotate, to angles past any seen in training at longer windows')
+    if rotating == len(frozen): return Verdict(False, 'that counts the pairs p-RoPE freezes, not those left rotating')
+    if rotating == len(never): return Verdict(False, 'that counts every pair that never turns; some of them are frozen')
+    if answer == 'yes' and want: return Verdict(False, 'p is a fixed share of the pairs; the pairs that never turn '
+                                                       'depend on the window and the base, and here there are more')
+    return Verdict(False, f'got {answer!r}, {rotating}: count the pairs with (L - 1) θ_k < 2π, then take the frozen '
+                          'ones away')

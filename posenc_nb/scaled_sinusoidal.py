@@ -11,7 +11,7 @@ from .core import Positions, register_posenc
 from .baselines import SinusoidalPosEnc
 
 # %% auto #0
-__all__ = ['ScaledSinusoidalPosEnc']
+__all__ = ['ScaledSinusoidalPosEnc', 'check_scale_prediction']
 
 # %% ../nbs/18_scaled_sinusoidal.ipynb #f1136c45
 @register_posenc('scaled_sinusoidal')
@@ -29,3 +29,19 @@ class ScaledSinusoidalPosEnc(SinusoidalPosEnc):
 
     def embed(self, x: Tensor, p: Positions) -> Tensor:
         return x + (self.scale * self.codes(p.pos)).to(x.dtype)
+
+# %% ../nbs/18_scaled_sinusoidal.ipynb #257e52e4
+def check_scale_prediction(answer: str, # your prediction: 'offset' or 'absolute'
+                           scale: float = 3.0, d: int = 64, pairs=((3, 10), (1003, 1010))):
+    "Exercise 18.5: whether the inner product of two scaled sinusoidal codes depends on their offset alone."
+    from posenc_nb.exercises import Verdict
+    if answer not in ('offset', 'absolute'): return Verdict(False, f"predict 'offset' or 'absolute', got {answer!r}")
+    pe = ScaledSinusoidalPosEnc(d, 1, init_scale=scale)
+    with torch.no_grad():
+        dots = [(pe.scale * pe.codes(torch.tensor([m])) @ (pe.scale * pe.codes(torch.tensor([n]))).T).item()
+                for m, n in pairs]
+    seen = ', '.join(f'{v:.4f} for {pr}' for v, pr in zip(dots, pairs))
+    truth = 'offset' if abs(dots[0] - dots[1]) <= 1e-4 * abs(dots[0]) else 'absolute'
+    if answer == truth: return Verdict(True, f'{seen}: sin a sin b + cos a cos b = cos(a - b), times s^2 for all pairs')
+    return Verdict(False, f'{seen}: each pair of dimensions gives s^2 cos((m - n) w); the scale sets how loud, not '
+                          'what the product measures')

@@ -160,6 +160,14 @@ SOLUTIONS = {   # exercise -> a function returning the check's arguments
     '30.1': lambda: ((111540 - 1) // 4096,),
     '30.2': lambda: (lambda s, n, Lt: s[Lt:].sum() / (n * (len(s) - Lt)),),
     '30.3': lambda: (1000 / 4 * 10000 ** (-6 / 32),),
+    '30.4': lambda: (sum((255 * 10000 ** (-2 * i / 32)) < 2 * math.pi for i in range(16)),),
+    '18.2': lambda: ('same', 'shrinks'),
+    '18.3': lambda: ('same',),
+    '18.4': lambda: ('smaller',),
+    '18.5': lambda: ('offset',),
+    '18.6': lambda: ('same',),
+    '18.7': lambda: ('outside',),
+    '18.1': lambda: ('no', sum((255 * 10000 ** (-2 * i / 32)) < 2 * math.pi for i in range(16)) - 16 // 4),
 }
 
 
@@ -217,6 +225,8 @@ BRUTE = {
     '13.4': (lambda: [(list(p),) for n in range(1, 7) for p in itertools.permutations(range(n))], None),
     '14.1': (lambda: [(list(p),) for p in itertools.permutations(range(6))], 1),
     '14.4': (lambda: [(list(s),) for n in range(1, 6) for s in itertools.product([0, 1, 2, None], repeat=n)], None),
+    '30.4': (lambda: [(n,) for n in range(0, 33)], 1),
+    '18.1': (lambda: [(a, n) for a in ('yes', 'no') for n in range(0, 17)], 1),
 }
 
 
@@ -293,7 +303,7 @@ def test_no_page_gives_an_exercise_answer_away():
 
 
 # ---- conceptual exercises: predict, then run ---------------------------------------------------------------------
-METHOD_PAGES = ('10_rope', '11_floater', '14_xlpe')
+METHOD_PAGES = ('10_rope', '11_floater', '14_xlpe', '18_prope', '18_kerple', '18_forget', '18_fire', '18_scaled_sinusoidal', '18_cope', '18_dpb')
 PREDICT = re.compile(r'^\*\*(\d+)\. Predict\b[^*]*\*\*(.*)$', re.S)
 
 
@@ -331,7 +341,16 @@ def test_predict_hints_do_not_name_an_answer(stem):
                                                 ('11.8', ('quadratic',), 'exercise 11.3'),
                                                 ('11.8', ('flat',), 'not reset'),
                                                 ('14.5', ('same', 'same'), 'machinery'),
-                                                ('14.5', ('different', 'different'), 'xl = pos')])
+                                                ('14.5', ('different', 'different'), 'xl = pos'),
+                                                ('18.1', ('yes', 0), 'fixed share'),
+                                                ('18.1', ('no', 4), 'freezes, not'),
+                                                ('18.2', ('shrinks', 'shrinks'), 'one slope'),
+                                                ('18.2', ('same', 'same'), 'flattens'),
+                                                ('18.3', ('fades',), 'however far'),
+                                                ('18.4', ('same',), 'grows with the query'),
+                                                ('18.5', ('absolute',), 'how loud'),
+                                                ('18.6', ('different',), 'shut gate'),
+                                                ('18.7', ('inside',), 'without bound')])
 def test_a_wrong_prediction_is_told_why(number, wrong, named):
     "Each wrong prediction fails with the reason: the check measures, so a prediction is right only if the run agrees."
     v = check(number)(*wrong)

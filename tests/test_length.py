@@ -83,6 +83,9 @@ def test_every_causal_encoding_is_an_arm(name, tmp_path, small_lab):
     assert rec['encoding'] == name and rec['steps'] == 2 and rec['eval']['16']['loss'] > 0
     for L in ('32', '64'):                                # the sliding-window loss where the arm is defined
         assert (rec['eval'][L]['loss'] is None) == ('sliding' not in rec['eval'][L]), (L, rec['eval'][L])
+        assert (rec['eval'][L]['loss'] is None) == ('tail_cut' not in rec['eval'][L]), (L, rec['eval'][L])
+        if rec['eval'][L]['loss'] is not None: assert length.context_gain(rec['eval'][L]) is not None
+    assert 'tail_cut' not in rec['eval']['16']                  # the context probe starts past L_train
     assert rec['command'].startswith('python -m posenc_nb.length run --encodings ')
 
 
@@ -99,6 +102,35 @@ def test_recorded_command_reruns_its_record(tmp_path, small_lab):
     cmd = shlex.split(rec['command'])
     assert cmd[:3] == ['python', '-m', 'posenc_nb.length'] and cmd[3:] == argv
     assert main(cmd[3:]) == 0 and path.read_bytes() == before
+
+
+class _Near(torch.nn.Module):
+    "A model that cannot see far: its logits at a position read that position's character only."
+    def __init__(self, vocab):
+        super().__init__()
+        self.table = torch.nn.Embedding(vocab, vocab)
+    def forward(self, x): return self.table(x)
+
+
+class _Far(_Near):
+    "A model that reads its whole window: the logits of the running mean of every embedding so far."
+    def forward(self, x): return self.table(x).cumsum(1) / torch.arange(1, x.shape[1] + 1)[:, None]
+
+
+def test_context_probe_finds_no_gain_where_the_model_cannot_see_far():
+    "The context probe: zero gain for a model blind past its own position, a gain for one that averages its window."
+    torch.manual_seed(0)
+    ids = torch.randint(0, 11, (2000,), generator=torch.Generator().manual_seed(1))
+    near, far = _Near(11), _Far(11)
+    for L in (64, 256):
+        g_near = length.context_gain(length.tail_losses(near, ids, L, 32, *length.window_losses(near, ids, L)))
+        g_far = length.context_gain(length.tail_losses(far, ids, L, 32, *length.window_losses(far, ids, L)))
+        assert abs(g_near) < 1e-5 and abs(g_far) > 1e-3, (L, g_near, g_far)
+    ev = length.evaluate_lengths(near, ids, replace(LENGTH_CONFIGS['smoke'], eval_chars=None))['eval']
+    assert 'tail_cut' not in ev['16'] and all(abs(length.context_gain(ev[L])) < 1e-5 for L in ('32', '64'))
+    assert length.context_gain({'loss': 2.0, 'loss_beyond': 2.1, 'sliding': 2.0}) is None   # a record from before it
+    with pytest.raises(ValueError, match='needs 2 <= L_train < L'):
+        length.tail_losses(near, ids, 32, 32, *length.window_losses(near, ids, 32))
 
 
 @pytest.mark.parametrize('folder', ['length', 'length-1600'])
