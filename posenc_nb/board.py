@@ -96,5 +96,5 @@ BOARD_CLAIMS = [
     board_claim('board-forget-vs-rope-4x', 'FoX', 'forget-length', FOX_EXT + '; at 4 x', 'rope', 'forget', 1024),
 ]
 BOARD_ARMS = tuple(dict.fromkeys(x for c in BOARD_CLAIMS for x in ('none', c.a[0].split(' ')[0], c.b[0].split(' ')[0])))
-BOARD_REGISTRATION = None   # the commit whose results/registry.json registers BOARD_CLAIMS (set in the commit after)
+BOARD_REGISTRATION = '5064fd27958c8490474b8919761ecda47efed6d5'   # whose results/registry.json registered BOARD_CLAIMS
 register_claims(BOARD_CLAIMS, BOARD_REGISTRATION, BOARD_PAPERS, BOARD_PAPER_CLAIMS)
